@@ -1,0 +1,76 @@
+// Exact softmax attention, forward and backward, over dense batches, varlen
+// (packed) batches and KV caches (contiguous or paged).
+//
+// Shapes (last dimension contiguous, any other strides):
+//   dense:   q [B, q_len, Hq, D]      k, v [B, kv_len, Hk, D]
+//   varlen:  q [total_q, Hq, D]       k, v [total_kv, Hk, D]
+//            with cu_seqlens_q/k int32 [B+1]
+//   kvcache: q [B, q_len, Hq, D]      k, v cache [B, capacity, Hk, D]
+//            or paged: [num_pages, page_size, Hk, D] with block_table int32
+//            [B, max_pages]; seqlens_k int32 [B] keys already cached;
+//            optional k_new, v_new [B, new_len, Hk, D] written into the cache
+//            at positions seqlens_k[b].. before attending.
+//   out like q; lse float32 [B, Hq, q_len] (varlen: [Hq, total_q]), natural log.
+// Hq must be a multiple of Hk (GQA/MQA). A query row with no visible key gets
+// out = 0 and lse = -inf.
+#pragma once
+
+#include <cstddef>
+
+#include "cuflash/options.hpp"
+#include "cuflash/status.hpp"
+#include "cuflash/tensor.hpp"
+
+namespace cuflash {
+
+// Packed variable-length batch: sequence b holds rows
+// cu_seqlens[b] .. cu_seqlens[b+1]-1 of the packed tensors.
+struct VarlenBatch {
+  TensorView cu_seqlens_q;  // int32 [B+1]
+  TensorView cu_seqlens_k;  // int32 [B+1]
+  int max_seqlen_q = 0;
+  int max_seqlen_k = 0;
+
+  bool given() const { return !cu_seqlens_q.empty() || !cu_seqlens_k.empty(); }
+};
+
+// A KV cache: k and v are the cache itself.
+struct KvCache {
+  TensorView seqlens_k;    // int32 [B]: keys already in the cache per sequence
+  TensorView block_table;  // int32 [B, max_pages]; empty for a contiguous cache
+  TensorView k_new;        // optional [B, new_len, Hk, D], appended (forward only)
+  TensorView v_new;
+
+  bool given() const { return !seqlens_k.empty() || !block_table.empty() || !k_new.empty() || !v_new.empty(); }
+};
+
+struct ForwardArgs {
+  TensorView q, k, v;
+  TensorView out;
+  TensorView lse;           // optional
+  TensorView alibi_slopes;  // optional float32 [Hq] or [B, Hq]; bias -slope*|i + kv_len - q_len - j|
+  VarlenBatch varlen;       // given: varlen layout
+  KvCache kv_cache;         // given: KV-cache layout
+};
+
+struct BackwardArgs {
+  TensorView q, k, v, out, dout;
+  TensorView lse;           // float32, as written by the forward
+  TensorView dq, dk, dv;    // dq like q, dk/dv like k/v
+  TensorView alibi_slopes;
+  VarlenBatch varlen;
+  KvCache kv_cache;         // k_new/v_new must be empty: appends are forward-only
+};
+
+Status attention_forward(const ForwardArgs& args, const AttentionOptions& options = {},
+                         const RunContext& context = {});
+Status attention_backward(const BackwardArgs& args, const AttentionOptions& options = {},
+                          const RunContext& context = {});
+
+// Scratch bytes a call needs in RunContext::workspace (0 for the CPU backend).
+Status forward_workspace_size(const ForwardArgs& args, const AttentionOptions& options,
+                              std::size_t* bytes);
+Status backward_workspace_size(const BackwardArgs& args, const AttentionOptions& options,
+                               std::size_t* bytes);
+
+}  // namespace cuflash

@@ -1,0 +1,18 @@
+// The whole public C++ API.
+#pragma once
+
+#include "cuflash/attention.hpp"
+#include "cuflash/merge_states.hpp"
+#include "cuflash/options.hpp"
+#include "cuflash/status.hpp"
+#include "cuflash/tensor.hpp"
+
+namespace cuflash {
+
+// "0.1.0"
+const char* version();
+// Backends compiled into this build and usable on this machine right now
+// (cuda needs a visible GPU).
+bool backend_available(Backend backend);
+
+}  // namespace cuflash

@@ -1,0 +1,48 @@
+// Options shared by every attention call: the score modifiers (scale, masks,
+// softcap) and where the call runs.
+#pragma once
+
+#include <cstddef>
+#include <optional>
+
+namespace cuflash {
+
+enum class Backend {
+  automatic,  // "auto": the fastest backend that supports the call
+  cpu,        // exact reference, host memory
+  cuda,       // cuflash's own kernels
+  cudnn,      // NVIDIA cuDNN fused attention
+};
+
+const char* backend_name(Backend backend);
+
+struct AttentionOptions {
+  // Defaults to 1/sqrt(head_dim).
+  std::optional<float> softmax_scale;
+  // Query i may see key j only if j <= i + kv_len - q_len (bottom-right
+  // aligned). Implies window_right = 0, as in flash-attn.
+  bool causal = false;
+  // Key j is visible to query i if
+  //   i + kv_len - q_len - window_left <= j <= i + kv_len - q_len + window_right;
+  // -1 leaves that side unbounded.
+  int window_left = -1;
+  int window_right = -1;
+  // score = softcap * tanh(score / softcap); 0 turns it off.
+  float softcap = 0.0f;
+  // Backward only: results bitwise identical from run to run.
+  bool deterministic = false;
+  // Index tensors (cu_seqlens, seqlens_k, block_table) that live on a GPU are
+  // copied to the host to check their contents, which waits on the stream.
+  // Hot inference loops whose indices are known good may turn this off.
+  bool check_index_contents = true;
+  Backend backend = Backend::automatic;
+};
+
+// Where and with what scratch memory a call runs.
+struct RunContext {
+  void* stream = nullptr;  // cudaStream_t for GPU backends; nullptr = default stream
+  void* workspace = nullptr;
+  std::size_t workspace_bytes = 0;
+};
+
+}  // namespace cuflash

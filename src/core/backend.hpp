@@ -1,0 +1,31 @@
+// The interface every backend implements. Backends receive only validated
+// Problems; `supports` says, with a reason, which valid problems they cannot run.
+#pragma once
+
+#include "cuflash/options.hpp"
+#include "cuflash/status.hpp"
+#include "problem.hpp"
+
+namespace cuflash::detail {
+
+class BackendImpl {
+ public:
+  virtual ~BackendImpl() = default;
+  virtual Backend kind() const = 0;
+  // Compiled in and usable on this machine now.
+  virtual bool available() const = 0;
+  // ok, or `unsupported` naming what it cannot do; never touches memory.
+  virtual Status supports(const Problem& problem) const = 0;
+  virtual Status supports_merge(const MergeProblem& problem) const = 0;
+  virtual Status workspace_size(const Problem& problem, std::size_t* bytes) const = 0;
+  virtual Status forward(const Problem& problem, const RunContext& context) = 0;
+  virtual Status backward(const Problem& problem, const RunContext& context) = 0;
+  virtual Status merge_states(const MergeProblem& problem, const RunContext& context) = 0;
+};
+
+// One instance per kind, owned by the library; nullptr when not compiled in.
+BackendImpl* cpu_backend();
+BackendImpl* cuda_backend();
+BackendImpl* cudnn_backend();
+
+}  // namespace cuflash::detail

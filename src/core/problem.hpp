@@ -1,0 +1,86 @@
+// Problem: one validated attention call, normalized so that backends see a
+// single shape of input whether it came dense, varlen or as a KV cache.
+// Built only by validate_*(); every field here has been checked.
+#pragma once
+
+#include <cstdint>
+#include <vector>
+
+#include "cuflash/attention.hpp"
+#include "cuflash/tensor.hpp"
+
+namespace cuflash::detail {
+
+enum class Pass { forward, backward };
+enum class Layout { dense, varlen, kv_cache };
+
+const char* layout_name(Layout layout);
+
+struct Problem {
+  Pass pass = Pass::forward;
+  Layout layout = Layout::dense;
+  DType dtype = DType::f32;  // of q, k, v, out (and dout, dq, dk, dv)
+  Device device{};
+
+  int batch = 0;
+  int heads_q = 0;
+  int heads_kv = 0;
+  int head_dim = 0;
+  int max_q_len = 0;   // over the batch
+  int max_kv_len = 0;  // over the batch; for a KV cache: cached + new keys
+
+  // KV cache only.
+  bool paged = false;
+  int page_size = 0;       // paged: keys per page; contiguous cache: its capacity
+  int num_pages = 0;       // paged: pages in the cache; contiguous: cache batch size
+  int max_pages = 0;       // paged: block_table columns
+  int cache_capacity = 0;  // keys one sequence can hold
+  int new_len = 0;         // rows of k_new/v_new per sequence (0: no append)
+
+  // Resolved options.
+  float softmax_scale = 0.0f;
+  bool causal = false;
+  int window_left = -1;   // -1: unbounded
+  int window_right = -1;  // -1: unbounded; 0 when causal
+  float softcap = 0.0f;   // 0: off
+  bool deterministic = false;
+  bool has_alibi = false;
+  bool alibi_per_batch = false;  // slopes [B, Hq] rather than [Hq]
+
+  // The caller's views, checked. Unused ones are empty.
+  TensorView q, k, v, out, lse;
+  TensorView dout, dq, dk, dv;  // backward
+  TensorView k_new, v_new;      // KV-cache append
+  TensorView alibi_slopes;
+  TensorView cu_seqlens_q, cu_seqlens_k;  // varlen
+  TensorView seqlens_k, block_table;      // KV cache
+
+  // Host copies of the index tensors (for host tensors, and for GPU ones when
+  // their contents were checked). Empty when the layout does not use them.
+  std::vector<std::int32_t> host_cu_seqlens_q, host_cu_seqlens_k;
+  std::vector<std::int32_t> host_seqlens_k;    // cached keys, before the append
+  std::vector<std::int32_t> host_block_table;  // [batch * max_pages], row-major
+  bool host_indices_valid = false;
+
+  // Per-sequence lengths; need host_indices_valid for varlen and KV cache.
+  int q_len(int b) const {
+    if (layout == Layout::varlen) return host_cu_seqlens_q[b + 1] - host_cu_seqlens_q[b];
+    return max_q_len;
+  }
+  int kv_len(int b) const {
+    if (layout == Layout::varlen) return host_cu_seqlens_k[b + 1] - host_cu_seqlens_k[b];
+    if (layout == Layout::kv_cache) return host_seqlens_k[b] + new_len;
+    return max_kv_len;
+  }
+  int group_size() const { return heads_q / heads_kv; }
+};
+
+// Merge of two partial attentions, checked.
+struct MergeProblem {
+  DType dtype = DType::f32;
+  Device device{};
+  int batch = 0, seq_len = 0, heads = 0, head_dim = 0;
+  TensorView out_a, lse_a, out_b, lse_b, out, lse;
+};
+
+}  // namespace cuflash::detail

@@ -1,0 +1,30 @@
+// The float64 oracle: naive, unfused attention in double precision, written
+// for obviousness rather than speed. Tests and `cuflash run` measure every
+// backend (the CPU backend included) against it. Same semantics as the API.
+#pragma once
+
+#include <vector>
+
+#include "cuflash/attention.hpp"
+
+namespace cuflash::oracle {
+
+struct ForwardResult {
+  std::vector<double> out;  // out's logical shape, row-major
+  std::vector<double> lse;  // [B, Hq, q_len] (varlen: [Hq, total_q]); -inf for rows that see no key
+};
+
+struct BackwardResult {
+  std::vector<double> dq;  // q's logical shape, row-major
+  std::vector<double> dk;  // k's logical shape (the whole cache for a KV cache), row-major
+  std::vector<double> dv;
+};
+
+// Host tensors of any supported dtype and strides. Validates like the API.
+// A KV-cache append is applied virtually: the cache is not modified.
+Status forward_float64(const ForwardArgs& args, const AttentionOptions& options, ForwardResult* result);
+// Recomputes everything from q, k, v, dout (args.out and args.lse are ignored;
+// args.dq/dk/dv must still be given, as shape templates, and are not written).
+Status backward_float64(const BackwardArgs& args, const AttentionOptions& options, BackwardResult* result);
+
+}  // namespace cuflash::oracle
