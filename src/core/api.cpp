@@ -1,0 +1,64 @@
+// The public entry points: validate, choose a backend, run.
+#include "cuflash/cuflash.hpp"
+#include "dispatch.hpp"
+#include "validate.hpp"
+
+namespace cuflash {
+
+using detail::BackendImpl;
+using detail::MergeProblem;
+using detail::Problem;
+
+const char* version() { return CUFLASH_VERSION; }
+
+bool backend_available(Backend backend) {
+  switch (backend) {
+    case Backend::automatic:
+    case Backend::cpu: return true;
+    case Backend::cuda: return detail::cuda_backend() != nullptr && detail::cuda_backend()->available();
+    case Backend::cudnn: return detail::cudnn_backend() != nullptr && detail::cudnn_backend()->available();
+  }
+  return false;
+}
+
+Status attention_forward(const ForwardArgs& args, const AttentionOptions& options, const RunContext& context) {
+  Problem problem;
+  CUFLASH_TRY(detail::validate_forward(args, options, context.stream, &problem));
+  BackendImpl* backend = nullptr;
+  CUFLASH_TRY(detail::choose_backend(options.backend, problem, &backend));
+  return backend->forward(problem, context);
+}
+
+Status attention_backward(const BackwardArgs& args, const AttentionOptions& options, const RunContext& context) {
+  Problem problem;
+  CUFLASH_TRY(detail::validate_backward(args, options, context.stream, &problem));
+  BackendImpl* backend = nullptr;
+  CUFLASH_TRY(detail::choose_backend(options.backend, problem, &backend));
+  return backend->backward(problem, context);
+}
+
+Status forward_workspace_size(const ForwardArgs& args, const AttentionOptions& options, std::size_t* bytes) {
+  Problem problem;
+  CUFLASH_TRY(detail::validate_forward(args, options, nullptr, &problem));
+  BackendImpl* backend = nullptr;
+  CUFLASH_TRY(detail::choose_backend(options.backend, problem, &backend));
+  return backend->workspace_size(problem, bytes);
+}
+
+Status backward_workspace_size(const BackwardArgs& args, const AttentionOptions& options, std::size_t* bytes) {
+  Problem problem;
+  CUFLASH_TRY(detail::validate_backward(args, options, nullptr, &problem));
+  BackendImpl* backend = nullptr;
+  CUFLASH_TRY(detail::choose_backend(options.backend, problem, &backend));
+  return backend->workspace_size(problem, bytes);
+}
+
+Status merge_states(const MergeArgs& args, Backend backend_choice, const RunContext& context) {
+  MergeProblem problem;
+  CUFLASH_TRY(detail::validate_merge(args, &problem));
+  BackendImpl* backend = nullptr;
+  CUFLASH_TRY(detail::choose_merge_backend(backend_choice, problem, &backend));
+  return backend->merge_states(problem, context);
+}
+
+}  // namespace cuflash

@@ -1,0 +1,72 @@
+#include "dispatch.hpp"
+
+#include <string>
+
+#include "tensor_checks.hpp"
+
+namespace cuflash::detail {
+
+namespace {
+
+BackendImpl* backend_of(Backend kind) {
+  switch (kind) {
+    case Backend::cpu: return cpu_backend();
+    case Backend::cuda: return cuda_backend();
+    case Backend::cudnn: return cudnn_backend();
+    case Backend::automatic: return nullptr;
+  }
+  return nullptr;
+}
+
+// The requested backend, if it is built, usable here and runs where the
+// tensors live. `first_tensor` names the tensor whose device decides.
+Status explicit_backend(Backend requested, Device device, const char* first_tensor, BackendImpl** chosen) {
+  const std::string name = backend_name(requested);
+  const bool wants_host = requested == Backend::cpu;
+  if (wants_host != (device.kind == DeviceKind::host))
+    return Status::invalid(std::string(first_tensor) + ": backend " + name + " needs " +
+                           (wants_host ? "host" : "CUDA") + " memory, got " + device_string(device));
+  BackendImpl* impl = backend_of(requested);
+  if (impl == nullptr) return Status::unsupported("backend " + name + ": not compiled into this build of cuflash");
+  if (!impl->available()) return Status::unsupported("backend " + name + ": no usable GPU on this machine");
+  *chosen = impl;
+  return {};
+}
+
+template <typename ProblemT, typename Supports>
+Status choose(Backend requested, const ProblemT& problem, const char* first_tensor, Supports supports,
+              BackendImpl** chosen) {
+  if (requested != Backend::automatic) {
+    CUFLASH_TRY(explicit_backend(requested, problem.device, first_tensor, chosen));
+    return supports(**chosen);
+  }
+  if (problem.device.kind == DeviceKind::host) {
+    *chosen = cpu_backend();
+    return supports(**chosen);
+  }
+  std::string reasons;
+  for (Backend candidate : {Backend::cuda, Backend::cudnn}) {
+    BackendImpl* impl = nullptr;
+    Status status = explicit_backend(candidate, problem.device, first_tensor, &impl);
+    if (status.ok()) status = supports(*impl);
+    if (status.ok()) {
+      *chosen = impl;
+      return {};
+    }
+    reasons += std::string(reasons.empty() ? "" : "; ") + status.message();
+  }
+  return Status::unsupported("backend auto: no GPU backend runs this call (" + reasons + ")");
+}
+
+}  // namespace
+
+Status choose_backend(Backend requested, const Problem& problem, BackendImpl** chosen) {
+  return choose(requested, problem, "q", [&](const BackendImpl& impl) { return impl.supports(problem); }, chosen);
+}
+
+Status choose_merge_backend(Backend requested, const MergeProblem& problem, BackendImpl** chosen) {
+  return choose(requested, problem, "out_a", [&](const BackendImpl& impl) { return impl.supports_merge(problem); },
+                chosen);
+}
+
+}  // namespace cuflash::detail

@@ -1,0 +1,48 @@
+// Checks of one tensor view, each returning a Status whose message names the
+// argument, what was expected and what was given.
+#pragma once
+
+#include <cstdint>
+#include <initializer_list>
+#include <string>
+
+#include "cuflash/status.hpp"
+#include "cuflash/tensor.hpp"
+
+namespace cuflash::detail {
+
+std::string shape_string(const TensorView& view);   // "[2, 128, 8, 64]"
+std::string stride_string(const TensorView& view);  // "[65536, 512, 64, 1]"
+std::string device_string(Device device);           // "host", "cuda:0"
+
+// A dimension's expected extent, for messages: {"heads_kv", 8}; extent -1
+// leaves that dimension unchecked.
+struct DimSpec {
+  const char* name;
+  std::int64_t extent;
+};
+
+Status check_given(const TensorView& view, const char* name);
+// Rank, then non-null data, non-negative strides and (when asked) a
+// contiguous last dimension. `dims_doc` names the dimensions: "[batch, seqlen_q, heads_q, head_dim]".
+Status check_layout(const TensorView& view, const char* name, int rank, const char* dims_doc,
+                    bool last_dim_contiguous);
+Status check_dtype(const TensorView& view, const char* name, DType expected, const char* why);
+Status check_device(const TensorView& view, const char* name, Device expected);
+// Every dimension's extent; `like` says where the expectation comes from ("like q").
+Status check_dims(const TensorView& view, const char* name, std::initializer_list<DimSpec> dims,
+                  const char* like);
+// Every extent >= 1.
+Status check_nonempty(const TensorView& view, const char* name, const char* dims_doc);
+// Outputs: no two elements of the view may share memory.
+Status check_no_self_overlap(const TensorView& view, const char* name);
+
+// Whether two views may touch a common byte. Exact for views with the same
+// strides whose layout nests (each stride exceeds the span of the smaller
+// ones), such as q, k, v sliced from one packed qkv tensor; otherwise it
+// compares address ranges, which may report overlap for interleaved views.
+bool views_overlap(const TensorView& a, const TensorView& b);
+// Exactly the same elements: same data, dtype, shape and strides.
+bool same_view(const TensorView& a, const TensorView& b);
+
+}  // namespace cuflash::detail

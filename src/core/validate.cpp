@@ -1,0 +1,440 @@
+#include "validate.hpp"
+
+#include <algorithm>
+#include <cmath>
+#include <string>
+#include <utility>
+#include <vector>
+
+#include "index_copy.hpp"
+#include "tensor_checks.hpp"
+
+namespace cuflash::detail {
+
+namespace {
+
+constexpr const char* kDenseQ = "[batch, seqlen_q, heads_q, head_dim]";
+constexpr const char* kDenseKv = "[batch, seqlen_k, heads_kv, head_dim]";
+constexpr const char* kVarlenQ = "[total_q, heads_q, head_dim]";
+constexpr const char* kVarlenKv = "[total_k, heads_kv, head_dim]";
+constexpr const char* kPagedKv = "[num_pages, page_size, heads_kv, head_dim]";
+constexpr const char* kCacheKv = "[batch, capacity, heads_kv, head_dim]";
+constexpr const char* kNewKv = "[batch, new_len, heads_kv, head_dim]";
+constexpr const char* kDenseLse = "[batch, heads_q, seqlen_q]";
+constexpr const char* kVarlenLse = "[heads_q, total_q]";
+
+std::string str(std::int64_t value) { return std::to_string(value); }
+
+bool is_float(DType dtype) { return dtype == DType::f32 || dtype == DType::f16 || dtype == DType::bf16; }
+
+// The views a call reads and writes, by argument name, for the aliasing check.
+struct NamedView {
+  const char* name;
+  TensorView view;
+};
+
+Status check_no_aliasing(const std::vector<NamedView>& outputs, const std::vector<NamedView>& inputs) {
+  for (std::size_t o = 0; o < outputs.size(); ++o) {
+    for (const NamedView& input : inputs)
+      if (views_overlap(outputs[o].view, input.view))
+        return Status::invalid(std::string(outputs[o].name) + ": overlaps " + input.name +
+                               " in memory; an output may not alias an input");
+    for (std::size_t other = o + 1; other < outputs.size(); ++other)
+      if (views_overlap(outputs[o].view, outputs[other].view))
+        return Status::invalid(std::string(outputs[o].name) + ": overlaps " + outputs[other].name +
+                               " in memory; outputs may not alias each other");
+  }
+  return {};
+}
+
+// q, k, v: presence, layout, dtype, device; fills the problem's geometry.
+Status check_qkv(const TensorView& q, const TensorView& k, const TensorView& v, Problem* p) {
+  const bool varlen = p->layout == Layout::varlen;
+  const int rank = varlen ? 3 : 4;
+  const char* q_doc = varlen ? kVarlenQ : kDenseQ;
+  const char* kv_doc = varlen ? kVarlenKv : (p->layout == Layout::kv_cache ? (p->paged ? kPagedKv : kCacheKv) : kDenseKv);
+
+  CUFLASH_TRY(check_given(q, "q"));
+  CUFLASH_TRY(check_layout(q, "q", rank, q_doc, true));
+  if (!is_float(q.dtype))
+    return Status::invalid(std::string("q: expected dtype f32, f16 or bf16, got ") + dtype_name(q.dtype));
+  if (q.device.kind == DeviceKind::cuda && !built_with_cuda())
+    return Status::unsupported("q: is in CUDA memory, but this build of cuflash has no CUDA support");
+  CUFLASH_TRY(check_nonempty(q, "q", q_doc));
+  for (const auto& [name, view] : {std::pair{"k", k}, std::pair{"v", v}}) {
+    CUFLASH_TRY(check_given(view, name));
+    CUFLASH_TRY(check_layout(view, name, rank, kv_doc, true));
+    CUFLASH_TRY(check_dtype(view, name, q.dtype, "same as q"));
+    CUFLASH_TRY(check_device(view, name, q.device));
+    CUFLASH_TRY(check_nonempty(view, name, kv_doc));
+  }
+  const int head_axis = rank - 2;
+  const int dim_axis = rank - 1;
+  if (k.shape[dim_axis] != q.shape[dim_axis])
+    return Status::invalid("k: head_dim (last dim) expected " + str(q.shape[dim_axis]) + " (like q), got " +
+                           str(k.shape[dim_axis]));
+  if (q.shape[head_axis] % k.shape[head_axis] != 0)
+    return Status::invalid("k: heads_kv (dim " + str(head_axis) + ") must divide heads_q = " + str(q.shape[head_axis]) +
+                           " (GQA/MQA), got " + str(k.shape[head_axis]));
+  if (p->layout == Layout::dense && k.shape[0] != q.shape[0])
+    return Status::invalid("k: dim 0 (batch) expected " + str(q.shape[0]) + " (like q), got " + str(k.shape[0]));
+  for (int d = 0; d < rank; ++d)
+    if (v.shape[d] != k.shape[d])
+      return Status::invalid("v: expected shape " + shape_string(k) + " (like k), got " + shape_string(v));
+
+  p->dtype = q.dtype;
+  p->device = q.device;
+  p->heads_q = static_cast<int>(q.shape[head_axis]);
+  p->heads_kv = static_cast<int>(k.shape[head_axis]);
+  p->head_dim = static_cast<int>(q.shape[dim_axis]);
+  if (p->layout != Layout::varlen) {
+    p->batch = static_cast<int>(q.shape[0]);
+    p->max_q_len = static_cast<int>(q.shape[1]);
+  }
+  if (p->layout == Layout::dense) p->max_kv_len = static_cast<int>(k.shape[1]);
+  p->q = q;
+  p->k = k;
+  p->v = v;
+  return {};
+}
+
+// A tensor that must look exactly like `like` (out, dout, dq, dk, dv, k_new...).
+Status check_like(const TensorView& view, const char* name, const TensorView& like, const char* like_name,
+                  const char* dims_doc) {
+  const std::string like_text = std::string("like ") + like_name;
+  CUFLASH_TRY(check_given(view, name));
+  CUFLASH_TRY(check_layout(view, name, like.rank, dims_doc, true));
+  CUFLASH_TRY(check_dtype(view, name, like.dtype, like_text.c_str()));
+  CUFLASH_TRY(check_device(view, name, like.device));
+  for (int d = 0; d < like.rank; ++d)
+    if (view.shape[d] != like.shape[d])
+      return Status::invalid(std::string(name) + ": expected shape " + shape_string(like) + " (" + like_text + "), got " +
+                             shape_string(view));
+  return {};
+}
+
+Status check_lse(const TensorView& lse, const char* name, const Problem& p) {
+  const bool varlen = p.layout == Layout::varlen;
+  const char* doc = varlen ? kVarlenLse : kDenseLse;
+  CUFLASH_TRY(check_layout(lse, name, varlen ? 2 : 3, doc, false));
+  CUFLASH_TRY(check_dtype(lse, name, DType::f32, "log-sum-exp is always float32"));
+  CUFLASH_TRY(check_device(lse, name, p.device));
+  if (varlen) return check_dims(lse, name, {{"heads_q", p.heads_q}, {"total_q", p.q.shape[0]}}, "from q");
+  return check_dims(lse, name, {{"batch", p.batch}, {"heads_q", p.heads_q}, {"seqlen_q", p.max_q_len}}, "from q");
+}
+
+Status check_alibi(const TensorView& slopes, Problem* p) {
+  if (slopes.empty()) return {};
+  if (slopes.rank != 1 && slopes.rank != 2)
+    return Status::invalid("alibi_slopes: expected rank 1 [heads_q] or rank 2 [batch, heads_q], got rank " +
+                           str(slopes.rank));
+  CUFLASH_TRY(check_layout(slopes, "alibi_slopes", slopes.rank, "[heads_q] or [batch, heads_q]", false));
+  CUFLASH_TRY(check_dtype(slopes, "alibi_slopes", DType::f32, "slopes are float32"));
+  CUFLASH_TRY(check_device(slopes, "alibi_slopes", p->device));
+  if (slopes.rank == 1) CUFLASH_TRY(check_dims(slopes, "alibi_slopes", {{"heads_q", p->heads_q}}, "from q"));
+  else CUFLASH_TRY(check_dims(slopes, "alibi_slopes", {{"batch", p->batch}, {"heads_q", p->heads_q}}, "from q"));
+  p->has_alibi = true;
+  p->alibi_per_batch = slopes.rank == 2;
+  p->alibi_slopes = slopes;
+  return {};
+}
+
+Status check_index_layout(const TensorView& view, const char* name, int rank, const char* doc, Device device) {
+  CUFLASH_TRY(check_given(view, name));
+  CUFLASH_TRY(check_layout(view, name, rank, doc, true));
+  CUFLASH_TRY(check_dtype(view, name, DType::i32, "index tensors are int32"));
+  return check_device(view, name, device);
+}
+
+// Offsets of one side of a varlen batch: 0, non-decreasing, within the packed rows.
+Status check_cu_seqlens(const std::vector<std::int32_t>& offsets, const char* name, std::int64_t total_rows,
+                        const char* rows_name, int max_seqlen, const char* max_name) {
+  const std::string arg = std::string("varlen.") + name;
+  if (offsets[0] != 0) return Status::invalid(arg + ": expected " + name + "[0] == 0, got " + str(offsets[0]));
+  int longest = 0;
+  for (std::size_t b = 1; b < offsets.size(); ++b) {
+    if (offsets[b] < offsets[b - 1])
+      return Status::invalid(arg + ": must be non-decreasing, but " + name + "[" + str(b) + "] = " + str(offsets[b]) +
+                             " < " + name + "[" + str(b - 1) + "] = " + str(offsets[b - 1]));
+    longest = std::max(longest, offsets[b] - offsets[b - 1]);
+  }
+  if (offsets.back() > total_rows)
+    return Status::invalid(arg + ": " + name + "[" + str(offsets.size() - 1) + "] = " + str(offsets.back()) +
+                           " exceeds the " + str(total_rows) + " packed rows of " + rows_name);
+  if (longest > max_seqlen)
+    return Status::invalid(std::string("varlen.") + max_name + ": expected >= " + str(longest) +
+                           " (the longest sequence in " + name + "), got " + str(max_seqlen));
+  return {};
+}
+
+Status check_varlen(const VarlenBatch& varlen, const AttentionOptions& options, void* stream, Problem* p) {
+  CUFLASH_TRY(check_index_layout(varlen.cu_seqlens_q, "varlen.cu_seqlens_q", 1, "[batch + 1]", p->device));
+  CUFLASH_TRY(check_index_layout(varlen.cu_seqlens_k, "varlen.cu_seqlens_k", 1, "[batch + 1]", p->device));
+  const std::int64_t entries = varlen.cu_seqlens_q.shape[0];
+  if (entries < 2) return Status::invalid("varlen.cu_seqlens_q: expected at least 2 entries [batch + 1], got " + str(entries));
+  CUFLASH_TRY(check_dims(varlen.cu_seqlens_k, "varlen.cu_seqlens_k", {{"batch + 1", entries}}, "like cu_seqlens_q"));
+  if (varlen.max_seqlen_q < 0) return Status::invalid("varlen.max_seqlen_q: expected >= 0, got " + str(varlen.max_seqlen_q));
+  if (varlen.max_seqlen_k < 0) return Status::invalid("varlen.max_seqlen_k: expected >= 0, got " + str(varlen.max_seqlen_k));
+  p->batch = static_cast<int>(entries - 1);
+  p->max_q_len = varlen.max_seqlen_q;
+  p->max_kv_len = varlen.max_seqlen_k;
+  p->cu_seqlens_q = varlen.cu_seqlens_q;
+  p->cu_seqlens_k = varlen.cu_seqlens_k;
+  if (p->device.kind == DeviceKind::cuda && !options.check_index_contents) return {};
+
+  CUFLASH_TRY(copy_index_tensor(varlen.cu_seqlens_q, "varlen.cu_seqlens_q", stream, &p->host_cu_seqlens_q));
+  CUFLASH_TRY(copy_index_tensor(varlen.cu_seqlens_k, "varlen.cu_seqlens_k", stream, &p->host_cu_seqlens_k));
+  CUFLASH_TRY(check_cu_seqlens(p->host_cu_seqlens_q, "cu_seqlens_q", p->q.shape[0], "q", varlen.max_seqlen_q, "max_seqlen_q"));
+  CUFLASH_TRY(check_cu_seqlens(p->host_cu_seqlens_k, "cu_seqlens_k", p->k.shape[0], "k", varlen.max_seqlen_k, "max_seqlen_k"));
+  p->host_indices_valid = true;
+  return {};
+}
+
+// The cache's shape facts, before its contents: page size, capacity, append.
+Status check_kv_cache_layout(const KvCache& cache, bool forward, Problem* p) {
+  CUFLASH_TRY(check_index_layout(cache.seqlens_k, "kv_cache.seqlens_k", 1, "[batch]", p->device));
+  CUFLASH_TRY(check_dims(cache.seqlens_k, "kv_cache.seqlens_k", {{"batch", p->batch}}, "from q"));
+  if (p->paged) {
+    CUFLASH_TRY(check_index_layout(cache.block_table, "kv_cache.block_table", 2, "[batch, max_pages]", p->device));
+    CUFLASH_TRY(check_dims(cache.block_table, "kv_cache.block_table", {{"batch", p->batch}, {"max_pages", -1}}, "from q"));
+    if (cache.block_table.shape[1] < 1)
+      return Status::invalid("kv_cache.block_table: expected at least one page per sequence, got shape " +
+                             shape_string(cache.block_table));
+    p->page_size = static_cast<int>(p->k.shape[1]);
+    p->num_pages = static_cast<int>(p->k.shape[0]);
+    p->max_pages = static_cast<int>(cache.block_table.shape[1]);
+    p->cache_capacity = p->page_size * p->max_pages;
+    p->block_table = cache.block_table;
+  } else {
+    if (p->k.shape[0] != p->batch)
+      return Status::invalid("k: dim 0 (batch) of a contiguous KV cache expected " + str(p->batch) + " (like q), got " +
+                             str(p->k.shape[0]));
+    p->page_size = static_cast<int>(p->k.shape[1]);
+    p->num_pages = p->batch;
+    p->max_pages = 1;
+    p->cache_capacity = p->page_size;
+  }
+  p->seqlens_k = cache.seqlens_k;
+
+  if (cache.k_new.empty() != cache.v_new.empty())
+    return Status::invalid(cache.k_new.empty() ? "kv_cache.k_new: required with v_new but not given"
+                                               : "kv_cache.v_new: required with k_new but not given");
+  if (cache.k_new.empty()) return {};
+  if (!forward)
+    return Status::invalid("kv_cache.k_new: appends are forward-only; backward takes the cache as the forward read it");
+  CUFLASH_TRY(check_given(cache.k_new, "kv_cache.k_new"));
+  for (const auto& [name, view] : {std::pair{"kv_cache.k_new", cache.k_new}, std::pair{"kv_cache.v_new", cache.v_new}}) {
+    CUFLASH_TRY(check_layout(view, name, 4, kNewKv, true));
+    CUFLASH_TRY(check_dtype(view, name, p->dtype, "same as q"));
+    CUFLASH_TRY(check_device(view, name, p->device));
+    CUFLASH_TRY(check_nonempty(view, name, kNewKv));
+    CUFLASH_TRY(check_dims(view, name, {{"batch", p->batch}, {"new_len", cache.k_new.shape[1]}, {"heads_kv", p->heads_kv},
+                                        {"head_dim", p->head_dim}},
+                           "from q, k and k_new"));
+  }
+  p->new_len = static_cast<int>(cache.k_new.shape[1]);
+  p->k_new = cache.k_new;
+  p->v_new = cache.v_new;
+  return {};
+}
+
+// Cache lengths within capacity (append included) and every page a sequence
+// reads inside the cache.
+Status check_kv_cache_contents(const KvCache& cache, void* stream, Problem* p) {
+  CUFLASH_TRY(copy_index_tensor(cache.seqlens_k, "kv_cache.seqlens_k", stream, &p->host_seqlens_k));
+  if (p->paged) CUFLASH_TRY(copy_index_tensor(cache.block_table, "kv_cache.block_table", stream, &p->host_block_table));
+  const std::string capacity_text = p->paged ? str(p->max_pages) + " pages x page_size " + str(p->page_size)
+                                             : "the cache's dim 1";
+  int longest = 0;
+  for (int b = 0; b < p->batch; ++b) {
+    const std::int32_t cached = p->host_seqlens_k[b];
+    if (cached < 0)
+      return Status::invalid("kv_cache.seqlens_k: seqlens_k[" + str(b) + "] = " + str(cached) + " is negative");
+    if (cached > p->cache_capacity)
+      return Status::invalid("kv_cache.seqlens_k: seqlens_k[" + str(b) + "] = " + str(cached) + " exceeds the capacity of " +
+                             str(p->cache_capacity) + " keys per sequence (" + capacity_text + ")");
+    if (static_cast<std::int64_t>(cached) + p->new_len > p->cache_capacity)
+      return Status::invalid("kv_cache.k_new: appending " + str(p->new_len) + " keys to sequence " + str(b) + " (holding " +
+                             str(cached) + ") overflows its capacity of " + str(p->cache_capacity) + " keys (" +
+                             capacity_text + ")");
+    const int kv_len = cached + p->new_len;
+    longest = std::max(longest, kv_len);
+    if (!p->paged) continue;
+    const int pages_used = (kv_len + p->page_size - 1) / p->page_size;
+    for (int page = 0; page < pages_used; ++page) {
+      const std::int32_t entry = p->host_block_table[static_cast<std::size_t>(b) * p->max_pages + page];
+      if (entry < 0 || entry >= p->num_pages)
+        return Status::invalid("kv_cache.block_table: block_table[" + str(b) + "][" + str(page) + "] = " + str(entry) +
+                               " is out of range [0, " + str(p->num_pages) + ") (pages in k)");
+    }
+  }
+  p->max_kv_len = longest;
+  p->host_indices_valid = true;
+  return {};
+}
+
+Status check_kv_cache(const KvCache& cache, const AttentionOptions& options, bool forward, void* stream, Problem* p) {
+  CUFLASH_TRY(check_kv_cache_layout(cache, forward, p));
+  if (p->device.kind == DeviceKind::cuda && !options.check_index_contents) {
+    p->max_kv_len = p->cache_capacity;  // an upper bound; kernels read the true lengths
+    return {};
+  }
+  return check_kv_cache_contents(cache, stream, p);
+}
+
+Status resolve_options(const AttentionOptions& options, Problem* p) {
+  if (options.softmax_scale && !std::isfinite(*options.softmax_scale))
+    return Status::invalid("softmax_scale: expected a finite number, got " + std::to_string(*options.softmax_scale));
+  if (options.window_left < -1)
+    return Status::invalid("window_left: expected -1 (unbounded) or >= 0, got " + str(options.window_left));
+  if (options.window_right < -1)
+    return Status::invalid("window_right: expected -1 (unbounded) or >= 0, got " + str(options.window_right));
+  if (!std::isfinite(options.softcap) || options.softcap < 0.0f)
+    return Status::invalid("softcap: expected 0 (off) or a finite positive number, got " + std::to_string(options.softcap));
+  p->softmax_scale = options.softmax_scale ? *options.softmax_scale : 1.0f / std::sqrt(static_cast<float>(p->head_dim));
+  p->causal = options.causal;
+  p->window_left = options.window_left;
+  p->window_right = options.causal ? 0 : options.window_right;
+  p->softcap = options.softcap;
+  p->deterministic = options.deterministic;
+  return {};
+}
+
+// Everything a forward and a backward share: layout, q/k/v, index tensors,
+// alibi and options.
+Status check_common(const TensorView& q, const TensorView& k, const TensorView& v, const TensorView& alibi,
+                    const VarlenBatch& varlen, const KvCache& cache, const AttentionOptions& options, bool forward,
+                    void* stream, Problem* p) {
+  if (varlen.given() && cache.given())
+    return Status::invalid("varlen, kv_cache: a call takes either cu_seqlens (varlen) or a KV cache, not both");
+  p->layout = varlen.given() ? Layout::varlen : cache.given() ? Layout::kv_cache : Layout::dense;
+  p->paged = p->layout == Layout::kv_cache && !cache.block_table.empty();
+  CUFLASH_TRY(check_qkv(q, k, v, p));
+  if (p->layout == Layout::varlen) CUFLASH_TRY(check_varlen(varlen, options, stream, p));
+  if (p->layout == Layout::kv_cache) CUFLASH_TRY(check_kv_cache(cache, options, forward, stream, p));
+  CUFLASH_TRY(check_alibi(alibi, p));
+  return resolve_options(options, p);
+}
+
+std::vector<NamedView> index_views(const Problem& p) {
+  return {{"varlen.cu_seqlens_q", p.cu_seqlens_q}, {"varlen.cu_seqlens_k", p.cu_seqlens_k},
+          {"kv_cache.seqlens_k", p.seqlens_k},     {"kv_cache.block_table", p.block_table},
+          {"alibi_slopes", p.alibi_slopes}};
+}
+
+const char* q_doc(const Problem& p) { return p.layout == Layout::varlen ? kVarlenQ : kDenseQ; }
+const char* kv_doc(const Problem& p) {
+  if (p.layout == Layout::varlen) return kVarlenKv;
+  if (p.layout == Layout::kv_cache) return p.paged ? kPagedKv : kCacheKv;
+  return kDenseKv;
+}
+
+}  // namespace
+
+Status validate_forward(const ForwardArgs& args, const AttentionOptions& options, void* stream, Problem* problem) {
+  Problem p;
+  p.pass = Pass::forward;
+  CUFLASH_TRY(check_common(args.q, args.k, args.v, args.alibi_slopes, args.varlen, args.kv_cache, options, true, stream, &p));
+  CUFLASH_TRY(check_like(args.out, "out", args.q, "q", q_doc(p)));
+  CUFLASH_TRY(check_no_self_overlap(args.out, "out"));
+  p.out = args.out;
+  if (!args.lse.empty()) {
+    CUFLASH_TRY(check_lse(args.lse, "lse", p));
+    CUFLASH_TRY(check_no_self_overlap(args.lse, "lse"));
+    p.lse = args.lse;
+  }
+
+  std::vector<NamedView> outputs = {{"out", p.out}, {"lse", p.lse}};
+  std::vector<NamedView> inputs = index_views(p);
+  inputs.push_back({"q", p.q});
+  inputs.push_back({"kv_cache.k_new", p.k_new});
+  inputs.push_back({"kv_cache.v_new", p.v_new});
+  if (p.new_len > 0) {  // the append writes the cache
+    CUFLASH_TRY(check_no_self_overlap(p.k, "k"));
+    CUFLASH_TRY(check_no_self_overlap(p.v, "v"));
+    outputs.push_back({"k", p.k});
+    outputs.push_back({"v", p.v});
+  } else {
+    inputs.push_back({"k", p.k});
+    inputs.push_back({"v", p.v});
+  }
+  CUFLASH_TRY(check_no_aliasing(outputs, inputs));
+  *problem = std::move(p);
+  return {};
+}
+
+Status validate_backward(const BackwardArgs& args, const AttentionOptions& options, void* stream, Problem* problem) {
+  Problem p;
+  p.pass = Pass::backward;
+  CUFLASH_TRY(check_common(args.q, args.k, args.v, args.alibi_slopes, args.varlen, args.kv_cache, options, false, stream, &p));
+  CUFLASH_TRY(check_like(args.out, "out", args.q, "q", q_doc(p)));
+  CUFLASH_TRY(check_like(args.dout, "dout", args.q, "q", q_doc(p)));
+  CUFLASH_TRY(check_given(args.lse, "lse"));
+  CUFLASH_TRY(check_lse(args.lse, "lse", p));
+  CUFLASH_TRY(check_like(args.dq, "dq", args.q, "q", q_doc(p)));
+  CUFLASH_TRY(check_like(args.dk, "dk", args.k, "k", kv_doc(p)));
+  CUFLASH_TRY(check_like(args.dv, "dv", args.v, "v", kv_doc(p)));
+  for (const auto& [name, view] : {std::pair{"dq", args.dq}, std::pair{"dk", args.dk}, std::pair{"dv", args.dv}})
+    CUFLASH_TRY(check_no_self_overlap(view, name));
+  p.out = args.out;
+  p.dout = args.dout;
+  p.lse = args.lse;
+  p.dq = args.dq;
+  p.dk = args.dk;
+  p.dv = args.dv;
+
+  std::vector<NamedView> inputs = index_views(p);
+  for (const NamedView& input : std::initializer_list<NamedView>{
+           {"q", p.q}, {"k", p.k}, {"v", p.v}, {"out", p.out}, {"dout", p.dout}, {"lse", p.lse}})
+    inputs.push_back(input);
+  CUFLASH_TRY(check_no_aliasing({{"dq", p.dq}, {"dk", p.dk}, {"dv", p.dv}}, inputs));
+  *problem = std::move(p);
+  return {};
+}
+
+Status validate_merge(const MergeArgs& args, MergeProblem* problem) {
+  constexpr const char* kOutDoc = "[batch, seqlen, heads, head_dim]";
+  constexpr const char* kLseDoc = "[batch, heads, seqlen]";
+  MergeProblem p;
+  CUFLASH_TRY(check_given(args.out_a, "out_a"));
+  CUFLASH_TRY(check_layout(args.out_a, "out_a", 4, kOutDoc, true));
+  if (!is_float(args.out_a.dtype))
+    return Status::invalid(std::string("out_a: expected dtype f32, f16 or bf16, got ") + dtype_name(args.out_a.dtype));
+  if (args.out_a.device.kind == DeviceKind::cuda && !built_with_cuda())
+    return Status::unsupported("out_a: is in CUDA memory, but this build of cuflash has no CUDA support");
+  CUFLASH_TRY(check_nonempty(args.out_a, "out_a", kOutDoc));
+  CUFLASH_TRY(check_like(args.out_b, "out_b", args.out_a, "out_a", kOutDoc));
+  CUFLASH_TRY(check_like(args.out, "out", args.out_a, "out_a", kOutDoc));
+  const TensorView& a = args.out_a;
+  for (const auto& [name, view] : {std::pair{"lse_a", args.lse_a}, std::pair{"lse_b", args.lse_b}, std::pair{"lse", args.lse}}) {
+    CUFLASH_TRY(check_given(view, name));
+    CUFLASH_TRY(check_layout(view, name, 3, kLseDoc, false));
+    CUFLASH_TRY(check_dtype(view, name, DType::f32, "log-sum-exp is always float32"));
+    CUFLASH_TRY(check_device(view, name, a.device));
+    CUFLASH_TRY(check_dims(view, name, {{"batch", a.shape[0]}, {"heads", a.shape[2]}, {"seqlen", a.shape[1]}}, "from out_a"));
+  }
+  CUFLASH_TRY(check_no_self_overlap(args.out, "out"));
+  CUFLASH_TRY(check_no_self_overlap(args.lse, "lse"));
+  // Merging in place into side a is allowed: each row is read whole before it is written.
+  std::vector<NamedView> inputs = {{"out_b", args.out_b}, {"lse_b", args.lse_b}};
+  if (!same_view(args.out, args.out_a)) inputs.push_back({"out_a", args.out_a});
+  if (!same_view(args.lse, args.lse_a)) inputs.push_back({"lse_a", args.lse_a});
+  CUFLASH_TRY(check_no_aliasing({{"out", args.out}, {"lse", args.lse}}, inputs));
+
+  p.dtype = a.dtype;
+  p.device = a.device;
+  p.batch = static_cast<int>(a.shape[0]);
+  p.seq_len = static_cast<int>(a.shape[1]);
+  p.heads = static_cast<int>(a.shape[2]);
+  p.head_dim = static_cast<int>(a.shape[3]);
+  p.out_a = args.out_a;
+  p.lse_a = args.lse_a;
+  p.out_b = args.out_b;
+  p.lse_b = args.lse_b;
+  p.out = args.out;
+  p.lse = args.lse;
+  *problem = std::move(p);
+  return {};
+}
+
+}  // namespace cuflash::detail
