@@ -88,9 +88,12 @@ Status check_given(const TensorView& view, const char* name) {
 Status check_layout(const TensorView& view, const char* name, int rank, const char* dims_doc,
                     bool last_dim_contiguous) {
   const std::string arg(name);
-  if (view.rank != rank)
-    return Status::invalid(arg + ": expected rank " + std::to_string(rank) + " " + dims_doc + ", got rank " +
-                           std::to_string(view.rank) + (view.rank > 0 && view.rank <= kMaxRank ? " " + shape_string(view) : ""));
+  if (view.rank != rank) {
+    std::string message = arg + ": expected rank " + std::to_string(rank) + " " + dims_doc + ", got rank " +
+                          std::to_string(view.rank);
+    if (view.rank > 0 && view.rank <= kMaxRank) message.append(" ").append(shape_string(view));
+    return Status::invalid(message);
+  }
   for (int d = 0; d < rank; ++d)
     if (view.shape[d] < 0)
       return Status::invalid(arg + ": dimensions must be non-negative, got shape " + shape_string(view));

@@ -23,8 +23,8 @@ class DeviceGuard {
  public:
   explicit DeviceGuard(int device) {
     if (cudaGetDevice(&previous_) == cudaSuccess && previous_ != device) {
-      status_ = cuda_status(cudaSetDevice(device), "cudaSetDevice");
-      switched_ = status_.ok();
+      error_ = cudaSetDevice(device);
+      switched_ = error_ == cudaSuccess;
     }
   }
   ~DeviceGuard() {
@@ -32,12 +32,12 @@ class DeviceGuard {
   }
   DeviceGuard(const DeviceGuard&) = delete;
   DeviceGuard& operator=(const DeviceGuard&) = delete;
-  const Status& status() const { return status_; }
+  Status status() const { return cuda_status(error_, "cudaSetDevice"); }
 
  private:
   int previous_ = 0;
   bool switched_ = false;
-  Status status_;
+  cudaError_t error_ = cudaSuccess;
 };
 
 }  // namespace cuflash::detail
