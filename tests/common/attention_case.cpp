@@ -1,0 +1,313 @@
+#include "attention_case.hpp"
+
+#include <algorithm>
+#include <limits>
+#include <numeric>
+#include <stdexcept>
+
+namespace cuflash::test {
+namespace {
+
+constexpr double kNaN = std::numeric_limits<double>::quiet_NaN();
+
+// Sets every element of the rows (all dimensions but the last two, [H, D],
+// flattened) for which owned[row] is false to NaN.
+void poison_rows(HostTensor& t, const std::vector<bool>& owned) {
+  const auto& shape = t.shape();
+  const std::int64_t row_elems = shape[shape.size() - 1] * shape[shape.size() - 2];
+  for (std::int64_t row = 0; row < static_cast<std::int64_t>(owned.size()); ++row)
+    if (!owned[row])
+      for (std::int64_t e = 0; e < row_elems; ++e) t.set(row * row_elems + e, kNaN);
+}
+
+TensorView view_or_empty(const HostTensor& t) { return t.empty() ? TensorView{} : t.view(); }
+
+}  // namespace
+
+const char* dtype_label(DType dtype) {
+  switch (dtype) {
+    case DType::f32: return "f32";
+    case DType::f16: return "f16";
+    case DType::bf16: return "bf16";
+    case DType::i32: return "i32";
+  }
+  return "?";
+}
+
+std::string CaseSpec::name() const { return label + "_" + dtype_label(dtype); }
+
+void PrintTo(const CaseSpec& s, std::ostream* os) {
+  static const char* layouts[] = {"dense", "varlen", "kv_cache"};
+  *os << s.name() << " {" << layouts[static_cast<int>(s.layout)] << " Hq=" << s.heads_q << " Hk=" << s.heads_kv
+      << " D=" << s.head_dim;
+  if (s.layout == CaseLayout::dense) *os << " B=" << s.batch << " kv_len=" << s.kv_len;
+  if (s.layout != CaseLayout::varlen) *os << " q_len=" << s.q_len;
+  auto list = [os](const char* name, const std::vector<int>& values) {
+    if (values.empty()) return;
+    *os << " " << name << "={";
+    for (std::size_t i = 0; i < values.size(); ++i) *os << (i ? "," : "") << values[i];
+    *os << "}";
+  };
+  list("q_lens", s.q_lens);
+  list("kv_lens", s.kv_lens);
+  list("cached", s.cached_lens);
+  if (s.layout == CaseLayout::kv_cache) *os << " new_len=" << s.new_len << " page_size=" << s.page_size;
+  if (s.options.softmax_scale) *os << " scale=" << *s.options.softmax_scale;
+  *os << " causal=" << s.options.causal
+      << " window=(" << s.options.window_left << "," << s.options.window_right << ") softcap=" << s.options.softcap
+      << " alibi=" << static_cast<int>(s.alibi) << " bhsd=" << s.bhsd << " padding=" << s.row_padding << "}";
+}
+
+std::vector<CaseSpec> for_dtypes(const std::vector<CaseSpec>& specs, const std::vector<DType>& dtypes) {
+  std::vector<CaseSpec> all;
+  for (const CaseSpec& spec : specs)
+    for (DType dtype : dtypes) {
+      all.push_back(spec);
+      all.back().dtype = dtype;
+    }
+  return all;
+}
+
+AttentionCase::AttentionCase(CaseSpec spec, std::mt19937& engine) : spec_(std::move(spec)) {
+  switch (spec_.layout) {
+    case CaseLayout::dense: build_dense(engine); break;
+    case CaseLayout::varlen: build_varlen(engine); break;
+    case CaseLayout::kv_cache: build_kv_cache(engine); break;
+  }
+  build_common(engine);
+}
+
+int AttentionCase::batch() const {
+  switch (spec_.layout) {
+    case CaseLayout::dense: return spec_.batch;
+    case CaseLayout::varlen: return static_cast<int>(spec_.q_lens.size());
+    case CaseLayout::kv_cache: return static_cast<int>(spec_.cached_lens.size());
+  }
+  return 0;
+}
+
+int AttentionCase::q_len(int b) const {
+  return spec_.layout == CaseLayout::varlen ? spec_.q_lens[b] : spec_.q_len;
+}
+
+int AttentionCase::kv_len(int b) const {
+  switch (spec_.layout) {
+    case CaseLayout::dense: return spec_.kv_len;
+    case CaseLayout::varlen: return spec_.kv_lens[b];
+    case CaseLayout::kv_cache: return spec_.cached_lens[b] + spec_.new_len;
+  }
+  return 0;
+}
+
+MemoryLayout AttentionCase::qkv_layout(int rank) const {
+  MemoryLayout layout;
+  if (spec_.bhsd) layout.memory_order = rank == 4 ? std::vector<int>{0, 2, 1, 3} : std::vector<int>{1, 0, 2};
+  layout.row_padding = spec_.row_padding;
+  return layout;
+}
+
+AttentionOptions AttentionCase::options(Backend backend) const {
+  AttentionOptions o = spec_.options;
+  o.backend = backend;
+  return o;
+}
+
+void AttentionCase::build_dense(std::mt19937& engine) {
+  const CaseSpec& s = spec_;
+  q = HostTensor(s.dtype, {s.batch, s.q_len, s.heads_q, s.head_dim}, qkv_layout(4));
+  k = HostTensor(s.dtype, {s.batch, s.kv_len, s.heads_kv, s.head_dim}, qkv_layout(4));
+  v = HostTensor(s.dtype, {s.batch, s.kv_len, s.heads_kv, s.head_dim}, qkv_layout(4));
+  q.fill_normal(engine, s.input_std);
+  k.fill_normal(engine, s.input_std);
+  v.fill_normal(engine);
+  if (s.with_lse) lse = HostTensor(DType::f32, {s.batch, s.heads_q, s.q_len});
+}
+
+void AttentionCase::build_varlen(std::mt19937& engine) {
+  const CaseSpec& s = spec_;
+  if (s.q_lens.size() != s.kv_lens.size()) throw std::invalid_argument("varlen: q_lens and kv_lens differ in size");
+  std::vector<std::int32_t> cu_q{0}, cu_k{0};
+  for (std::size_t b = 0; b < s.q_lens.size(); ++b) {
+    cu_q.push_back(cu_q.back() + s.q_lens[b]);
+    cu_k.push_back(cu_k.back() + s.kv_lens[b]);
+  }
+  const auto n = static_cast<std::int64_t>(cu_q.size());
+  cu_seqlens_q = HostTensor::from_i32(cu_q, {n});
+  cu_seqlens_k = HostTensor::from_i32(cu_k, {n});
+  const std::int64_t total_q = cu_q.back() + s.extra_rows, total_k = cu_k.back() + s.extra_rows;
+  q = HostTensor(s.dtype, {total_q, s.heads_q, s.head_dim}, qkv_layout(3));
+  k = HostTensor(s.dtype, {total_k, s.heads_kv, s.head_dim}, qkv_layout(3));
+  v = HostTensor(s.dtype, {total_k, s.heads_kv, s.head_dim}, qkv_layout(3));
+  q.fill_normal(engine, s.input_std);
+  k.fill_normal(engine, s.input_std);
+  v.fill_normal(engine);
+  if (s.poison_unused) {
+    std::vector<bool> k_owned(total_k, false);
+    std::fill(k_owned.begin(), k_owned.begin() + cu_k.back(), true);
+    poison_rows(q, q_rows_owned_by_row());
+    poison_rows(k, k_owned);
+    poison_rows(v, k_owned);
+  }
+  if (s.with_lse) lse = HostTensor(DType::f32, {s.heads_q, total_q});
+}
+
+std::vector<bool> AttentionCase::q_rows_owned_by_row() const {
+  const auto& shape = q.shape();
+  const std::int64_t rows = q.numel() / (shape[shape.size() - 1] * shape[shape.size() - 2]);
+  std::vector<bool> owned(rows, true);
+  if (spec_.layout == CaseLayout::varlen) {
+    std::int64_t total = 0;
+    for (int len : spec_.q_lens) total += len;
+    std::fill(owned.begin() + total, owned.end(), false);
+  }
+  return owned;
+}
+
+std::vector<bool> AttentionCase::q_rows_owned() const {
+  const std::vector<bool> rows = q_rows_owned_by_row();
+  const std::int64_t per_row = q.numel() / static_cast<std::int64_t>(rows.size());
+  std::vector<bool> owned(q.numel());
+  for (std::int64_t i = 0; i < q.numel(); ++i) owned[i] = rows[i / per_row];
+  return owned;
+}
+
+AttentionCase::CacheRow AttentionCase::cache_row(int b, int j) const {
+  if (spec_.page_size == 0) return {b, j};
+  return {block_table_values[static_cast<std::size_t>(b) * max_pages + j / spec_.page_size], j % spec_.page_size};
+}
+
+void AttentionCase::build_kv_cache(std::mt19937& engine) {
+  const CaseSpec& s = spec_;
+  const int B = batch();
+  int longest = 0;
+  for (int b = 0; b < B; ++b) longest = std::max(longest, kv_len(b));
+  q = HostTensor(s.dtype, {B, s.q_len, s.heads_q, s.head_dim}, qkv_layout(4));
+  q.fill_normal(engine, s.input_std);
+  if (s.page_size == 0) {
+    const std::int64_t capacity = longest + s.capacity_slack;
+    k = HostTensor(s.dtype, {B, capacity, s.heads_kv, s.head_dim}, qkv_layout(4));
+    v = HostTensor(s.dtype, {B, capacity, s.heads_kv, s.head_dim}, qkv_layout(4));
+  } else {
+    // Pages are handed out in a shuffled order, so that a backend that
+    // assumed block_table[b][p] == b * max_pages + p would read wrong keys.
+    max_pages = std::max(1, (longest + s.page_size - 1) / s.page_size);
+    const int num_pages = B * max_pages + s.guard_pages;
+    std::vector<int> pages(num_pages);
+    std::iota(pages.begin(), pages.end(), 0);
+    std::shuffle(pages.begin(), pages.end(), engine);
+    block_table_values.assign(pages.begin(), pages.begin() + B * max_pages);
+    if (s.share_first_page)
+      for (int b = 1; b < B; ++b) block_table_values[static_cast<std::size_t>(b) * max_pages] = block_table_values[0];
+    block_table = HostTensor::from_i32(std::vector<std::int32_t>(block_table_values.begin(), block_table_values.end()),
+                                       {B, max_pages});
+    k = HostTensor(s.dtype, {num_pages, s.page_size, s.heads_kv, s.head_dim}, qkv_layout(4));
+    v = HostTensor(s.dtype, {num_pages, s.page_size, s.heads_kv, s.head_dim}, qkv_layout(4));
+  }
+  k.fill_normal(engine, s.input_std);
+  v.fill_normal(engine);
+  if (s.poison_unused) poison_unowned_cache_slots();
+  seqlens_k = HostTensor::from_i32(std::vector<std::int32_t>(s.cached_lens.begin(), s.cached_lens.end()), {B});
+  if (s.new_len > 0) {
+    k_new = HostTensor(s.dtype, {B, s.new_len, s.heads_kv, s.head_dim}, qkv_layout(4));
+    v_new = HostTensor(s.dtype, {B, s.new_len, s.heads_kv, s.head_dim}, qkv_layout(4));
+    k_new.fill_normal(engine, s.input_std);
+    v_new.fill_normal(engine);
+  }
+  if (s.with_lse) lse = HostTensor(DType::f32, {B, s.heads_q, s.q_len});
+}
+
+// Cache rows that hold no cached key (append targets, slack, guard pages)
+// become NaN: a backend must neither read them nor attend to them.
+void AttentionCase::poison_unowned_cache_slots() {
+  const std::int64_t rows = k.shape()[0] * k.shape()[1];
+  std::vector<bool> cached(rows, false);
+  for (int b = 0; b < batch(); ++b)
+    for (int j = 0; j < spec_.cached_lens[b]; ++j) {
+      const CacheRow r = cache_row(b, j);
+      cached[r.outer * k.shape()[1] + r.pos] = true;
+    }
+  poison_rows(k, cached);
+  poison_rows(v, cached);
+}
+
+void AttentionCase::build_common(std::mt19937& engine) {
+  const CaseSpec& s = spec_;
+  const int B = batch();
+  out = HostTensor(s.dtype, q.shape(), qkv_layout(static_cast<int>(q.shape().size())));
+  out.poison();
+  if (!lse.empty()) lse.poison();
+  std::uniform_real_distribution<double> slope(0.05, 1.0);
+  if (s.alibi == AlibiKind::per_head) alibi = HostTensor(DType::f32, {s.heads_q});
+  if (s.alibi == AlibiKind::per_batch) alibi = HostTensor(DType::f32, {B, s.heads_q});
+  for (std::int64_t i = 0; i < alibi.numel(); ++i) alibi.set(i, slope(engine));
+  // Backward tensors: dout random on owned rows, gradients poisoned so that
+  // an element the backward fails to write shows as NaN.
+  const int rank_q = static_cast<int>(q.shape().size());
+  const int rank_k = static_cast<int>(k.shape().size());
+  dout = HostTensor(s.dtype, q.shape(), qkv_layout(rank_q));
+  dout.fill_normal(engine);
+  if (s.poison_unused) poison_rows(dout, q_rows_owned_by_row());
+  dq = HostTensor(s.dtype, q.shape(), qkv_layout(rank_q));
+  dk = HostTensor(s.dtype, k.shape(), qkv_layout(rank_k));
+  dv = HostTensor(s.dtype, v.shape(), qkv_layout(rank_k));
+  dq.poison();
+  dk.poison();
+  dv.poison();
+}
+
+ForwardArgs AttentionCase::forward_args() const {
+  ForwardArgs a;
+  a.q = q.view();
+  a.k = k.view();
+  a.v = v.view();
+  a.out = out.view();
+  a.lse = view_or_empty(lse);
+  a.alibi_slopes = view_or_empty(alibi);
+  if (spec_.layout == CaseLayout::varlen) {
+    a.varlen.cu_seqlens_q = cu_seqlens_q.view();
+    a.varlen.cu_seqlens_k = cu_seqlens_k.view();
+    a.varlen.max_seqlen_q = *std::max_element(spec_.q_lens.begin(), spec_.q_lens.end());
+    a.varlen.max_seqlen_k = *std::max_element(spec_.kv_lens.begin(), spec_.kv_lens.end());
+  }
+  if (spec_.layout == CaseLayout::kv_cache) {
+    a.kv_cache.seqlens_k = seqlens_k.view();
+    a.kv_cache.block_table = view_or_empty(block_table);
+    a.kv_cache.k_new = view_or_empty(k_new);
+    a.kv_cache.v_new = view_or_empty(v_new);
+  }
+  return a;
+}
+
+void AttentionCase::set_forward_outputs(const std::vector<double>& out_values, const std::vector<double>& lse_values) {
+  const CaseSpec& s = spec_;
+  out.assign(out_values);
+  if (lse.empty()) {
+    if (s.layout == CaseLayout::varlen)
+      lse = HostTensor(DType::f32, {s.heads_q, q.shape()[0]});
+    else
+      lse = HostTensor(DType::f32, {batch(), s.heads_q, s.q_len});
+  }
+  lse.assign(lse_values);
+}
+
+BackwardArgs AttentionCase::backward_args() const {
+  BackwardArgs a;
+  a.q = q.view();
+  a.k = k.view();
+  a.v = v.view();
+  a.out = out.view();
+  a.dout = dout.view();
+  a.lse = lse.view();
+  a.dq = dq.view();
+  a.dk = dk.view();
+  a.dv = dv.view();
+  a.alibi_slopes = view_or_empty(alibi);
+  const ForwardArgs f = forward_args();
+  a.varlen = f.varlen;
+  a.kv_cache = f.kv_cache;
+  a.kv_cache.k_new = {};
+  a.kv_cache.v_new = {};
+  return a;
+}
+
+}  // namespace cuflash::test

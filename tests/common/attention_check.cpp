@@ -1,0 +1,229 @@
+#include "attention_check.hpp"
+
+#include <cmath>
+#include <cstdio>
+#include <map>
+#include <mutex>
+#include <string>
+#include <utility>
+
+namespace cuflash::test {
+namespace {
+
+// ----- error ledger -----------------------------------------------------
+
+struct Ledger {
+  std::mutex mutex;
+  std::map<std::string, double> worst;
+};
+
+Ledger& ledger() {
+  static Ledger l;
+  return l;
+}
+
+class LedgerPrinter : public ::testing::Environment {
+ public:
+  void TearDown() override {
+    std::lock_guard<std::mutex> lock(ledger().mutex);
+    if (ledger().worst.empty()) return;
+    std::printf("[ cuflash ] largest errors against the float64 oracle:\n");
+    for (const auto& [key, value] : ledger().worst) std::printf("[ cuflash ]   %-28s %.3e\n", key.c_str(), value);
+  }
+};
+
+[[maybe_unused]] ::testing::Environment* const ledger_printer =
+    ::testing::AddGlobalTestEnvironment(new LedgerPrinter);
+
+// ----- helpers ----------------------------------------------------------
+
+// Compares a copy of a tensor taken before the call with the tensor now,
+// element by element (NaN equal to NaN).
+bool same_values(const HostTensor& before, const HostTensor& after, std::int64_t first, std::int64_t count) {
+  for (std::int64_t e = first; e < first + count; ++e) {
+    const double a = before.get(e), b = after.get(e);
+    if (!(a == b || (std::isnan(a) && std::isnan(b)))) return false;
+  }
+  return true;
+}
+
+// After a KV-cache forward: append slots hold exactly k_new/v_new, every
+// other slot (cached keys, slack, guard pages) is bit-identical to before.
+void expect_cache_after_append(const AttentionCase& c, const HostTensor& k_before, const HostTensor& v_before) {
+  const CaseSpec& s = c.spec();
+  const std::int64_t slots = c.k.shape()[1];
+  const std::int64_t row = static_cast<std::int64_t>(s.heads_kv) * s.head_dim;
+  // (cache row) -> (b, index in k_new)
+  std::map<std::int64_t, std::pair<int, int>> appended;
+  for (int b = 0; b < c.batch(); ++b)
+    for (int n = 0; n < s.new_len; ++n) {
+      const AttentionCase::CacheRow r = c.cache_row(b, s.cached_lens[b] + n);
+      appended[r.outer * slots + r.pos] = {b, n};
+    }
+  int reported = 0;
+  for (std::int64_t r = 0; r < c.k.shape()[0] * slots; ++r) {
+    const auto it = appended.find(r);
+    bool k_ok, v_ok;
+    if (it == appended.end()) {
+      k_ok = same_values(k_before, c.k, r * row, row);
+      v_ok = same_values(v_before, c.v, r * row, row);
+    } else {
+      const std::int64_t src = (static_cast<std::int64_t>(it->second.first) * s.new_len + it->second.second) * row;
+      k_ok = v_ok = true;
+      for (std::int64_t e = 0; e < row; ++e) {
+        k_ok = k_ok && c.k.get(r * row + e) == c.k_new.get(src + e);
+        v_ok = v_ok && c.v.get(r * row + e) == c.v_new.get(src + e);
+      }
+    }
+    if ((!k_ok || !v_ok) && reported++ < 5) {
+      ADD_FAILURE() << "KV cache row (" << r / slots << ", " << r % slots << ") "
+                    << (it == appended.end() ? "should be unchanged"
+                                             : "should hold k_new/v_new[" + std::to_string(it->second.first) + ", " +
+                                                   std::to_string(it->second.second) + "]")
+                    << ": k " << (k_ok ? "ok" : "wrong") << ", v " << (v_ok ? "ok" : "wrong");
+    }
+  }
+}
+
+void expect_unchanged(const HostTensor& before, const HostTensor& after, const char* name) {
+  EXPECT_TRUE(same_bytes(before, after)) << name << " was modified by the call";
+}
+
+bool within(const ErrorStats& e, double max_abs_rel, double rel_l2) {
+  if (e.mismatches > 0) return false;
+  if (max_abs_rel >= 0.0 && e.max_abs > max_abs_rel * e.ref_max_abs) return false;
+  return e.rel_l2 <= rel_l2;
+}
+
+}  // namespace
+
+void record_error(DType dtype, const char* quantity, double value) {
+  std::lock_guard<std::mutex> lock(ledger().mutex);
+  double& worst = ledger().worst[std::string(dtype_label(dtype)) + " " + quantity];
+  if (!(value <= worst)) worst = value;  // NaN/inf stick
+}
+
+Tolerance default_tolerance(DType dtype) {
+  switch (dtype) {
+    case DType::f16: return {-1.0, 3e-3, 1e-5, 3e-3};
+    case DType::bf16: return {-1.0, 1e-2, 1e-5, 1e-2};
+    default: return {1e-5, 1e-5, 1e-5, 1e-5};
+  }
+}
+
+Status HostApiRunner::forward(AttentionCase& c, const AttentionOptions& options) {
+  return attention_forward(c.forward_args(), options);
+}
+
+Status HostApiRunner::backward(AttentionCase& c, const AttentionOptions& options) {
+  return attention_backward(c.backward_args(), options);
+}
+
+ForwardErrors check_forward(AttentionCase& c, Runner& runner) {
+  return check_forward(c, runner, default_tolerance(c.spec().dtype));
+}
+
+ForwardErrors check_forward(AttentionCase& c, Runner& runner, const Tolerance& tol) {
+  ForwardErrors errors;
+  const CaseSpec& s = c.spec();
+  oracle::ForwardResult ref;
+  // The oracle runs first and never modifies the cache; it reads appended keys from k_new.
+  const Status oracle_status = oracle::forward_float64(c.forward_args(), s.options, &ref);
+  if (!oracle_status.ok()) {
+    ADD_FAILURE() << "oracle forward failed: " << oracle_status.to_string();
+    return errors;
+  }
+  const HostTensor q_before = c.q, k_before = c.k, v_before = c.v;
+  c.out.poison();
+  if (!c.lse.empty()) c.lse.poison();
+
+  const Status status = runner.forward(c, c.options(runner.backend()));
+  if (!status.ok()) {
+    ADD_FAILURE() << backend_name(runner.backend()) << " forward failed: " << status.to_string();
+    return errors;
+  }
+
+  errors.out = compare(c.out, ref.out);
+  EXPECT_TRUE(within(errors.out, tol.out_max_abs_rel, tol.out_rel_l2)) << "out: " << errors.out.describe();
+  record_error(s.dtype, s.dtype == DType::f32 ? "out max_abs/scale" : "out rel_l2",
+               s.dtype == DType::f32 ? errors.out.max_abs / std::max(errors.out.ref_max_abs, 1e-300)
+                                     : errors.out.rel_l2);
+  if (!c.lse.empty()) {
+    errors.lse = compare(c.lse, ref.lse);
+    EXPECT_TRUE(errors.lse.mismatches == 0 && errors.lse.max_abs_floor1 <= tol.lse_max_abs)
+        << "lse: " << errors.lse.describe();
+    record_error(s.dtype, "lse max_abs/max(1,|lse|)", errors.lse.max_abs_floor1);
+  }
+
+  expect_unchanged(q_before, c.q, "q");
+  if (s.layout == CaseLayout::kv_cache) {
+    expect_cache_after_append(c, k_before, v_before);
+  } else {
+    expect_unchanged(k_before, c.k, "k");
+    expect_unchanged(v_before, c.v, "v");
+  }
+  return errors;
+}
+
+BackwardErrors check_backward(AttentionCase& c, Runner& runner) {
+  return check_backward(c, runner, default_tolerance(c.spec().dtype));
+}
+
+BackwardErrors check_backward(AttentionCase& c, Runner& runner, const Tolerance& tol) {
+  BackwardErrors errors;
+  const CaseSpec& s = c.spec();
+  oracle::ForwardResult fwd;
+  const Status fwd_status = oracle::forward_float64(c.forward_args(), s.options, &fwd);
+  if (!fwd_status.ok()) {
+    ADD_FAILURE() << "oracle forward failed: " << fwd_status.to_string();
+    return errors;
+  }
+  // The backward gets the exact forward, rounded as a forward would store it,
+  // so that a forward bug cannot show up here.
+  c.set_forward_outputs(fwd.out, fwd.lse);
+  oracle::BackwardResult ref;
+  const Status oracle_status = oracle::backward_float64(c.backward_args(), s.options, &ref);
+  if (!oracle_status.ok()) {
+    ADD_FAILURE() << "oracle backward failed: " << oracle_status.to_string();
+    return errors;
+  }
+  const HostTensor q_before = c.q, k_before = c.k, v_before = c.v, out_before = c.out, dout_before = c.dout,
+                   lse_before = c.lse;
+  c.dq.poison();
+  c.dk.poison();
+  c.dv.poison();
+
+  const Status status = runner.backward(c, c.options(runner.backend()));
+  if (!status.ok()) {
+    ADD_FAILURE() << backend_name(runner.backend()) << " backward failed: " << status.to_string();
+    return errors;
+  }
+  // Exact zeros where no score contributes: dq of a query that sees no key
+  // (its forward out is 0, or NaN for a row owned by no sequence), and dk/dv of
+  // a key no query sees (dv is 0 only then, as P > 0 for a seen key).
+  std::vector<bool> dq_zero(ref.dq.size()), kv_zero(ref.dv.size());
+  for (std::size_t i = 0; i < dq_zero.size(); ++i) dq_zero[i] = fwd.out[i] == 0.0 || std::isnan(fwd.out[i]);
+  for (std::size_t i = 0; i < kv_zero.size(); ++i) kv_zero[i] = ref.dv[i] == 0.0;
+  errors.dq = compare_zeros_where(c.dq, ref.dq, dq_zero);
+  errors.dk = compare_zeros_where(c.dk, ref.dk, kv_zero);
+  errors.dv = compare_zeros_where(c.dv, ref.dv, kv_zero);
+  EXPECT_TRUE(within(errors.dq, -1.0, tol.grad_rel_l2)) << "dq: " << errors.dq.describe();
+  EXPECT_TRUE(within(errors.dk, -1.0, tol.grad_rel_l2)) << "dk: " << errors.dk.describe();
+  EXPECT_TRUE(within(errors.dv, -1.0, tol.grad_rel_l2)) << "dv: " << errors.dv.describe();
+  EXPECT_TRUE(all_written(c.dq, "dq"));
+  EXPECT_TRUE(all_written(c.dk, "dk"));
+  EXPECT_TRUE(all_written(c.dv, "dv"));
+  record_error(s.dtype, "dq rel_l2", errors.dq.rel_l2);
+  record_error(s.dtype, "dk rel_l2", errors.dk.rel_l2);
+  record_error(s.dtype, "dv rel_l2", errors.dv.rel_l2);
+
+  expect_unchanged(q_before, c.q, "q");
+  expect_unchanged(k_before, c.k, "k");
+  expect_unchanged(v_before, c.v, "v");
+  expect_unchanged(out_before, c.out, "out");
+  expect_unchanged(dout_before, c.dout, "dout");
+  expect_unchanged(lse_before, c.lse, "lse");
+  return errors;
+}
+
+}  // namespace cuflash::test
