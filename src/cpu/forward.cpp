@@ -1,0 +1,255 @@
+// Forward pass: FlashAttention-style tiling with an online softmax in base 2,
+// float accumulation whatever the storage dtype.
+//
+// A work item is a run of query rows of one (sequence, kv head), for every
+// query head of that kv head's group. The item first converts the keys and
+// values it will read into contiguous float tiles: read in place, the rows of
+// one head sit heads*head_dim elements apart, which maps them onto a few cache
+// sets and makes every query block miss; converted once, f16/bf16 keys are not
+// converted again per query block either.
+#include <algorithm>
+#include <cmath>
+#include <cstdint>
+#include <vector>
+
+#include "cpu_kernels.hpp"
+#include "parallel_for.hpp"
+#include "tensor_access.hpp"
+
+namespace cuflash::detail::cpu {
+namespace {
+
+struct WorkItem {
+  int batch_index = 0;
+  int head_kv = 0;
+  int first_row = 0;
+  int end_row = 0;
+  std::int64_t cost = 0;  // score evaluations, for scheduling only
+};
+
+// Per-worker buffers, allocated before the workers start.
+struct ForwardScratch {
+  ForwardScratch(int dim, int key_tiles)
+      : queries(kQueryBlock * dim),
+        probabilities(kQueryBlock * kKeyTile),
+        accumulator(kQueryBlock * dim),
+        row(dim),
+        keys_transposed(static_cast<std::size_t>(key_tiles) * dim * kKeyTile),
+        values(static_cast<std::size_t>(key_tiles) * kKeyTile * dim) {}
+
+  std::vector<float> queries;          // [kQueryBlock][dim], times ScoreModel::query_scale
+  std::vector<float> probabilities;    // [kQueryBlock][kKeyTile]: scores, then exp2'd in place
+  std::vector<float> accumulator;      // [kQueryBlock][dim], unnormalized out
+  std::vector<float> row;              // [dim]: one row on its way to or from storage
+  std::vector<float> keys_transposed;  // the item's key tiles, each [dim][kKeyTile]
+  std::vector<float> values;           // the item's values, [key][dim]
+  float running_max[kQueryBlock] = {};  // base 2
+  float running_sum[kQueryBlock] = {};
+};
+
+// Copies k_new/v_new into cache positions seqlens_k[b].. of every sequence.
+void append_to_cache(const Problem& problem) {
+  const RowAddress address(problem);
+  for (int b = 0; b < problem.batch; ++b) {
+    const int cached = problem.host_seqlens_k[b];
+    for (int row = 0; row < problem.new_len; ++row) {
+      for (int head_kv = 0; head_kv < problem.heads_kv; ++head_kv) {
+        copy_row(problem.k_new, address.appended(problem.k_new, b, row, head_kv), problem.k,
+                 address.key(problem.k, b, cached + row, head_kv), problem.head_dim);
+        copy_row(problem.v_new, address.appended(problem.v_new, b, row, head_kv), problem.v,
+                 address.key(problem.v, b, cached + row, head_kv), problem.head_dim);
+      }
+    }
+  }
+}
+
+// Keys any of rows [first_row, end_row) may see, as one inclusive range.
+KeyRange rows_keys(const ScoreModel& model, int first_row, int end_row, int q_len, int kv_len) {
+  KeyRange all{kv_len, -1};
+  for (int row = first_row; row < end_row; ++row) {
+    const KeyRange keys = model.visible_keys(ScoreModel::query_position(row, q_len, kv_len), kv_len);
+    if (keys.empty()) continue;
+    all.first = std::min(all.first, keys.first);
+    all.last = std::max(all.last, keys.last);
+  }
+  return all;
+}
+
+std::int64_t rows_cost(const ScoreModel& model, int first_row, int end_row, int q_len, int kv_len) {
+  std::int64_t cost = 0;
+  for (int first = first_row; first < end_row; first += kQueryBlock) {
+    const int end = std::min(end_row, first + kQueryBlock);
+    const KeyRange keys = rows_keys(model, first, end, q_len, kv_len);
+    cost += (keys.empty() ? 0 : keys.last - keys.first + 1) * (end - first) + (end - first);
+  }
+  return cost;
+}
+
+// Runs of query blocks, as long as possible while leaving several items per
+// thread (so uneven items still balance), heaviest first.
+std::vector<WorkItem> list_work_items(const Problem& problem, const ScoreModel& model, int threads) {
+  std::int64_t total_blocks = 0;
+  for (int b = 0; b < problem.batch; ++b)
+    total_blocks += static_cast<std::int64_t>((problem.q_len(b) + kQueryBlock - 1) / kQueryBlock) * problem.heads_kv;
+  const std::int64_t items_wanted = 8 * static_cast<std::int64_t>(threads);
+  const int rows_per_item = static_cast<int>(std::max<std::int64_t>(1, total_blocks / items_wanted)) * kQueryBlock;
+
+  std::vector<WorkItem> items;
+  for (int b = 0; b < problem.batch; ++b) {
+    const int q_len = problem.q_len(b);
+    const int kv_len = problem.kv_len(b);
+    for (int first_row = 0; first_row < q_len; first_row += rows_per_item) {
+      const int end_row = static_cast<int>(std::min<std::int64_t>(q_len, static_cast<std::int64_t>(first_row) + rows_per_item));
+      const std::int64_t cost = rows_cost(model, first_row, end_row, q_len, kv_len);
+      for (int head_kv = 0; head_kv < problem.heads_kv; ++head_kv)
+        items.push_back({b, head_kv, first_row, end_row, cost});
+    }
+  }
+  std::stable_sort(items.begin(), items.end(), [](const WorkItem& x, const WorkItem& y) { return x.cost > y.cost; });
+  return items;
+}
+
+int max_key_tiles(const Problem& problem) {
+  int longest = 0;
+  for (int b = 0; b < problem.batch; ++b) longest = std::max(longest, problem.kv_len(b));
+  return (longest + kKeyTile - 1) / kKeyTile;
+}
+
+class ForwardRunner {
+ public:
+  explicit ForwardRunner(const Problem& problem)
+      : problem_(problem), address_(problem), model_(problem), dim_(padded_dim(problem.head_dim)) {}
+
+  int dim() const { return dim_; }
+  const ScoreModel& model() const { return model_; }
+
+  void run(const WorkItem& item, ForwardScratch& scratch) const {
+    const int q_len = problem_.q_len(item.batch_index);
+    const int kv_len = problem_.kv_len(item.batch_index);
+    const KeyRange keys = rows_keys(model_, item.first_row, item.end_row, q_len, kv_len);
+    // Tiles sit at multiples of kKeyTile, whatever the first visible key.
+    const int first_tile = keys.empty() ? 0 : static_cast<int>(keys.first / kKeyTile);
+    if (!keys.empty()) {
+      const int first_key = first_tile * kKeyTile;
+      const int key_count = (static_cast<int>(keys.last / kKeyTile) + 1 - first_tile) * kKeyTile;
+      load_key_tiles_transposed(address_, problem_.k, item.batch_index, item.head_kv, first_key, key_count, kv_len,
+                                problem_.head_dim, dim_, kKeyTile, scratch.row.data(), scratch.keys_transposed.data());
+      load_key_rows(address_, problem_.v, item.batch_index, item.head_kv, first_key, key_count, kv_len,
+                    problem_.head_dim, dim_, scratch.values.data());
+    }
+    const int group = problem_.group_size();
+    for (int head = item.head_kv * group; head < (item.head_kv + 1) * group; ++head)
+      for (int first_row = item.first_row; first_row < item.end_row; first_row += kQueryBlock)
+        run_block(item.batch_index, head, first_row, std::min(kQueryBlock, item.end_row - first_row), first_tile,
+                  scratch);
+  }
+
+ private:
+  void run_block(int b, int head, int first_row, int row_count, int first_loaded_tile,
+                 ForwardScratch& scratch) const {
+    const int q_len = problem_.q_len(b);
+    const int kv_len = problem_.kv_len(b);
+    const int rows_padded = round_up4(row_count);
+    const float slope_log2e = model_.alibi_slope_log2e(b, head);
+
+    load_queries(b, head, first_row, row_count, scratch);
+    std::fill(scratch.accumulator.begin(), scratch.accumulator.end(), 0.0f);
+    std::fill(scratch.probabilities.begin(), scratch.probabilities.end(), 0.0f);
+    std::fill_n(scratch.running_max, kQueryBlock, kNegInf);
+    std::fill_n(scratch.running_sum, kQueryBlock, 0.0f);
+
+    const KeyRange keys = rows_keys(model_, first_row, first_row + row_count, q_len, kv_len);
+    if (!keys.empty()) {
+      for (int tile = static_cast<int>(keys.first / kKeyTile); tile <= keys.last / kKeyTile; ++tile) {
+        const int first_key = tile * kKeyTile;
+        const int key_count = std::min(kKeyTile, kv_len - first_key);
+        const std::int64_t loaded_tile = tile - first_loaded_tile;
+        const float* keys_transposed = &scratch.keys_transposed[loaded_tile * dim_ * kKeyTile];
+        const float* values = &scratch.values[loaded_tile * kKeyTile * dim_];
+        multiply_add<false>(scratch.queries.data(), dim_, keys_transposed, kKeyTile, scratch.probabilities.data(),
+                            kKeyTile, rows_padded, (key_count + 7) / 8 * 8, dim_);
+        for (int r = 0; r < row_count; ++r) {
+          const std::int64_t position = ScoreModel::query_position(first_row + r, q_len, kv_len);
+          float* scores = &scratch.probabilities[r * kKeyTile];
+          model_.finish_scores(scores, key_count, first_key, position, model_.visible_keys(position, kv_len),
+                               slope_log2e, nullptr);
+          softmax_update(r, scores, key_count, scratch);
+        }
+        multiply_add<true>(scratch.probabilities.data(), kKeyTile, values, dim_, scratch.accumulator.data(), dim_,
+                           rows_padded, dim_, key_count);
+      }
+    }
+    store_rows(b, head, first_row, row_count, scratch);
+  }
+
+  void load_queries(int b, int head, int first_row, int row_count, ForwardScratch& scratch) const {
+    std::fill(scratch.queries.begin(), scratch.queries.end(), 0.0f);
+    const float scale = model_.query_scale();
+    for (int r = 0; r < row_count; ++r) {
+      float* query = &scratch.queries[r * dim_];
+      load_row(problem_.q, address_.query(problem_.q, b, first_row + r, head), problem_.head_dim, query);
+      for (int d = 0; d < problem_.head_dim; ++d) query[d] *= scale;
+    }
+  }
+
+  // Rescales row r's running state to the tile's maximum and replaces the
+  // scores by their exp2. Until a row has seen a finite score its maximum is
+  // -inf; 0 then serves as the reference so that no -inf - -inf appears.
+  void softmax_update(int r, float* scores, int key_count, ForwardScratch& scratch) const {
+    float tile_max = kNegInf;
+    for (int j = 0; j < key_count; ++j) tile_max = std::max(tile_max, scores[j]);
+    const float old_max = scratch.running_max[r];
+    const float new_max = std::max(old_max, tile_max);
+    const float reference = new_max == kNegInf ? 0.0f : new_max;
+    exp2_shifted(scores, key_count, reference);
+    const float tile_sum = sum_of(scores, key_count);
+    const float correction = std::exp2(old_max - reference);
+    if (correction != 1.0f) {
+      float* accumulator = &scratch.accumulator[r * dim_];
+      for (int d = 0; d < dim_; ++d) accumulator[d] *= correction;
+    }
+    scratch.running_sum[r] = scratch.running_sum[r] * correction + tile_sum;
+    scratch.running_max[r] = new_max;
+  }
+
+  void store_rows(int b, int head, int first_row, int row_count, ForwardScratch& scratch) const {
+    const bool write_lse = !problem_.lse.empty();
+    float* row = scratch.row.data();
+    for (int r = 0; r < row_count; ++r) {
+      const float sum = scratch.running_sum[r];
+      const float* accumulator = &scratch.accumulator[r * dim_];
+      // A row that saw no key (sum == 0) gets out = 0 and lse = -inf; a sum of
+      // at least 1 otherwise (its maximum score contributes exp2(0)).
+      const bool saw_keys = sum != 0.0f;
+      for (int d = 0; d < problem_.head_dim; ++d) row[d] = saw_keys ? accumulator[d] / sum : 0.0f;
+      const int query_row = first_row + r;
+      store_row(problem_.out, address_.query(problem_.out, b, query_row, head), problem_.head_dim, row);
+      if (write_lse) {
+        const float lse = saw_keys ? (scratch.running_max[r] + std::log2(sum)) * kLn2 : kNegInf;
+        store_f32(problem_.lse, address_.lse(problem_.lse, b, query_row, head), lse);
+      }
+    }
+  }
+
+  const Problem& problem_;
+  RowAddress address_;
+  ScoreModel model_;
+  int dim_;
+};
+
+}  // namespace
+
+void run_forward(const Problem& problem) {
+  if (problem.layout == Layout::kv_cache && problem.new_len > 0) append_to_cache(problem);
+
+  const ForwardRunner runner(problem);
+  const std::vector<WorkItem> items = list_work_items(problem, runner.model(), configured_thread_count());
+  const std::int64_t item_count = static_cast<std::int64_t>(items.size());
+  std::vector<ForwardScratch> scratch;
+  const int workers = worker_count(item_count);
+  scratch.reserve(workers);
+  for (int worker = 0; worker < workers; ++worker) scratch.emplace_back(runner.dim(), max_key_tiles(problem));
+  parallel_for(item_count, [&](std::int64_t item, int worker) { runner.run(items[item], scratch[worker]); });
+}
+
+}  // namespace cuflash::detail::cpu
