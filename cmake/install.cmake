@@ -10,6 +10,8 @@ install(TARGETS cuflash EXPORT cuflashTargets
         INCLUDES DESTINATION ${CMAKE_INSTALL_INCLUDEDIR})
 install(DIRECTORY ${PROJECT_SOURCE_DIR}/include/cuflash DESTINATION ${CMAKE_INSTALL_INCLUDEDIR})
 if(TARGET cuflash_cli)
+  # The installed command finds the installed library beside it.
+  set_target_properties(cuflash_cli PROPERTIES INSTALL_RPATH "$ORIGIN/../${CMAKE_INSTALL_LIBDIR}")
   install(TARGETS cuflash_cli RUNTIME DESTINATION ${CMAKE_INSTALL_BINDIR})
 endif()
 

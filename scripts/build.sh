@@ -1,0 +1,37 @@
+#!/usr/bin/env bash
+# Builds everything (library, cuflash command, tests) into build/: Release,
+# Ninja, all cores, after installing missing build tools (scripts/setup-deps.sh).
+# The CUDA targets are built when nvcc is found, on PATH or in /usr/local/cuda/bin.
+set -euo pipefail
+cd "$(dirname "${BASH_SOURCE[0]}")/.."
+
+./scripts/setup-deps.sh
+
+if ! command -v nvcc >/dev/null && [ -x /usr/local/cuda/bin/nvcc ]; then
+  export PATH="/usr/local/cuda/bin:$PATH"
+fi
+cuda=OFF
+if command -v nvcc >/dev/null; then cuda=ON; fi
+
+# A build/ configured for another generator cannot be reused with Ninja.
+if [ -f build/CMakeCache.txt ] && ! grep -qx 'CMAKE_GENERATOR:INTERNAL=Ninja' build/CMakeCache.txt; then
+  echo "build.sh: build/ was configured with another generator; configuring it afresh for Ninja"
+  rm -rf build/CMakeCache.txt build/CMakeFiles
+fi
+
+start=$(date +%s)
+configure_log=$(mktemp)
+trap 'rm -f "$configure_log"' EXIT
+cmake -S . -B build -G Ninja -DCMAKE_BUILD_TYPE=Release -DCUFLASH_ENABLE_CUDA="$cuda" | tee "$configure_log"
+cmake --build build -j "$(nproc)"
+
+# CMakeLists.txt reports "cuflash: CUDA backend ON|OFF (architectures: ...)".
+summary=$(sed -n 's/.*cuflash: CUDA backend \(ON\|OFF\) (architectures: \(.*\))$/\1 \2/p' "$configure_log" | tail -n 1)
+if [ "${summary%% *}" = ON ]; then
+  echo "cuflash: CUDA targets ON (architectures ${summary#ON })"
+elif [ "$cuda" = ON ]; then
+  echo "cuflash: CUDA targets OFF (architectures none: nvcc was found but CMake could not use it, see above)"
+else
+  echo "cuflash: CUDA targets OFF (architectures none: no nvcc found)"
+fi
+echo "cuflash: build took $(($(date +%s) - start)) s"

@@ -1,0 +1,228 @@
+#include "run_config.hpp"
+
+#include <charconv>
+#include <cmath>
+#include <functional>
+#include <limits>
+
+namespace cuflash::tool {
+
+const char* input_layout_name(InputLayout layout) {
+  switch (layout) {
+    case InputLayout::dense: return "dense";
+    case InputLayout::varlen: return "varlen";
+    case InputLayout::paged: return "paged";
+  }
+  return "?";
+}
+
+float RunConfig::resolved_scale() const {
+  return scale ? *scale : 1.0f / std::sqrt(static_cast<float>(head_dim));
+}
+
+namespace {
+
+// A setter returns an empty string on success, else what was wrong with the value.
+using Setter = std::function<std::string(RunConfig&, std::string_view)>;
+
+struct Flag {
+  const char* name;
+  const char* value_name;  // nullptr: a switch that takes no value
+  const char* default_text;
+  const char* help;
+  Setter set;
+};
+
+template <typename Int>
+std::string parse_int(std::string_view text, Int minimum, Int* value) {
+  Int parsed{};
+  const auto [end, error] = std::from_chars(text.data(), text.data() + text.size(), parsed);
+  if (error != std::errc() || end != text.data() + text.size())
+    return "expected an integer, got '" + std::string(text) + "'";
+  if (parsed < minimum) return "must be >= " + std::to_string(minimum) + ", got " + std::string(text);
+  *value = parsed;
+  return {};
+}
+
+std::string parse_float(std::string_view text, float* value) {
+  float parsed = 0.0f;
+  const auto [end, error] = std::from_chars(text.data(), text.data() + text.size(), parsed);
+  if (error != std::errc() || end != text.data() + text.size() || !std::isfinite(parsed))
+    return "expected a finite number, got '" + std::string(text) + "'";
+  *value = parsed;
+  return {};
+}
+
+Setter int_flag(int RunConfig::*field, int minimum) {
+  return [field, minimum](RunConfig& config, std::string_view text) {
+    return parse_int(text, minimum, &(config.*field));
+  };
+}
+
+Setter int_pair_flag(int RunConfig::*first, int RunConfig::*second, int minimum) {
+  return [first, second, minimum](RunConfig& config, std::string_view text) {
+    int value = 0;
+    std::string error = parse_int(text, minimum, &value);
+    if (error.empty()) config.*first = config.*second = value;
+    return error;
+  };
+}
+
+Setter switch_flag(bool RunConfig::*field, bool value) {
+  return [field, value](RunConfig& config, std::string_view) {
+    config.*field = value;
+    return std::string();
+  };
+}
+
+const std::vector<Flag>& flags() {
+  static const std::vector<Flag> table = {
+      {"--batch", "N", "2", "sequences in the batch", int_flag(&RunConfig::batch, 1)},
+      {"--seqlen", "N", "512", "sets --seqlen-q and --seqlen-k",
+       int_pair_flag(&RunConfig::seqlen_q, &RunConfig::seqlen_k, 1)},
+      {"--seqlen-q", "N", "512", "query length (varlen: the longest; equal to k lengths if --seqlen-k is the same)",
+       int_flag(&RunConfig::seqlen_q, 1)},
+      {"--seqlen-k", "N", "512", "key length, cached plus appended keys for paged (varlen: the longest)",
+       int_flag(&RunConfig::seqlen_k, 1)},
+      {"--heads", "N", "8", "sets --heads-q and --heads-kv",
+       int_pair_flag(&RunConfig::heads_q, &RunConfig::heads_kv, 1)},
+      {"--heads-q", "N", "8", "query heads", int_flag(&RunConfig::heads_q, 1)},
+      {"--heads-kv", "N", "8", "key/value heads (GQA/MQA when fewer than --heads-q)",
+       int_flag(&RunConfig::heads_kv, 1)},
+      {"--head-dim", "N", "64", "head dimension", int_flag(&RunConfig::head_dim, 1)},
+      {"--dtype", "f32|f16|bf16", "f32", "dtype of q, k, v, out and the gradients",
+       [](RunConfig& config, std::string_view text) -> std::string {
+         if (text == "f32") config.dtype = DType::f32;
+         else if (text == "f16") config.dtype = DType::f16;
+         else if (text == "bf16") config.dtype = DType::bf16;
+         else return "expected f32, f16 or bf16, got '" + std::string(text) + "'";
+         return {};
+       }},
+      {"--layout", "dense|varlen|paged", "dense",
+       "dense [B,S,H,D]; varlen: packed, random lengths; paged: KV cache in shuffled pages",
+       [](RunConfig& config, std::string_view text) -> std::string {
+         if (text == "dense") config.layout = InputLayout::dense;
+         else if (text == "varlen") config.layout = InputLayout::varlen;
+         else if (text == "paged") config.layout = InputLayout::paged;
+         else return "expected dense, varlen or paged, got '" + std::string(text) + "'";
+         return {};
+       }},
+      {"--page-size", "N", "16", "keys per page (paged only)", int_flag(&RunConfig::page_size, 1)},
+      {"--append", "N", "0", "new keys per sequence written into the cache by the call (paged only)",
+       int_flag(&RunConfig::append, 0)},
+      {"--causal", nullptr, "off", "causal mask, aligned bottom-right", switch_flag(&RunConfig::causal, true)},
+      {"--window-left", "N", "-1", "keys visible to the left of the diagonal; -1 unbounded",
+       int_flag(&RunConfig::window_left, -1)},
+      {"--window-right", "N", "-1", "keys visible to the right of the diagonal; -1 unbounded",
+       int_flag(&RunConfig::window_right, -1)},
+      {"--softcap", "X", "0", "score = X*tanh(score/X); 0 is off",
+       [](RunConfig& config, std::string_view text) {
+         std::string error = parse_float(text, &config.softcap);
+         if (error.empty() && config.softcap < 0.0f) error = "must be >= 0, got " + std::string(text);
+         return error;
+       }},
+      {"--alibi", nullptr, "off", "ALiBi bias with the standard slopes 2^(-8(h+1)/Hq)",
+       switch_flag(&RunConfig::alibi, true)},
+      {"--scale", "X", "1/sqrt(D)", "softmax scale",
+       [](RunConfig& config, std::string_view text) {
+         float value = 0.0f;
+         std::string error = parse_float(text, &value);
+         if (error.empty() && value <= 0.0f) error = "must be > 0, got " + std::string(text);
+         if (error.empty()) config.scale = value;
+         return error;
+       }},
+      {"--backward", nullptr, "off", "also run and check the backward (dq, dk, dv)",
+       switch_flag(&RunConfig::backward, true)},
+      {"--deterministic", nullptr, "off", "ask for a deterministic backward",
+       switch_flag(&RunConfig::deterministic, true)},
+      {"--backend", "auto|cpu|cuda|cudnn", "auto",
+       "auto: a GPU when one is visible (the CPU if the GPU backends cannot run the problem), else the CPU",
+       [](RunConfig& config, std::string_view text) -> std::string {
+         if (text == "auto") config.backend = Backend::automatic;
+         else if (text == "cpu") config.backend = Backend::cpu;
+         else if (text == "cuda") config.backend = Backend::cuda;
+         else if (text == "cudnn") config.backend = Backend::cudnn;
+         else return "expected auto, cpu, cuda or cudnn, got '" + std::string(text) + "'";
+         return {};
+       }},
+      {"--repeats", "N", "5", "timed calls after one warm-up; the median is reported",
+       int_flag(&RunConfig::repeats, 1)},
+      {"--seed", "N", "0", "seed of the random inputs",
+       [](RunConfig& config, std::string_view text) {
+         return parse_int<std::uint64_t>(text, 0, &config.seed);
+       }},
+      {"--no-check", nullptr, "off", "skip the float64 oracle (for problems too big for it)",
+       switch_flag(&RunConfig::check, false)},
+      {"--threads", "N", "0", "CPU backend threads (sets CUFLASH_NUM_THREADS); 0 keeps its default",
+       int_flag(&RunConfig::threads, 0)},
+      {"--help", nullptr, "", "print this help", nullptr},
+  };
+  return table;
+}
+
+const Flag* find_flag(std::string_view name) {
+  for (const Flag& flag : flags())
+    if (name == flag.name) return &flag;
+  return nullptr;
+}
+
+// What the flags cannot say one at a time.
+std::string check_combination(const RunConfig& config) {
+  if (config.layout != InputLayout::paged && config.append > 0)
+    return "--append: needs --layout paged";
+  if (config.layout == InputLayout::paged && config.append > config.seqlen_k)
+    return "--append: must be <= --seqlen-k (" + std::to_string(config.seqlen_k) + "), got " +
+           std::to_string(config.append);
+  return {};
+}
+
+}  // namespace
+
+ParseResult parse_run_flags(const std::vector<std::string_view>& args, RunConfig* config) {
+  auto fail = [](std::string message) { return ParseResult{ParseResult::Kind::error, std::move(message)}; };
+  for (std::size_t i = 0; i < args.size(); ++i) {
+    std::string_view arg = args[i];
+    std::string_view name = arg;
+    std::optional<std::string_view> value;
+    if (const auto equals = arg.find('='); arg.starts_with("--") && equals != std::string_view::npos) {
+      name = arg.substr(0, equals);
+      value = arg.substr(equals + 1);
+    }
+    if (name == "-h" || name == "--help") return {ParseResult::Kind::help, {}};
+    const Flag* flag = find_flag(name);
+    if (flag == nullptr) {
+      if (!arg.starts_with("-")) return fail("unexpected argument '" + std::string(arg) + "' (flags start with --)");
+      return fail(std::string(name) + ": unknown flag (see cuflash run --help)");
+    }
+    if (flag->value_name == nullptr) {
+      if (value) return fail(std::string(name) + ": takes no value, got '" + std::string(*value) + "'");
+    } else if (!value) {
+      if (i + 1 == args.size()) return fail(std::string(name) + ": missing value (" + flag->value_name + ")");
+      value = args[++i];
+    }
+    if (std::string error = flag->set(*config, value.value_or("")); !error.empty())
+      return fail(std::string(name) + ": " + error);
+  }
+  if (std::string error = check_combination(*config); !error.empty()) return fail(error);
+  return {};
+}
+
+void print_run_help(std::FILE* stream) {
+  std::fprintf(stream,
+               "usage: cuflash run [flags]\n\n"
+               "Runs one attention problem with random normal inputs, times it (median of --repeats\n"
+               "calls after a warm-up) and checks it against a float64 oracle. Exit code 0: passed;\n"
+               "1: the call failed or the error is over the dtype's tolerance (f32 max-abs <= 1e-5,\n"
+               "f16 rel-L2 <= 3e-3, bf16 rel-L2 <= 1e-2); 2: a bad flag. FLOPs: 4*Hq*D*sum(Lq*Lk),\n"
+               "halved when causal; the backward counts 2.5x the forward.\n\n"
+               "flags:\n");
+  for (const Flag& flag : flags()) {
+    std::string left = flag.name;
+    if (flag.value_name) left += std::string(" ") + flag.value_name;
+    std::fprintf(stream, "  %-30s %s", left.c_str(), flag.help);
+    if (*flag.default_text) std::fprintf(stream, " (default: %s)", flag.default_text);
+    std::fprintf(stream, "\n");
+  }
+}
+
+}  // namespace cuflash::tool
