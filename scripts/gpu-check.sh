@@ -3,7 +3,7 @@
 # whole test suite (GPU tests included), compute-sanitizer memcheck and
 # racecheck over the GPU tests, and `cuflash run`. Logs go to $OUT (or
 # build-gpu/logs) and a summary to stdout.
-#   scripts/gpu-check.sh            # everything
+#   CUFLASH_COMMIT=$(git rev-parse --short HEAD) scripts/gpu-check.sh
 # GoogleTest: the system's if installed, else the sources carried in .deps/googletest.
 set -uo pipefail
 cd "$(dirname "$0")/.."
@@ -16,7 +16,8 @@ gtest_args=()
 
 {
   echo "date: $(date -u +%Y-%m-%dT%H:%MZ)"
-  echo "commit: $(git rev-parse --short HEAD 2>/dev/null || echo unknown)$(git diff --quiet 2>/dev/null || echo ' (with uncommitted changes)')"
+  # The device machine gets the working tree without .git: pass CUFLASH_COMMIT.
+  echo "commit: ${CUFLASH_COMMIT:-$(git rev-parse --short HEAD 2>/dev/null || echo unknown)}"
   nvidia-smi --query-gpu=name,driver_version,memory.total --format=csv,noheader 2>/dev/null | sed 's/^/device: /'
   echo "nvcc: $(nvcc --version | tail -1)"
 } | tee "$logs/summary.txt"
