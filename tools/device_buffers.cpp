@@ -75,9 +75,9 @@ Buffer Buffer::raw(Placement placement, std::size_t bytes) {
   return buffer;
 }
 
-Buffer::Buffer(Placement placement, const HostTensor& like) {
-  if (!like.given()) return;
-  *this = raw(placement, like.bytes.size());
+Buffer::Buffer(Placement placement, const host::HostTensor& like) {
+  if (like.empty()) return;
+  *this = raw(placement, like.bytes().size());
   view_ = like.view_at(data_, placement == Placement::host ? Device::host() : Device::cuda(0));
 }
 
@@ -99,27 +99,27 @@ void Buffer::swap(Buffer& other) noexcept {
   std::swap(view_, other.view_);
 }
 
-void Buffer::upload(const HostTensor& from) {
+void Buffer::upload(const host::HostTensor& from) {
   if (bytes_ == 0) return;
-  if (from.bytes.size() != bytes_) throw std::logic_error("Buffer::upload: size mismatch");
+  if (from.bytes().size() != bytes_) throw std::logic_error("Buffer::upload: size mismatch");
   if (placement_ == Placement::host) {
-    std::memcpy(data_, from.bytes.data(), bytes_);
+    std::memcpy(data_, from.bytes().data(), bytes_);
     return;
   }
 #ifdef CUFLASH_WITH_CUDA
-  check_cuda(cudaMemcpy(data_, from.bytes.data(), bytes_, cudaMemcpyHostToDevice), "cudaMemcpy to the GPU");
+  check_cuda(cudaMemcpy(data_, from.bytes().data(), bytes_, cudaMemcpyHostToDevice), "cudaMemcpy to the GPU");
 #endif
 }
 
-void Buffer::download(HostTensor* to) const {
+void Buffer::download(host::HostTensor* to) const {
   if (bytes_ == 0) return;
-  if (to->bytes.size() != bytes_) throw std::logic_error("Buffer::download: size mismatch");
+  if (to->bytes().size() != bytes_) throw std::logic_error("Buffer::download: size mismatch");
   if (placement_ == Placement::host) {
-    std::memcpy(to->bytes.data(), data_, bytes_);
+    std::memcpy(to->bytes().data(), data_, bytes_);
     return;
   }
 #ifdef CUFLASH_WITH_CUDA
-  check_cuda(cudaMemcpy(to->bytes.data(), data_, bytes_, cudaMemcpyDeviceToHost), "cudaMemcpy from the GPU");
+  check_cuda(cudaMemcpy(to->bytes().data(), data_, bytes_, cudaMemcpyDeviceToHost), "cudaMemcpy from the GPU");
 #endif
 }
 

@@ -23,7 +23,7 @@ class Buffer {
  public:
   Buffer() = default;
   // Room for `like`'s bytes; given only when `like` is.
-  Buffer(Placement placement, const HostTensor& like);
+  Buffer(Placement placement, const host::HostTensor& like);
   Buffer(Buffer&& other) noexcept { swap(other); }
   Buffer& operator=(Buffer&& other) noexcept {
     swap(other);
@@ -35,8 +35,8 @@ class Buffer {
 
   static Buffer raw(Placement placement, std::size_t bytes);  // untyped scratch (workspace)
 
-  void upload(const HostTensor& from);
-  void download(HostTensor* to) const;
+  void upload(const host::HostTensor& from);
+  void download(host::HostTensor* to) const;
   // All bytes 0xff: NaN in f32, f16 and bf16, so an unwritten output shows.
   void poison();
   TensorView view() const { return view_; }

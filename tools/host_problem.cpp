@@ -6,6 +6,9 @@
 #include <numeric>
 
 namespace cuflash::tool {
+
+using host::HostTensor;
+
 namespace {
 
 int uniform(std::mt19937_64& engine, int lo, int hi) {
@@ -38,6 +41,13 @@ void draw_lengths(const RunConfig& config, std::mt19937_64& engine, HostProblem*
   problem->max_kv_len = *std::max_element(problem->kv_lens.begin(), problem->kv_lens.end());
 }
 
+// Standard normal values, drawn as float from the 64-bit engine: a seed gives
+// the same problem as it always has.
+void fill_normal(HostTensor& tensor, std::mt19937_64& engine) {
+  std::normal_distribution<float> normal(0.0f, 1.0f);
+  for (std::int64_t i = 0; i < tensor.numel(); ++i) tensor.set(i, normal(engine));
+}
+
 // Writes k_new/v_new rows into the cache copies at positions seqlens_k[b]..,
 // through the block table: the forward's append, done independently here.
 void apply_append(const RunConfig& config, HostProblem* problem) {
@@ -45,18 +55,19 @@ void apply_append(const RunConfig& config, HostProblem* problem) {
   problem->v_after = problem->tensors[kV];
   if (config.append == 0) return;
   const std::size_t row_bytes = static_cast<std::size_t>(config.heads_kv) * config.head_dim * dtype_size(config.dtype);
-  const std::int32_t* cached = problem->tensors[kSeqlensK].i32();
-  const std::int32_t* block_table = problem->tensors[kBlockTable].i32();
+  const HostTensor& cached = problem->tensors[kSeqlensK];
+  const HostTensor& block_table = problem->tensors[kBlockTable];
   for (int b = 0; b < config.batch; ++b) {
     for (int j = 0; j < config.append; ++j) {
-      const int position = cached[b] + j;
-      const std::int64_t page = block_table[b * problem->max_pages + position / config.page_size];
+      const int position = static_cast<int>(cached.get(b)) + j;
+      const auto page =
+          static_cast<std::int64_t>(block_table.get(b * problem->max_pages + position / config.page_size));
       const std::int64_t cache_row = page * config.page_size + position % config.page_size;
       const std::int64_t new_row = static_cast<std::int64_t>(b) * config.append + j;
-      std::memcpy(problem->k_after.bytes.data() + cache_row * row_bytes,
-                  problem->tensors[kKNew].bytes.data() + new_row * row_bytes, row_bytes);
-      std::memcpy(problem->v_after.bytes.data() + cache_row * row_bytes,
-                  problem->tensors[kVNew].bytes.data() + new_row * row_bytes, row_bytes);
+      std::memcpy(problem->k_after.bytes().data() + cache_row * row_bytes,
+                  problem->tensors[kKNew].bytes().data() + new_row * row_bytes, row_bytes);
+      std::memcpy(problem->v_after.bytes().data() + cache_row * row_bytes,
+                  problem->tensors[kVNew].bytes().data() + new_row * row_bytes, row_bytes);
     }
   }
 }
@@ -83,8 +94,8 @@ HostProblem build_problem(const RunConfig& config) {
       t[kQ] = HostTensor(dtype, {cu_q.back(), heads_q, head_dim});
       t[kK] = HostTensor(dtype, {cu_k.back(), heads_kv, head_dim});
       t[kLse] = HostTensor(DType::f32, {heads_q, cu_q.back()});
-      t[kCuSeqlensQ] = int32_tensor(cu_q, {batch + 1});
-      t[kCuSeqlensK] = int32_tensor(cu_k, {batch + 1});
+      t[kCuSeqlensQ] = HostTensor::from_i32(cu_q, {batch + 1});
+      t[kCuSeqlensK] = HostTensor::from_i32(cu_k, {batch + 1});
       break;
     }
     case InputLayout::paged: {
@@ -101,9 +112,9 @@ HostProblem build_problem(const RunConfig& config) {
       t[kQ] = HostTensor(dtype, {batch, config.seqlen_q, heads_q, head_dim});
       t[kK] = HostTensor(dtype, {problem.num_pages, config.page_size, heads_kv, head_dim});
       t[kLse] = HostTensor(DType::f32, {batch, heads_q, config.seqlen_q});
-      t[kBlockTable] = int32_tensor(pages, {batch, problem.max_pages});
-      t[kSeqlensK] = int32_tensor(cached, {batch});
-      t[kSeqlensKAfter] = int32_tensor(after, {batch});
+      t[kBlockTable] = HostTensor::from_i32(pages, {batch, problem.max_pages});
+      t[kSeqlensK] = HostTensor::from_i32(cached, {batch});
+      t[kSeqlensKAfter] = HostTensor::from_i32(after, {batch});
       if (config.append > 0) {
         t[kKNew] = HostTensor(dtype, {batch, config.append, heads_kv, head_dim});
         t[kVNew] = t[kKNew];
@@ -113,10 +124,10 @@ HostProblem build_problem(const RunConfig& config) {
   }
   t[kV] = t[kK];
   t[kOut] = t[kQ];
-  for (Slot slot : {kQ, kK, kV, kKNew, kVNew}) fill_normal(&t[slot], &engine);
+  for (Slot slot : {kQ, kK, kV, kKNew, kVNew}) fill_normal(t[slot], engine);
   if (config.backward) {
     t[kDout] = t[kQ];
-    fill_normal(&t[kDout], &engine);
+    fill_normal(t[kDout], engine);
     t[kDq] = t[kQ];
     t[kDk] = t[kK];
     t[kDv] = t[kK];
@@ -143,8 +154,8 @@ std::string HostProblem::describe_layout(const RunConfig& config) const {
     case InputLayout::dense:
       return "dense (q [B,Sq,Hq,D], k/v [B,Sk,Hk,D], contiguous)";
     case InputLayout::varlen:
-      return "varlen (packed: total_q=" + std::to_string(tensors[kQ].shape[0]) +
-             " total_k=" + std::to_string(tensors[kK].shape[0]) + ", q lengths " + range(q_lens) +
+      return "varlen (packed: total_q=" + std::to_string(tensors[kQ].shape()[0]) +
+             " total_k=" + std::to_string(tensors[kK].shape()[0]) + ", q lengths " + range(q_lens) +
              ", k lengths " + range(kv_lens) + ")";
     case InputLayout::paged: {
       std::vector<int> cached(kv_lens);
@@ -163,8 +174,13 @@ Views host_views(const HostProblem& problem) {
   return views;
 }
 
-ForwardArgs forward_args(const Views& views, const HostProblem& problem) {
-  ForwardArgs args;
+namespace {
+
+// The arguments the forward and the backward share: q, k, v, out, lse, alibi
+// slopes and the varlen batch.
+template <typename Args>
+Args shared_args(const Views& views, const HostProblem& problem) {
+  Args args;
   args.q = views[kQ];
   args.k = views[kK];
   args.v = views[kV];
@@ -173,24 +189,23 @@ ForwardArgs forward_args(const Views& views, const HostProblem& problem) {
   args.alibi_slopes = views[kAlibi];
   args.varlen = {views[kCuSeqlensQ], views[kCuSeqlensK], problem.max_q_len, problem.max_kv_len};
   if (!args.varlen.given()) args.varlen = {};
+  return args;
+}
+
+}  // namespace
+
+ForwardArgs forward_args(const Views& views, const HostProblem& problem) {
+  ForwardArgs args = shared_args<ForwardArgs>(views, problem);
   args.kv_cache = {views[kSeqlensK], views[kBlockTable], views[kKNew], views[kVNew]};
   return args;
 }
 
 BackwardArgs backward_args(const Views& views, const HostProblem& problem) {
-  BackwardArgs args;
-  args.q = views[kQ];
-  args.k = views[kK];
-  args.v = views[kV];
-  args.out = views[kOut];
+  BackwardArgs args = shared_args<BackwardArgs>(views, problem);
   args.dout = views[kDout];
-  args.lse = views[kLse];
   args.dq = views[kDq];
   args.dk = views[kDk];
   args.dv = views[kDv];
-  args.alibi_slopes = views[kAlibi];
-  args.varlen = {views[kCuSeqlensQ], views[kCuSeqlensK], problem.max_q_len, problem.max_kv_len};
-  if (!args.varlen.given()) args.varlen = {};
   args.kv_cache = {views[kSeqlensKAfter], views[kBlockTable], {}, {}};
   return args;
 }

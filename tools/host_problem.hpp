@@ -24,10 +24,10 @@ enum Slot : std::size_t {
 using Views = std::array<TensorView, kSlotCount>;
 
 struct HostProblem {
-  std::array<HostTensor, kSlotCount> tensors;
+  std::array<host::HostTensor, kSlotCount> tensors;
   // The KV cache once the forward has appended k_new/v_new (the backward's
   // input); equal to tensors[kK]/[kV] when nothing is appended.
-  HostTensor k_after, v_after;
+  host::HostTensor k_after, v_after;
   std::vector<int> q_lens, kv_lens;  // per sequence; kv: cached + appended
   int max_q_len = 0, max_kv_len = 0;
   int max_pages = 0, num_pages = 0;

@@ -7,7 +7,7 @@
 
 namespace cuflash::tool {
 
-ErrorStats compare(const HostTensor& got, const std::vector<double>& want) {
+ErrorStats compare(const host::HostTensor& got, const std::vector<double>& want) {
   constexpr double kInf = std::numeric_limits<double>::infinity();
   double squared_error = 0.0, squared_norm = 0.0, max_abs = 0.0;
   const std::int64_t count = std::min<std::int64_t>(got.numel(), static_cast<std::int64_t>(want.size()));

@@ -17,7 +17,7 @@ struct ErrorStats {
 
 // Elementwise, in row-major order. Equal infinities (lse = -inf of a row that
 // sees no key) count as exact; any other non-finite value makes both errors inf.
-ErrorStats compare(const HostTensor& got, const std::vector<double>& want);
+ErrorStats compare(const host::HostTensor& got, const std::vector<double>& want);
 
 struct Tolerance {
   bool on_max_abs = true;  // else on rel-L2

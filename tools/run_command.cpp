@@ -83,7 +83,7 @@ class Execution {
   // NaN) for checking, then times `repeats` more calls and prints the median.
   template <typename SizeFn, typename CallFn>
   std::optional<Outcome> time_pass(const char* pass, SizeFn workspace_size, CallFn call,
-                                   const std::vector<std::pair<Slot, HostTensor*>>& outputs, double flops) {
+                                   const std::vector<std::pair<Slot, host::HostTensor*>>& outputs, double flops) {
     std::size_t bytes = 0;
     Status status = workspace_size(&bytes);
     if (!status.ok()) return failed(status, pass);
@@ -110,8 +110,8 @@ class Execution {
 
   Outcome forward() {
     const ForwardArgs args = forward_args(views_, problem_);
-    HostTensor out = problem_.tensors[kOut], lse = problem_.tensors[kLse];
-    HostTensor k_cache = problem_.tensors[kK], v_cache = problem_.tensors[kV];
+    host::HostTensor out = problem_.tensors[kOut], lse = problem_.tensors[kLse];
+    host::HostTensor k_cache = problem_.tensors[kK], v_cache = problem_.tensors[kV];
     if (auto failure = time_pass(
             "forward", [&](std::size_t* bytes) { return forward_workspace_size(args, options_, bytes); },
             [&](const RunContext& context) { return attention_forward(args, options_, context); },
@@ -120,7 +120,7 @@ class Execution {
 
     bool passed = true;
     if (config_.append > 0) {
-      passed = k_cache.bytes == problem_.k_after.bytes && v_cache.bytes == problem_.v_after.bytes;
+      passed = k_cache.bytes() == problem_.k_after.bytes() && v_cache.bytes() == problem_.v_after.bytes();
       std::printf("  append: %s\n", passed ? "the cache holds k_new/v_new at seqlens_k.. and is otherwise unchanged"
                                            : "the cache differs from the expected append -> FAIL");
     }
@@ -144,7 +144,7 @@ class Execution {
     buffers_[kK].upload(problem_.k_after);
     buffers_[kV].upload(problem_.v_after);
     const BackwardArgs args = backward_args(views_, problem_);
-    HostTensor dq = problem_.tensors[kDq], dk = problem_.tensors[kDk], dv = problem_.tensors[kDv];
+    host::HostTensor dq = problem_.tensors[kDq], dk = problem_.tensors[kDk], dv = problem_.tensors[kDv];
     if (auto failure = time_pass(
             "backward", [&](std::size_t* bytes) { return backward_workspace_size(args, options_, bytes); },
             [&](const RunContext& context) { return attention_backward(args, options_, context); },

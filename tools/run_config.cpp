@@ -4,6 +4,10 @@
 #include <cmath>
 #include <functional>
 #include <limits>
+#include <string>
+#include <string_view>
+#include <utility>
+#include <vector>
 
 namespace cuflash::tool {
 
@@ -68,6 +72,22 @@ Setter int_pair_flag(int RunConfig::*first, int RunConfig::*second, int minimum)
   };
 }
 
+// A value out of `choices`; anything else is an error that lists them.
+template <typename Enum>
+Setter choice_flag(Enum RunConfig::*field, std::vector<std::pair<std::string_view, Enum>> choices) {
+  return [field, choices](RunConfig& config, std::string_view text) -> std::string {
+    std::string expected;
+    for (std::size_t i = 0; i < choices.size(); ++i) {
+      if (text == choices[i].first) {
+        config.*field = choices[i].second;
+        return {};
+      }
+      expected += (i == 0 ? "" : i + 1 == choices.size() ? " or " : ", ") + std::string(choices[i].first);
+    }
+    return "expected " + expected + ", got '" + std::string(text) + "'";
+  };
+}
+
 Setter switch_flag(bool RunConfig::*field, bool value) {
   return [field, value](RunConfig& config, std::string_view) {
     config.*field = value;
@@ -91,22 +111,12 @@ const std::vector<Flag>& flags() {
        int_flag(&RunConfig::heads_kv, 1)},
       {"--head-dim", "N", "64", "head dimension", int_flag(&RunConfig::head_dim, 1)},
       {"--dtype", "f32|f16|bf16", "f32", "dtype of q, k, v, out and the gradients",
-       [](RunConfig& config, std::string_view text) -> std::string {
-         if (text == "f32") config.dtype = DType::f32;
-         else if (text == "f16") config.dtype = DType::f16;
-         else if (text == "bf16") config.dtype = DType::bf16;
-         else return "expected f32, f16 or bf16, got '" + std::string(text) + "'";
-         return {};
-       }},
+       choice_flag<DType>(&RunConfig::dtype, {{"f32", DType::f32}, {"f16", DType::f16}, {"bf16", DType::bf16}})},
       {"--layout", "dense|varlen|paged", "dense",
        "dense [B,S,H,D]; varlen: packed, random lengths; paged: KV cache in shuffled pages",
-       [](RunConfig& config, std::string_view text) -> std::string {
-         if (text == "dense") config.layout = InputLayout::dense;
-         else if (text == "varlen") config.layout = InputLayout::varlen;
-         else if (text == "paged") config.layout = InputLayout::paged;
-         else return "expected dense, varlen or paged, got '" + std::string(text) + "'";
-         return {};
-       }},
+       choice_flag<InputLayout>(&RunConfig::layout, {{"dense", InputLayout::dense},
+                                                      {"varlen", InputLayout::varlen},
+                                                      {"paged", InputLayout::paged}})},
       {"--page-size", "N", "16", "keys per page (paged only)", int_flag(&RunConfig::page_size, 1)},
       {"--append", "N", "0", "new keys per sequence written into the cache by the call (paged only)",
        int_flag(&RunConfig::append, 0)},
@@ -137,14 +147,10 @@ const std::vector<Flag>& flags() {
        switch_flag(&RunConfig::deterministic, true)},
       {"--backend", "auto|cpu|cuda|cudnn", "auto",
        "auto: a GPU when one is visible (the CPU if the GPU backends cannot run the problem), else the CPU",
-       [](RunConfig& config, std::string_view text) -> std::string {
-         if (text == "auto") config.backend = Backend::automatic;
-         else if (text == "cpu") config.backend = Backend::cpu;
-         else if (text == "cuda") config.backend = Backend::cuda;
-         else if (text == "cudnn") config.backend = Backend::cudnn;
-         else return "expected auto, cpu, cuda or cudnn, got '" + std::string(text) + "'";
-         return {};
-       }},
+       choice_flag<Backend>(&RunConfig::backend, {{"auto", Backend::automatic},
+                                                  {"cpu", Backend::cpu},
+                                                  {"cuda", Backend::cuda},
+                                                  {"cudnn", Backend::cudnn}})},
       {"--repeats", "N", "5", "timed calls after one warm-up; the median is reported",
        int_flag(&RunConfig::repeats, 1)},
       {"--seed", "N", "0", "seed of the random inputs",

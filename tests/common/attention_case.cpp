@@ -4,6 +4,7 @@
 #include <limits>
 #include <numeric>
 #include <stdexcept>
+#include <utility>
 
 namespace cuflash::test {
 namespace {
@@ -19,8 +20,6 @@ void poison_rows(HostTensor& t, const std::vector<bool>& owned) {
     if (!owned[row])
       for (std::int64_t e = 0; e < row_elems; ++e) t.set(row * row_elems + e, kNaN);
 }
-
-TensorView view_or_empty(const HostTensor& t) { return t.empty() ? TensorView{} : t.view(); }
 
 }  // namespace
 
@@ -66,6 +65,19 @@ std::vector<CaseSpec> for_dtypes(const std::vector<CaseSpec>& specs, const std::
       all.back().dtype = dtype;
     }
   return all;
+}
+
+CaseSpec dense_case(std::string label, int q_len, int kv_len, int heads_q, int heads_kv, int head_dim, int batch) {
+  CaseSpec s;
+  s.label = std::move(label);
+  s.layout = CaseLayout::dense;
+  s.batch = batch;
+  s.q_len = q_len;
+  s.kv_len = kv_len;
+  s.heads_q = heads_q;
+  s.heads_kv = heads_kv;
+  s.head_dim = head_dim;
+  return s;
 }
 
 AttentionCase::AttentionCase(CaseSpec spec, std::mt19937& engine) : spec_(std::move(spec)) {
@@ -255,25 +267,40 @@ void AttentionCase::build_common(std::mt19937& engine) {
   dv.poison();
 }
 
-ForwardArgs AttentionCase::forward_args() const {
-  ForwardArgs a;
-  a.q = q.view();
-  a.k = k.view();
-  a.v = v.view();
-  a.out = out.view();
-  a.lse = view_or_empty(lse);
-  a.alibi_slopes = view_or_empty(alibi);
-  if (spec_.layout == CaseLayout::varlen) {
-    a.varlen.cu_seqlens_q = cu_seqlens_q.view();
-    a.varlen.cu_seqlens_k = cu_seqlens_k.view();
-    a.varlen.max_seqlen_q = *std::max_element(spec_.q_lens.begin(), spec_.q_lens.end());
-    a.varlen.max_seqlen_k = *std::max_element(spec_.kv_lens.begin(), spec_.kv_lens.end());
+namespace {
+
+// The arguments the forward and the backward share: q, k, v, out, lse, alibi
+// slopes, and the varlen batch or the KV cache without an append.
+template <typename Args>
+Args shared_args(const AttentionCase& c) {
+  const CaseSpec& s = c.spec();
+  Args a;
+  a.q = c.q.view();
+  a.k = c.k.view();
+  a.v = c.v.view();
+  a.out = c.out.view();
+  a.lse = c.lse.view();
+  a.alibi_slopes = c.alibi.view();
+  if (s.layout == CaseLayout::varlen) {
+    a.varlen.cu_seqlens_q = c.cu_seqlens_q.view();
+    a.varlen.cu_seqlens_k = c.cu_seqlens_k.view();
+    a.varlen.max_seqlen_q = *std::max_element(s.q_lens.begin(), s.q_lens.end());
+    a.varlen.max_seqlen_k = *std::max_element(s.kv_lens.begin(), s.kv_lens.end());
   }
+  if (s.layout == CaseLayout::kv_cache) {
+    a.kv_cache.seqlens_k = c.seqlens_k.view();
+    a.kv_cache.block_table = c.block_table.view();
+  }
+  return a;
+}
+
+}  // namespace
+
+ForwardArgs AttentionCase::forward_args() const {
+  ForwardArgs a = shared_args<ForwardArgs>(*this);
   if (spec_.layout == CaseLayout::kv_cache) {
-    a.kv_cache.seqlens_k = seqlens_k.view();
-    a.kv_cache.block_table = view_or_empty(block_table);
-    a.kv_cache.k_new = view_or_empty(k_new);
-    a.kv_cache.v_new = view_or_empty(v_new);
+    a.kv_cache.k_new = k_new.view();
+    a.kv_cache.v_new = v_new.view();
   }
   return a;
 }
@@ -291,22 +318,11 @@ void AttentionCase::set_forward_outputs(const std::vector<double>& out_values, c
 }
 
 BackwardArgs AttentionCase::backward_args() const {
-  BackwardArgs a;
-  a.q = q.view();
-  a.k = k.view();
-  a.v = v.view();
-  a.out = out.view();
+  BackwardArgs a = shared_args<BackwardArgs>(*this);
   a.dout = dout.view();
-  a.lse = lse.view();
   a.dq = dq.view();
   a.dk = dk.view();
   a.dv = dv.view();
-  a.alibi_slopes = view_or_empty(alibi);
-  const ForwardArgs f = forward_args();
-  a.varlen = f.varlen;
-  a.kv_cache = f.kv_cache;
-  a.kv_cache.k_new = {};
-  a.kv_cache.v_new = {};
   return a;
 }
 

@@ -6,6 +6,7 @@
 #include <ostream>
 #include <random>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "cuflash/attention.hpp"
@@ -58,6 +59,16 @@ struct CaseSpecName {
 };
 // Each spec once per dtype.
 std::vector<CaseSpec> for_dtypes(const std::vector<CaseSpec>& specs, const std::vector<DType>& dtypes);
+// A dense case: `batch` sequences of q_len queries over kv_len keys.
+CaseSpec dense_case(std::string label, int q_len, int kv_len, int heads_q, int heads_kv, int head_dim, int batch = 2);
+// `base` under another label, changed by `change(CaseSpec&)`: for lists of
+// cases that vary one shape.
+template <typename Change>
+CaseSpec variant(CaseSpec base, std::string label, Change change) {
+  base.label = std::move(label);
+  change(base);
+  return base;
+}
 
 class AttentionCase {
  public:

@@ -89,6 +89,13 @@ void expect_unchanged(const HostTensor& before, const HostTensor& after, const c
   EXPECT_TRUE(same_bytes(before, after)) << name << " was modified by the call";
 }
 
+// Whether `status` is ok; else adds a failure "<what> failed: <status>".
+bool call_ok(const Status& status, const std::string& what) {
+  if (status.ok()) return true;
+  ADD_FAILURE() << what << " failed: " << status.to_string();
+  return false;
+}
+
 bool within(const ErrorStats& e, double max_abs_rel, double rel_l2) {
   if (e.mismatches > 0) return false;
   if (max_abs_rel >= 0.0 && e.max_abs > max_abs_rel * e.ref_max_abs) return false;
@@ -128,20 +135,13 @@ ForwardErrors check_forward(AttentionCase& c, Runner& runner, const Tolerance& t
   const CaseSpec& s = c.spec();
   oracle::ForwardResult ref;
   // The oracle runs first and never modifies the cache; it reads appended keys from k_new.
-  const Status oracle_status = oracle::forward_float64(c.forward_args(), s.options, &ref);
-  if (!oracle_status.ok()) {
-    ADD_FAILURE() << "oracle forward failed: " << oracle_status.to_string();
-    return errors;
-  }
+  if (!call_ok(oracle::forward_float64(c.forward_args(), s.options, &ref), "oracle forward")) return errors;
   const HostTensor q_before = c.q, k_before = c.k, v_before = c.v;
   c.out.poison();
   if (!c.lse.empty()) c.lse.poison();
 
-  const Status status = runner.forward(c, c.options(runner.backend()));
-  if (!status.ok()) {
-    ADD_FAILURE() << backend_name(runner.backend()) << " forward failed: " << status.to_string();
-    return errors;
-  }
+  const std::string what = std::string(backend_name(runner.backend())) + " forward";
+  if (!call_ok(runner.forward(c, c.options(runner.backend())), what)) return errors;
 
   errors.out = compare(c.out, ref.out);
   EXPECT_TRUE(within(errors.out, tol.out_max_abs_rel, tol.out_rel_l2)) << "out: " << errors.out.describe();
@@ -173,31 +173,20 @@ BackwardErrors check_backward(AttentionCase& c, Runner& runner, const Tolerance&
   BackwardErrors errors;
   const CaseSpec& s = c.spec();
   oracle::ForwardResult fwd;
-  const Status fwd_status = oracle::forward_float64(c.forward_args(), s.options, &fwd);
-  if (!fwd_status.ok()) {
-    ADD_FAILURE() << "oracle forward failed: " << fwd_status.to_string();
-    return errors;
-  }
+  if (!call_ok(oracle::forward_float64(c.forward_args(), s.options, &fwd), "oracle forward")) return errors;
   // The backward gets the exact forward, rounded as a forward would store it,
   // so that a forward bug cannot show up here.
   c.set_forward_outputs(fwd.out, fwd.lse);
   oracle::BackwardResult ref;
-  const Status oracle_status = oracle::backward_float64(c.backward_args(), s.options, &ref);
-  if (!oracle_status.ok()) {
-    ADD_FAILURE() << "oracle backward failed: " << oracle_status.to_string();
-    return errors;
-  }
+  if (!call_ok(oracle::backward_float64(c.backward_args(), s.options, &ref), "oracle backward")) return errors;
   const HostTensor q_before = c.q, k_before = c.k, v_before = c.v, out_before = c.out, dout_before = c.dout,
                    lse_before = c.lse;
   c.dq.poison();
   c.dk.poison();
   c.dv.poison();
 
-  const Status status = runner.backward(c, c.options(runner.backend()));
-  if (!status.ok()) {
-    ADD_FAILURE() << backend_name(runner.backend()) << " backward failed: " << status.to_string();
-    return errors;
-  }
+  const std::string what = std::string(backend_name(runner.backend())) + " backward";
+  if (!call_ok(runner.backward(c, c.options(runner.backend())), what)) return errors;
   // Exact zeros where no score contributes: dq of a query that sees no key
   // (its forward out is 0, or NaN for a row owned by no sequence), and dk/dv of
   // a key no query sees (dv is 0 only then, as P > 0 for a seen key).

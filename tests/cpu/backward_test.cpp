@@ -10,16 +10,9 @@ namespace {
 
 const std::vector<DType> kAllDtypes = {DType::f32, DType::f16, DType::bf16};
 
-CaseSpec dense(const char* label, int q_len, int kv_len, int heads_q = 4, int heads_kv = 2, int head_dim = 64) {
-  CaseSpec s;
-  s.label = label;
-  s.batch = 2;
-  s.q_len = q_len;
-  s.kv_len = kv_len;
-  s.heads_q = heads_q;
-  s.heads_kv = heads_kv;
-  s.head_dim = head_dim;
-  return s;
+// Dense backward cases: 2 sequences, by default 4 query heads over 2 KV heads of dimension 64.
+CaseSpec dense(std::string label, int q_len, int kv_len, int heads_q = 4, int heads_kv = 2, int head_dim = 64) {
+  return dense_case(std::move(label), q_len, kv_len, heads_q, heads_kv, head_dim);
 }
 
 class CpuBackward : public ::testing::TestWithParam<CaseSpec> {};
@@ -37,39 +30,24 @@ std::vector<CaseSpec> dense_cases() {
   CaseSpec s;
   add(dense("plain", 33, 33));
   add(dense("q_shorter", 17, 70));
-  s = dense("causal", 33, 33);
-  s.options.causal = true;
-  add(s);
-  s = dense("causal_q_longer", 40, 17);  // rows that see nothing: dq = 0 there
-  s.options.causal = true;
-  add(s);
-  s = dense("causal_q_shorter", 17, 40);
-  s.options.causal = true;
-  add(s);
-  s = dense("window_5_3", 33, 41);
-  s.options.window_left = 5;
-  s.options.window_right = 3;
-  add(s);
-  s = dense("causal_window_left_7", 33, 41);
-  s.options.causal = true;
-  s.options.window_left = 7;
-  add(s);
-  s = dense("softcap_2", 33, 41);
-  s.options.softcap = 2.0f;
-  add(s);
-  s = dense("softcap_10_scale_0_5", 33, 41);
-  s.options.softcap = 10.0f;
-  s.options.softmax_scale = 0.5f;
-  add(s);
-  s = dense("alibi_per_head", 33, 41);
-  s.alibi = AlibiKind::per_head;
-  add(s);
-  s = dense("alibi_per_batch_causal", 33, 41);
-  s.alibi = AlibiKind::per_batch;
-  s.options.causal = true;
-  add(s);
-  s = dense("gqa8", 25, 31, 8, 1);
-  add(s);
+  for (CaseSpec causal : {
+           dense("causal", 33, 33),
+           dense("causal_q_longer", 40, 17),  // rows that see nothing: dq = 0 there
+           dense("causal_q_shorter", 17, 40),
+       }) {
+    causal.options.causal = true;
+    add(causal);
+  }
+  const CaseSpec base = dense("", 33, 41);
+  add(variant(base, "window_5_3", [](CaseSpec& s) { s.options.window_left = 5; s.options.window_right = 3; }));
+  add(variant(base, "causal_window_left_7", [](CaseSpec& s) { s.options.causal = true; s.options.window_left = 7; }));
+  add(variant(base, "softcap_2", [](CaseSpec& s) { s.options.softcap = 2.0f; }));
+  add(variant(base, "softcap_10_scale_0_5",
+              [](CaseSpec& s) { s.options.softcap = 10.0f; s.options.softmax_scale = 0.5f; }));
+  add(variant(base, "alibi_per_head", [](CaseSpec& s) { s.alibi = AlibiKind::per_head; }));
+  add(variant(base, "alibi_per_batch_causal",
+              [](CaseSpec& s) { s.alibi = AlibiKind::per_batch; s.options.causal = true; }));
+  add(dense("gqa8", 25, 31, 8, 1));
   s = dense("bhsd", 25, 31);
   s.bhsd = true;
   add(s);
@@ -84,7 +62,7 @@ std::vector<CaseSpec> dense_cases() {
 
 std::vector<CaseSpec> head_dim_cases() {
   std::vector<CaseSpec> cases;
-  for (int d : {32, 40, 64, 96, 128, 160, 192, 256}) cases.push_back(dense(("d" + std::to_string(d)).c_str(), 13, 19, 2, 1, d));
+  for (int d : {32, 40, 64, 96, 128, 160, 192, 256}) cases.push_back(dense("d" + std::to_string(d), 13, 19, 2, 1, d));
   cases.push_back(dense("q255_k255", 255, 255, 1, 1, 64));
   cases.back().batch = 1;
   cases.back().options.causal = true;

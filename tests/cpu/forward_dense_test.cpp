@@ -12,19 +12,6 @@ namespace {
 
 const std::vector<DType> kAllDtypes = {DType::f32, DType::f16, DType::bf16};
 
-CaseSpec dense(const char* label, int q_len, int kv_len, int heads_q, int heads_kv, int head_dim, int batch = 2) {
-  CaseSpec s;
-  s.label = label;
-  s.layout = CaseLayout::dense;
-  s.batch = batch;
-  s.q_len = q_len;
-  s.kv_len = kv_len;
-  s.heads_q = heads_q;
-  s.heads_kv = heads_kv;
-  s.head_dim = head_dim;
-  return s;
-}
-
 class CpuForwardDense : public ::testing::TestWithParam<CaseSpec> {};
 
 TEST_P(CpuForwardDense, MatchesOracle) {
@@ -37,129 +24,82 @@ TEST_P(CpuForwardDense, MatchesOracle) {
 std::vector<CaseSpec> head_dim_cases() {
   std::vector<CaseSpec> cases;
   for (int d : {32, 40, 64, 96, 128, 160, 192, 256})
-    cases.push_back(dense(("d" + std::to_string(d)).c_str(), 17, 40, 2, 1, d));
+    cases.push_back(dense_case("d" + std::to_string(d), 17, 40, 2, 1, d));
   return for_dtypes(cases, kAllDtypes);
 }
 
 std::vector<CaseSpec> length_cases() {
   std::vector<CaseSpec> cases = for_dtypes(
       {
-          dense("q1_k1", 1, 1, 2, 1, 64),
-          dense("q1_k255", 1, 255, 2, 1, 64),
-          dense("q17_k17", 17, 17, 2, 1, 64),
-          dense("q17_k255", 17, 255, 2, 1, 64),
-          dense("q255_k17", 255, 17, 2, 1, 64),
-          dense("q255_k255", 255, 255, 2, 1, 64, 1),
+          dense_case("q1_k1", 1, 1, 2, 1, 64),
+          dense_case("q1_k255", 1, 255, 2, 1, 64),
+          dense_case("q17_k17", 17, 17, 2, 1, 64),
+          dense_case("q17_k255", 17, 255, 2, 1, 64),
+          dense_case("q255_k17", 255, 17, 2, 1, 64),
+          dense_case("q255_k255", 255, 255, 2, 1, 64, 1),
       },
       kAllDtypes);
-  for (const CaseSpec& s : for_dtypes({dense("q1024_k1024", 1024, 1024, 1, 1, 64, 1)}, {DType::f32, DType::bf16}))
+  for (const CaseSpec& s : for_dtypes({dense_case("q1024_k1024", 1024, 1024, 1, 1, 64, 1)}, {DType::f32, DType::bf16}))
     cases.push_back(s);
   return cases;
 }
 
 std::vector<CaseSpec> gqa_cases() {
-  return for_dtypes({dense("gqa1_h2", 33, 47, 2, 2, 64), dense("gqa2_h4", 33, 47, 4, 2, 64),
-                     dense("gqa8_h8", 33, 47, 8, 1, 64)},
+  return for_dtypes({dense_case("gqa1_h2", 33, 47, 2, 2, 64), dense_case("gqa2_h4", 33, 47, 4, 2, 64),
+                     dense_case("gqa8_h8", 33, 47, 8, 1, 64)},
                     kAllDtypes);
 }
 
 std::vector<CaseSpec> option_cases() {
   std::vector<CaseSpec> cases;
   auto add = [&](CaseSpec s) { cases.push_back(std::move(s)); };
-  const CaseSpec base = dense("", 37, 53, 4, 2, 64);
   CaseSpec s;
 
-  s = dense("causal_square", 45, 45, 4, 2, 64);
-  s.options.causal = true;
-  add(s);
-  s = dense("causal_q_shorter", 17, 255, 2, 1, 64);
-  s.options.causal = true;
-  add(s);
-  // Bottom-right alignment with more queries than keys: the first rows see nothing.
-  s = dense("causal_q_longer", 255, 17, 2, 1, 64);
-  s.options.causal = true;
-  add(s);
-  s = dense("decode_causal", 1, 255, 4, 1, 64);
-  s.options.causal = true;
-  add(s);
+  for (CaseSpec causal : {
+           dense_case("causal_square", 45, 45, 4, 2, 64),
+           dense_case("causal_q_shorter", 17, 255, 2, 1, 64),
+           // Bottom-right alignment with more queries than keys: the first rows see nothing.
+           dense_case("causal_q_longer", 255, 17, 2, 1, 64),
+           dense_case("decode_causal", 1, 255, 4, 1, 64),
+       }) {
+    causal.options.causal = true;
+    add(causal);
+  }
 
-  s = base;
-  s.label = "window_8_4";
-  s.options.window_left = 8;
-  s.options.window_right = 4;
-  add(s);
-  s = base;
-  s.label = "window_left_16";
-  s.options.window_left = 16;
-  add(s);
-  s = base;
-  s.label = "window_right_3";
-  s.options.window_right = 3;
-  add(s);
-  s = base;
-  s.label = "window_0_0";
+  // One shape, B=2 Sq=37 Sk=53 Hq=4 Hk=2 D=64, with an option or two changed.
+  const CaseSpec base = dense_case("", 37, 53, 4, 2, 64);
+  add(variant(base, "window_8_4", [](CaseSpec& s) { s.options.window_left = 8; s.options.window_right = 4; }));
+  add(variant(base, "window_left_16", [](CaseSpec& s) { s.options.window_left = 16; }));
+  add(variant(base, "window_right_3", [](CaseSpec& s) { s.options.window_right = 3; }));
+  add(variant(base, "window_0_0", [](CaseSpec& s) { s.options.window_left = 0; s.options.window_right = 0; }));
+  s = dense_case("window_0_0_q_longer", 40, 25, 2, 1, 64);  // rows before the diagonal see nothing
   s.options.window_left = 0;
   s.options.window_right = 0;
   add(s);
-  s = dense("window_0_0_q_longer", 40, 25, 2, 1, 64);  // rows before the diagonal see nothing
-  s.options.window_left = 0;
-  s.options.window_right = 0;
-  add(s);
-  s = base;
-  s.label = "causal_window_left_10";
-  s.options.causal = true;
-  s.options.window_left = 10;
-  add(s);
+  add(variant(base, "causal_window_left_10", [](CaseSpec& s) { s.options.causal = true; s.options.window_left = 10; }));
   // causal overrides window_right, as in flash-attn.
-  s = base;
-  s.label = "causal_overrides_window_right";
-  s.options.causal = true;
-  s.options.window_right = 7;
-  add(s);
+  add(variant(base, "causal_overrides_window_right",
+              [](CaseSpec& s) { s.options.causal = true; s.options.window_right = 7; }));
 
   // Default scale 1/8 puts raw scores near N(0, 1): a cap of 2 bends many of them.
-  s = base;
-  s.label = "softcap_2";
-  s.options.softcap = 2.0f;
-  add(s);
-  s = base;
-  s.label = "softcap_30_scale_1";
-  s.options.softcap = 30.0f;
-  s.options.softmax_scale = 1.0f;
-  add(s);
-  s = base;
-  s.label = "alibi_per_head";
-  s.alibi = AlibiKind::per_head;
-  add(s);
-  s = base;
-  s.label = "alibi_per_batch";
-  s.alibi = AlibiKind::per_batch;
-  add(s);
-  s = base;
-  s.label = "scale_0_3";
-  s.options.softmax_scale = 0.3f;
-  add(s);
-  s = base;
-  s.label = "no_lse";
-  s.with_lse = false;
-  add(s);
-  s = base;
-  s.label = "bhsd_strided";
-  s.bhsd = true;
-  add(s);
-  s = base;
-  s.label = "padded_rows";
-  s.row_padding = 5;
-  add(s);
+  add(variant(base, "softcap_2", [](CaseSpec& s) { s.options.softcap = 2.0f; }));
+  add(variant(base, "softcap_30_scale_1",
+              [](CaseSpec& s) { s.options.softcap = 30.0f; s.options.softmax_scale = 1.0f; }));
+  add(variant(base, "alibi_per_head", [](CaseSpec& s) { s.alibi = AlibiKind::per_head; }));
+  add(variant(base, "alibi_per_batch", [](CaseSpec& s) { s.alibi = AlibiKind::per_batch; }));
+  add(variant(base, "scale_0_3", [](CaseSpec& s) { s.options.softmax_scale = 0.3f; }));
+  add(variant(base, "no_lse", [](CaseSpec& s) { s.with_lse = false; }));
+  add(variant(base, "bhsd_strided", [](CaseSpec& s) { s.bhsd = true; }));
+  add(variant(base, "padded_rows", [](CaseSpec& s) { s.row_padding = 5; }));
 
-  s = dense("combined_causal_softcap_alibi_gqa8_bhsd", 37, 53, 8, 1, 64);
+  s = dense_case("combined_causal_softcap_alibi_gqa8_bhsd", 37, 53, 8, 1, 64);
   s.options.causal = true;
   s.options.window_left = 20;
   s.options.softcap = 3.0f;
   s.alibi = AlibiKind::per_batch;
   s.bhsd = true;
   add(s);
-  s = dense("combined_window_alibi_scale_padded", 53, 37, 4, 2, 96);
+  s = dense_case("combined_window_alibi_scale_padded", 53, 37, 4, 2, 96);
   s.options.window_left = 6;
   s.options.window_right = 9;
   s.options.softmax_scale = 0.2f;
@@ -178,7 +118,7 @@ INSTANTIATE_TEST_SUITE_P(Options, CpuForwardDense, ::testing::ValuesIn(option_ca
 // than left to the generic comparison.
 TEST(CpuForwardMaskedRows, ZeroOutputAndNegativeInfinityLse) {
   CUFLASH_TEST_RNG(rng);
-  CaseSpec s = dense("masked", 9, 4, 2, 1, 32, 1);
+  CaseSpec s = dense_case("masked", 9, 4, 2, 1, 32, 1);
   s.options.causal = true;  // offset -5: queries 0..4 see nothing
   AttentionCase c(s, rng.engine());
   HostApiRunner runner(Backend::cpu);

@@ -78,15 +78,8 @@ std::string dtype_name_param(const ::testing::TestParamInfo<DType>& info) { retu
 // softcap acts per score, so it splits too).
 TEST_P(CpuMergeStates, SplitKeysEqualsFullAttention) {
   CUFLASH_TEST_RNG(rng);
-  CaseSpec spec;
-  spec.label = "split";
+  CaseSpec spec = dense_case("split", 19, 50, 4, 2, 64);
   spec.dtype = GetParam();
-  spec.batch = 2;
-  spec.q_len = 19;
-  spec.kv_len = 50;
-  spec.heads_q = 4;
-  spec.heads_kv = 2;
-  spec.head_dim = 64;
   spec.options.softcap = 4.0f;
   spec.options.backend = Backend::cpu;
   AttentionCase full(spec, rng.engine());

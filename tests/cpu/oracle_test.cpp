@@ -119,14 +119,7 @@ TEST(Oracle, HandComputedMasks) {
 // append, and as a paged cache must give the same numbers.
 TEST(Oracle, LayoutsAgree) {
   CUFLASH_TEST_RNG(rng);
-  CaseSpec dense_spec;
-  dense_spec.layout = CaseLayout::dense;
-  dense_spec.batch = 1;
-  dense_spec.heads_q = 4;
-  dense_spec.heads_kv = 2;
-  dense_spec.head_dim = 8;
-  dense_spec.q_len = 5;
-  dense_spec.kv_len = 11;
+  CaseSpec dense_spec = dense_case("", 5, 11, 4, 2, 8, 1);
   dense_spec.options.causal = true;
   dense_spec.alibi = AlibiKind::per_head;
   AttentionCase dense(dense_spec, rng.engine());
@@ -248,13 +241,7 @@ TEST_P(OracleGradient, MatchesFiniteDifferences) {
 
 std::vector<CaseSpec> gradient_cases() {
   std::vector<CaseSpec> cases;
-  CaseSpec base;
-  base.batch = 2;
-  base.heads_q = 2;
-  base.heads_kv = 1;
-  base.head_dim = 4;
-  base.q_len = 3;
-  base.kv_len = 5;
+  CaseSpec base = dense_case("", 3, 5, 2, 1, 4);
   base.poison_unused = false;  // every element is perturbed, so every element must be a number
 
   CaseSpec s = base;
