@@ -21,36 +21,44 @@ bool backend_available(Backend backend) {
   return false;
 }
 
-Status attention_forward(const ForwardArgs& args, const AttentionOptions& options, const RunContext& context) {
+namespace {
+
+// Validate, choose the backend, then hand both to `run`.
+template <typename Args, typename Validate, typename Run>
+Status validated_call(const Args& args, const AttentionOptions& options, void* stream, Validate validate, Run run) {
   Problem problem;
-  CUFLASH_TRY(detail::validate_forward(args, options, context.stream, &problem));
+  CUFLASH_TRY(validate(args, options, stream, &problem));
   BackendImpl* backend = nullptr;
   CUFLASH_TRY(detail::choose_backend(options.backend, problem, &backend));
-  return backend->forward(problem, context);
+  return run(*backend, problem);
+}
+
+}  // namespace
+
+Status attention_forward(const ForwardArgs& args, const AttentionOptions& options, const RunContext& context) {
+  return validated_call(args, options, context.stream, detail::validate_forward,
+                        [&](BackendImpl& backend, const Problem& problem) { return backend.forward(problem, context); });
 }
 
 Status attention_backward(const BackwardArgs& args, const AttentionOptions& options, const RunContext& context) {
-  Problem problem;
-  CUFLASH_TRY(detail::validate_backward(args, options, context.stream, &problem));
-  BackendImpl* backend = nullptr;
-  CUFLASH_TRY(detail::choose_backend(options.backend, problem, &backend));
-  return backend->backward(problem, context);
+  return validated_call(args, options, context.stream, detail::validate_backward,
+                        [&](BackendImpl& backend, const Problem& problem) { return backend.backward(problem, context); });
 }
 
+// Sizes are the same whatever the index contents, so the query copies nothing
+// to the host and needs no stream.
 Status forward_workspace_size(const ForwardArgs& args, const AttentionOptions& options, std::size_t* bytes) {
-  Problem problem;
-  CUFLASH_TRY(detail::validate_forward(args, options, nullptr, &problem));
-  BackendImpl* backend = nullptr;
-  CUFLASH_TRY(detail::choose_backend(options.backend, problem, &backend));
-  return backend->workspace_size(problem, bytes);
+  AttentionOptions shape_only = options;
+  shape_only.check_index_contents = false;
+  return validated_call(args, shape_only, nullptr, detail::validate_forward,
+                        [&](BackendImpl& backend, const Problem& problem) { return backend.workspace_size(problem, bytes); });
 }
 
 Status backward_workspace_size(const BackwardArgs& args, const AttentionOptions& options, std::size_t* bytes) {
-  Problem problem;
-  CUFLASH_TRY(detail::validate_backward(args, options, nullptr, &problem));
-  BackendImpl* backend = nullptr;
-  CUFLASH_TRY(detail::choose_backend(options.backend, problem, &backend));
-  return backend->workspace_size(problem, bytes);
+  AttentionOptions shape_only = options;
+  shape_only.check_index_contents = false;
+  return validated_call(args, shape_only, nullptr, detail::validate_backward,
+                        [&](BackendImpl& backend, const Problem& problem) { return backend.workspace_size(problem, bytes); });
 }
 
 Status merge_states(const MergeArgs& args, Backend backend_choice, const RunContext& context) {

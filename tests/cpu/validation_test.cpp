@@ -106,6 +106,21 @@ TEST_F(BadInput, ValidCallsSucceed) {
   ASSERT_TRUE(attention_backward(backward_args(), cpu_options()).ok());
 }
 
+TEST_F(BadInput, WorkspaceQueriesValidateToo) {
+  std::size_t bytes = 1;
+  ASSERT_TRUE(forward_workspace_size(forward_args(), cpu_options(), &bytes).ok());
+  EXPECT_EQ(bytes, 0u);  // the CPU backend needs no scratch from the caller
+  bytes = 1;
+  ASSERT_TRUE(backward_workspace_size(backward_args(), cpu_options(), &bytes).ok());
+  EXPECT_EQ(bytes, 0u);
+  ForwardArgs args = forward_args();
+  args.k.shape[3] = 32;
+  const Status status = forward_workspace_size(args, cpu_options(), &bytes);
+  EXPECT_EQ(status.code(), StatusCode::invalid_argument);
+  EXPECT_NE(status.message().find("k: head_dim (last dim) expected 64 (like q), got 32"), std::string::npos)
+      << status.message();
+}
+
 TEST_F(BadInput, MissingQ) {
   ForwardArgs args = forward_args();
   args.q = {};
