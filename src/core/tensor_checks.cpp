@@ -2,6 +2,7 @@
 
 #include <algorithm>
 #include <cstdlib>
+#include <limits>
 #include <numeric>
 #include <sstream>
 #include <vector>
@@ -94,9 +95,10 @@ Status check_layout(const TensorView& view, const char* name, int rank, const ch
     if (view.rank > 0 && view.rank <= kMaxRank) message.append(" ").append(shape_string(view));
     return Status::invalid(message);
   }
+  // Extents are held as int in Problem (and in kernel parameters).
   for (int d = 0; d < rank; ++d)
-    if (view.shape[d] < 0)
-      return Status::invalid(arg + ": dimensions must be non-negative, got shape " + shape_string(view));
+    if (view.shape[d] < 0 || view.shape[d] > std::numeric_limits<std::int32_t>::max())
+      return Status::invalid(arg + ": every dimension must be in [0, 2^31), got shape " + shape_string(view));
   if (view.data == nullptr && view.numel() > 0) return Status::invalid(arg + ": data pointer is null");
   for (int d = 0; d < rank; ++d)
     if (view.strides[d] < 0)

@@ -2,6 +2,7 @@
 
 #include <algorithm>
 #include <cmath>
+#include <limits>
 #include <string>
 #include <utility>
 #include <vector>
@@ -203,7 +204,11 @@ Status check_kv_cache_layout(const KvCache& cache, bool forward, Problem* p) {
     p->page_size = static_cast<int>(p->k.shape[1]);
     p->num_pages = static_cast<int>(p->k.shape[0]);
     p->max_pages = static_cast<int>(cache.block_table.shape[1]);
-    p->cache_capacity = p->page_size * p->max_pages;
+    const std::int64_t capacity = static_cast<std::int64_t>(p->page_size) * p->max_pages;
+    if (capacity > std::numeric_limits<std::int32_t>::max())
+      return Status::invalid("kv_cache.block_table: " + str(p->max_pages) + " pages x page_size " + str(p->page_size) +
+                             " exceed 2^31 - 1 keys per sequence");
+    p->cache_capacity = static_cast<int>(capacity);
     p->block_table = cache.block_table;
   } else {
     if (p->k.shape[0] != p->batch)

@@ -171,6 +171,12 @@ TEST_F(BadInput, EmptyDimension) {
                                 "got shape [2, 0, 4, 64]"});
 }
 
+TEST_F(BadInput, DimensionBeyondInt32) {
+  ForwardArgs args = forward_args();
+  args.k.shape[1] = std::int64_t{1} << 31;
+  expect_invalid_forward(args, {"k: every dimension must be in [0, 2^31), got shape [2, 2147483648, 2, 64]"});
+}
+
 TEST_F(BadInput, MisalignedPointer) {
   ForwardArgs args = forward_args();
   args.k.data = reinterpret_cast<char*>(k_data.data()) + 2;
