@@ -4,7 +4,8 @@
 # racecheck over the GPU tests, and `cuflash run`. Logs go to $OUT (or
 # build-gpu/logs) and a summary to stdout.
 #   CUFLASH_COMMIT=$(git rev-parse --short HEAD) scripts/gpu-check.sh
-# GoogleTest: the system's if installed, else the sources carried in .deps/googletest.
+# GoogleTest: the system's if installed, else the sources carried in .deps/googletest
+# (scripts/stage-gpu-deps.sh puts them there; pass carry [".deps"]).
 set -uo pipefail
 cd "$(dirname "$0")/.."
 build=build-gpu
