@@ -1,15 +1,50 @@
-// backend=cuda: cuflash's own kernels. This build has merge_states; the
-// FlashAttention-2 forward/backward kernels (issue 3) and the paged/decode
-// kernels (issue 5) plug in behind `supports` and `forward`/`backward`.
+// backend=cuda: cuflash's own kernels. fp16/bf16 run the FlashAttention-2
+// tensor-core kernels (sm80/), f32 the plain-fp32 SIMT kernels (simt/); the
+// paged/decode kernels (issue 5) plug in behind the same `supports`.
 #include <cuda_runtime_api.h>
+
+#include <string>
 
 #include "backend.hpp"
 #include "common/cuda_check.hpp"
+#include "simt/attention_f32.hpp"
+#include "sm80/flash_bwd.hpp"
+#include "sm80/flash_fwd.hpp"
 #include "sm80/merge_states.cuh"
 
 namespace cuflash::detail {
 
 namespace {
+
+// The caller's workspace, or (when it gave none) stream-ordered scratch from
+// the CUDA memory pool, freed on the same stream after the kernels.
+class Scratch {
+ public:
+  Status acquire(const RunContext& context, std::size_t bytes, cudaStream_t stream) {
+    stream_ = stream;
+    if (bytes == 0) return {};
+    if (context.workspace != nullptr) {
+      if (context.workspace_bytes < bytes)
+        return Status::invalid("workspace: this call needs " + std::to_string(bytes) + " bytes, RunContext gives " +
+                               std::to_string(context.workspace_bytes) +
+                               " (ask forward_workspace_size/backward_workspace_size, or pass none)");
+      pointer_ = context.workspace;
+      return {};
+    }
+    CUFLASH_TRY(cuda_status(cudaMallocAsync(&pointer_, bytes, stream), "cudaMallocAsync(workspace)"));
+    owned_ = true;
+    return {};
+  }
+  ~Scratch() {
+    if (owned_) (void)cudaFreeAsync(pointer_, stream_);
+  }
+  void* get() const { return pointer_; }
+
+ private:
+  void* pointer_ = nullptr;
+  bool owned_ = false;
+  cudaStream_t stream_ = nullptr;
+};
 
 class CudaBackend final : public BackendImpl {
  public:
@@ -23,21 +58,53 @@ class CudaBackend final : public BackendImpl {
     return has_gpu;
   }
 
-  Status supports(const Problem&) const override {
-    return Status::unsupported("backend cuda: attention kernels are not built yet (planned: FlashAttention-2 on sm80+)");
+  Status supports(const Problem& problem) const override {
+    if (problem.dtype == DType::f32) return f32_attention_supports(problem);
+    return problem.pass == Pass::forward ? flash_forward_supports(problem) : flash_backward_supports(problem);
   }
   Status supports_merge(const MergeProblem&) const override { return {}; }
-  Status workspace_size(const Problem&, std::size_t* bytes) const override {
-    *bytes = 0;
+
+  Status workspace_size(const Problem& problem, std::size_t* bytes) const override {
+    CUFLASH_TRY(supports(problem));
+    *bytes = required_bytes(problem);
     return {};
   }
-  Status forward(const Problem& problem, const RunContext&) override { return supports(problem); }
-  Status backward(const Problem& problem, const RunContext&) override { return supports(problem); }
+
+  Status forward(const Problem& problem, const RunContext& context) override {
+    return run(problem, context, [&](void* workspace, cudaStream_t stream) {
+      return problem.dtype == DType::f32 ? f32_forward(problem, workspace, stream)
+                                         : flash_forward(problem, workspace, stream);
+    });
+  }
+  Status backward(const Problem& problem, const RunContext& context) override {
+    return run(problem, context, [&](void* workspace, cudaStream_t stream) {
+      return problem.dtype == DType::f32 ? f32_backward(problem, workspace, stream)
+                                         : flash_backward(problem, workspace, stream);
+    });
+  }
 
   Status merge_states(const MergeProblem& problem, const RunContext& context) override {
     DeviceGuard guard(problem.device.index);
     CUFLASH_TRY(guard.status());
     return launch_merge_states(problem, static_cast<cudaStream_t>(context.stream));
+  }
+
+ private:
+  static std::size_t required_bytes(const Problem& problem) {
+    if (problem.pass == Pass::forward)
+      return problem.dtype == DType::f32 ? f32_forward_workspace_bytes(problem) : flash_forward_workspace_bytes(problem);
+    return problem.dtype == DType::f32 ? f32_backward_workspace_bytes(problem) : flash_backward_workspace_bytes(problem);
+  }
+
+  template <typename Kernels>
+  Status run(const Problem& problem, const RunContext& context, Kernels kernels) {
+    CUFLASH_TRY(supports(problem));
+    DeviceGuard guard(problem.device.index);
+    CUFLASH_TRY(guard.status());
+    const auto stream = static_cast<cudaStream_t>(context.stream);
+    Scratch scratch;
+    CUFLASH_TRY(scratch.acquire(context, required_bytes(problem), stream));
+    return kernels(scratch.get(), stream);
   }
 };
 

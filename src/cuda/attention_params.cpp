@@ -1,0 +1,71 @@
+// Problem -> AttentionParams: strides of the caller's views, varlen offsets,
+// resolved score options.
+#include "common/attention_params.hpp"
+
+#include <cmath>
+
+#include "problem.hpp"
+
+namespace cuflash::detail {
+
+namespace {
+
+// Dense [B, S, H, D] or varlen [total, H, D] (no batch dimension).
+RowStrides row_strides(const TensorView& view, Layout layout) {
+  if (view.empty()) return {};
+  if (layout == Layout::varlen) return {0, view.strides[0], view.strides[1]};
+  return {view.strides[0], view.strides[1], view.strides[2]};
+}
+
+}  // namespace
+
+AttentionParams make_attention_params(const Problem& problem) {
+  AttentionParams p;
+  p.q = problem.q.data;
+  p.k = problem.k.data;
+  p.v = problem.v.data;
+  p.q_strides = row_strides(problem.q, problem.layout);
+  p.k_strides = row_strides(problem.k, problem.layout);
+  p.v_strides = row_strides(problem.v, problem.layout);
+  if (problem.layout == Layout::varlen) {
+    p.cu_seqlens_q = static_cast<const std::int32_t*>(problem.cu_seqlens_q.data);
+    p.cu_seqlens_k = static_cast<const std::int32_t*>(problem.cu_seqlens_k.data);
+  }
+  p.batch = problem.batch;
+  p.heads_q = problem.heads_q;
+  p.heads_kv = problem.heads_kv;
+  p.group = problem.group_size();
+  p.head_dim = problem.head_dim;
+  p.max_q_len = problem.max_q_len;
+  p.max_kv_len = problem.max_kv_len;
+  p.softmax_scale = problem.softmax_scale;
+  p.softmax_scale_log2 = problem.softmax_scale * 1.4426950408889634f;
+  p.softcap = problem.softcap;
+  p.window_left = problem.window_left;
+  p.window_right = problem.window_right;
+  if (problem.has_alibi) {
+    p.alibi_slopes = static_cast<const float*>(problem.alibi_slopes.data);
+    if (problem.alibi_per_batch) {
+      p.alibi_batch_stride = problem.alibi_slopes.strides[0];
+      p.alibi_head_stride = problem.alibi_slopes.strides[1];
+    } else {
+      p.alibi_batch_stride = 0;
+      p.alibi_head_stride = problem.alibi_slopes.strides[0];
+    }
+  }
+  if (!problem.lse.empty()) {
+    p.lse = static_cast<float*>(problem.lse.data);
+    if (problem.layout == Layout::varlen) {
+      p.lse_batch_stride = 0;
+      p.lse_head_stride = problem.lse.strides[0];
+      p.lse_row_stride = problem.lse.strides[1];
+    } else {
+      p.lse_batch_stride = problem.lse.strides[0];
+      p.lse_head_stride = problem.lse.strides[1];
+      p.lse_row_stride = problem.lse.strides[2];
+    }
+  }
+  return p;
+}
+
+}  // namespace cuflash::detail

@@ -1,0 +1,85 @@
+// AttentionParams: what every attention kernel of backend=cuda reads, flattened
+// from a validated Problem into plain pointers, strides and flags so that the
+// same struct reaches device code by value. No CUDA types: it is included by
+// the host-side backend and by the kernels alike.
+#pragma once
+
+#include <cstdint>
+
+namespace cuflash::detail {
+
+struct Problem;
+
+// Strides, in elements, of one [batch?, row, head, dim] tensor. For varlen the
+// batch stride is 0 and rows are offset by cu_seqlens instead.
+struct RowStrides {
+  std::int64_t batch = 0, row = 0, head = 0;
+};
+
+struct AttentionParams {
+  // Forward inputs (and backward's recomputation inputs). Element type is the
+  // kernel's template type; the last dimension is contiguous.
+  const void* q = nullptr;
+  const void* k = nullptr;
+  const void* v = nullptr;
+  RowStrides q_strides, k_strides, v_strides;
+
+  // Varlen: int32 [batch+1] on the device; nullptr for dense.
+  const std::int32_t* cu_seqlens_q = nullptr;
+  const std::int32_t* cu_seqlens_k = nullptr;
+
+  int batch = 0, heads_q = 0, heads_kv = 0, group = 1, head_dim = 0;
+  int max_q_len = 0, max_kv_len = 0;  // dense: the lengths themselves
+
+  // Scores. softmax_scale_log2 = softmax_scale * log2(e).
+  float softmax_scale = 1.0f;
+  float softmax_scale_log2 = 1.0f;
+  float softcap = 0.0f;  // 0: off
+  int window_left = -1, window_right = -1;  // -1: unbounded (causal => right 0)
+  const float* alibi_slopes = nullptr;       // [Hq] or [B, Hq]
+  std::int64_t alibi_batch_stride = 0;       // 0 for [Hq]
+  std::int64_t alibi_head_stride = 1;
+
+  // lse: float32 [B, Hq, S] (varlen [Hq, total]); strides in elements.
+  float* lse = nullptr;  // forward: optional output; backward: input
+  std::int64_t lse_batch_stride = 0, lse_head_stride = 0, lse_row_stride = 1;
+
+  // Row range of sequence b: dense [0, max_q_len); varlen [cu[b], cu[b+1]).
+  // (Device code uses the equivalent helpers in score_mask.cuh.)
+};
+
+struct ForwardParams : AttentionParams {
+  void* out = nullptr;  // like q
+  RowStrides out_strides;
+
+  // Split-KV: num_splits > 1 writes each split's normalized partial output
+  // and lse (float32, [split, batch*?]) to these workspace buffers, which a
+  // combine kernel merges into out/lse. Laid out as
+  // out_partial[split][b][h][row][d] and lse_partial[split][b][h][row] with
+  // row < max_q_len (dense only).
+  int num_splits = 1;
+  float* out_partial = nullptr;
+  float* lse_partial = nullptr;
+};
+
+struct BackwardParams : AttentionParams {
+  const void* out = nullptr;  // forward output, like q
+  const void* dout = nullptr;
+  void* dq = nullptr;
+  void* dk = nullptr;
+  void* dv = nullptr;
+  RowStrides out_strides, dout_strides, dq_strides, dk_strides, dv_strides;
+  bool deterministic = false;
+
+  // Workspace (float32, contiguous), sized by flash_bwd_workspace_bytes():
+  //   dq_accum [q rows, Hq, D]: q rows = batch*max_q_len (dense) or total_q (varlen)
+  //   dsum     [Hq, q rows]:    D_i = dot(dout_i, out_i)
+  float* dq_accum = nullptr;
+  float* dsum = nullptr;
+  std::int64_t total_q_rows = 0;
+};
+
+// Fills the common part from a validated forward or backward Problem.
+AttentionParams make_attention_params(const Problem& problem);
+
+}  // namespace cuflash::detail

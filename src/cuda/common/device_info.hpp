@@ -1,0 +1,16 @@
+// Per-device facts the launchers size grids with, read once per device.
+#pragma once
+
+namespace cuflash::detail {
+
+struct DeviceInfo {
+  int sm_count = 0;
+  int major = 0, minor = 0;  // compute capability
+  int max_smem_per_block = 0;  // opt-in limit, bytes
+  bool valid = false;
+};
+
+// Cached; `valid` is false when the device cannot be queried.
+const DeviceInfo& device_info(int device);
+
+}  // namespace cuflash::detail

@@ -1,0 +1,19 @@
+// Host entry of the FlashAttention-2 backward (fp16/bf16, mma.sync, sm80+).
+#pragma once
+
+#include <cuda_runtime_api.h>
+
+#include <cstddef>
+
+#include "cuflash/status.hpp"
+#include "problem.hpp"
+
+namespace cuflash::detail {
+
+// ok, or `unsupported` with the reason (head dim, dtype, layout, alignment).
+Status flash_backward_supports(const Problem& problem);
+// Scratch bytes (dq accumulator, dot(dout, out)); depends on shapes only.
+std::size_t flash_backward_workspace_bytes(const Problem& problem);
+Status flash_backward(const Problem& problem, void* workspace, cudaStream_t stream);
+
+}  // namespace cuflash::detail

@@ -1,0 +1,19 @@
+// Host entry of the FlashAttention-2 forward (fp16/bf16, mma.sync, sm80+).
+#pragma once
+
+#include <cuda_runtime_api.h>
+
+#include <cstddef>
+
+#include "cuflash/status.hpp"
+#include "problem.hpp"
+
+namespace cuflash::detail {
+
+// ok, or `unsupported` with the reason (head dim, dtype, layout, alignment).
+Status flash_forward_supports(const Problem& problem);
+// Scratch bytes (split-KV partial outputs); depends on shapes only.
+std::size_t flash_forward_workspace_bytes(const Problem& problem);
+Status flash_forward(const Problem& problem, void* workspace, cudaStream_t stream);
+
+}  // namespace cuflash::detail

@@ -1,0 +1,306 @@
+// FlashAttention-2 forward on mma.sync (sm80+; the same code runs on sm90).
+//
+// One CTA computes BM query rows of one (batch, head) against the key tiles
+// they can see (or against one split's share of them). Each of the NW warps
+// owns 16*MT consecutive rows, so the online softmax needs no cross-warp
+// communication: a row's max and sum live in the four lanes of a quad.
+// Pipeline (single K and V buffers, as in FlashAttention-2): V_t loads while
+// S = Q K_t^T is computed, K_{t+1} loads while O += P V_t is computed.
+// Shared-memory rows are padded by 8 elements (16 bytes), which makes every
+// ldmatrix phase conflict-free for all supported head dims.
+#pragma once
+
+#include <cmath>
+
+#include "common/attention_params.hpp"
+#include "common/score_mask.cuh"
+#include "sm80/tensor_core.cuh"
+
+namespace cuflash::detail::sm80 {
+
+template <typename T, int D_, int BM_, int BN_, int NW_, bool QInRegs_, int MinBlocks_>
+struct FwdConfig {
+  using Element = T;
+  static constexpr int D = D_, BM = BM_, BN = BN_, NW = NW_, kThreads = NW * 32;
+  static constexpr bool QInRegs = QInRegs_;
+  static constexpr int MinBlocks = MinBlocks_;
+  static constexpr int MT = BM / (16 * NW);  // m16 tiles per warp
+  static constexpr int NT = BN / 8;          // n8 tiles of S per warp
+  static constexpr int DT = D / 8;           // n8 tiles of O per warp
+  static constexpr int KQ = D / 16;          // k-steps of Q K^T
+  static constexpr int KP = BN / 16;         // k-steps of P V
+  static constexpr int kRow = D + 8;         // padded shared-memory row, elements
+  static constexpr int kSmemBytes = (BM + 2 * BN) * kRow * static_cast<int>(sizeof(T));
+  static_assert(BM % (16 * NW) == 0 && MT >= 1, "rows per warp must be a multiple of 16");
+  static_assert(D % 16 == 0 && BN % 16 == 0, "tiles must be multiples of 16");
+};
+
+// ROWS x D tile of global rows [row0, row0+ROWS) -> shared memory; rows at or
+// past `valid_rows` are zero-filled (never read). Where it can, each thread copies one
+// fixed 16-byte column of every (kThreads / chunks-per-row)-th row, so its
+// address advances by a constant: one 64-bit multiply per tile, not per chunk.
+template <class C, int ROWS>
+__device__ __forceinline__ void load_tile(typename C::Element* smem, const typename C::Element* global,
+                                          std::int64_t row_stride, int row0, int valid_rows) {
+  constexpr int kChunksPerRow = C::D / 8;
+  if constexpr (C::kThreads % kChunksPerRow == 0) {
+    constexpr int kRowStep = C::kThreads / kChunksPerRow;
+    constexpr int kIters = (ROWS + kRowStep - 1) / kRowStep;
+    const int r = threadIdx.x / kChunksPerRow, c = threadIdx.x % kChunksPerRow;
+    const typename C::Element* src = global + (row0 + r) * row_stride + c * 8;
+    typename C::Element* dst = smem + r * C::kRow + c * 8;
+#pragma unroll
+    for (int it = 0; it < kIters; ++it) {
+      if (ROWS % kRowStep == 0 || r + it * kRowStep < ROWS) {
+        const bool valid = row0 + r + it * kRowStep < valid_rows;
+        cp_async_16(dst + it * kRowStep * C::kRow, valid ? src : global, valid);
+      }
+      src += kRowStep * row_stride;
+    }
+  } else {  // head dims 96, 192: a thread's column changes from chunk to chunk
+    constexpr int kChunks = ROWS * kChunksPerRow;
+#pragma unroll
+    for (int idx = threadIdx.x; idx < kChunks; idx += C::kThreads) {
+      const int r = idx / kChunksPerRow, c = idx % kChunksPerRow;
+      const bool valid = row0 + r < valid_rows;
+      cp_async_16(smem + r * C::kRow + c * 8, valid ? global + (row0 + r) * row_stride + c * 8 : global, valid);
+    }
+  }
+}
+
+// Transformed: softcap or ALiBi is on, so every score goes through
+// ScoreRules::logit2 (a separate instantiation keeps that code and its
+// registers out of the plain kernel).
+template <class C, bool Transformed>
+__global__ void __launch_bounds__(C::kThreads, C::MinBlocks) flash_fwd_kernel(const ForwardParams p) {
+  using T = typename C::Element;
+  extern __shared__ __align__(16) unsigned char smem_raw[];
+  T* sQ = reinterpret_cast<T*>(smem_raw);
+  T* sK = sQ + C::BM * C::kRow;
+  T* sV = sK + C::BN * C::kRow;
+
+  // Heaviest causal blocks (the last query rows) are scheduled first.
+  const int m_block = gridDim.x - 1 - blockIdx.x;
+  const int h = blockIdx.y;
+  const int b = blockIdx.z / p.num_splits;
+  const int split = blockIdx.z % p.num_splits;
+  const SeqBounds seq = seq_bounds(p, b);
+  const int m0 = m_block * C::BM;
+  if (m0 >= seq.q_len) return;
+  const int hk = h / p.group;
+  const ScoreRules rules = score_rules(p, seq, b, h);
+  const int rows_here = min(C::BM, seq.q_len - m0);
+
+  int key_lo, key_hi;
+  rules.key_range(m0, rows_here, &key_lo, &key_hi);
+  int t_lo = key_lo / C::BN;
+  int t_hi = (key_hi + C::BN - 1) / C::BN;
+  if (p.num_splits > 1) {
+    const int per = (t_hi - t_lo + p.num_splits - 1) / p.num_splits;
+    const int first = t_lo + split * per;
+    t_hi = min(t_hi, first + per);
+    t_lo = first;
+  }
+
+  const int tid = threadIdx.x, warp = tid / 32, lane = tid % 32;
+  const int g = lane / 4, t4 = lane % 4;
+  const int warp_row0 = warp * 16 * C::MT;  // within the block
+
+  float o[C::MT][C::DT][4];
+  float row_max[C::MT][2], row_sum[C::MT][2];
+#pragma unroll
+  for (int mt = 0; mt < C::MT; ++mt) {
+#pragma unroll
+    for (int dt = 0; dt < C::DT; ++dt)
+#pragma unroll
+      for (int e = 0; e < 4; ++e) o[mt][dt][e] = 0.0f;
+    row_max[mt][0] = row_max[mt][1] = -INFINITY;
+    row_sum[mt][0] = row_sum[mt][1] = 0.0f;
+  }
+  // Multiplier from the (possibly transformed) score to a base-2 logit.
+  const float mult = Transformed ? 1.0f : rules.scale_log2;
+
+  if (t_lo < t_hi) {
+    const T* q_base = static_cast<const T*>(p.q) + row_offset(p.q_strides, b, seq.q_start, 0, h);
+    const T* k_base = static_cast<const T*>(p.k) + row_offset(p.k_strides, b, seq.k_start, 0, hk);
+    const T* v_base = static_cast<const T*>(p.v) + row_offset(p.v_strides, b, seq.k_start, 0, hk);
+
+    load_tile<C, C::BM>(sQ, q_base, p.q_strides.row, m0, seq.q_len);
+    cp_async_commit();
+    // Key tiles from the last to the first: the tiles needing a mask (the
+    // causal diagonal, the end of the sequence) come first.
+    load_tile<C, C::BN>(sK, k_base, p.k_strides.row, (t_hi - 1) * C::BN, seq.k_len);
+    cp_async_commit();
+
+    std::uint32_t qf[C::QInRegs ? C::MT : 1][C::QInRegs ? C::KQ : 1][4];
+
+    for (int tile = t_hi - 1; tile >= t_lo; --tile) {
+      const int n0 = tile * C::BN;
+      cp_async_wait<0>();
+      __syncthreads();  // K_tile (and Q) visible to all warps
+      if constexpr (C::QInRegs) {
+        if (tile == t_hi - 1) {
+#pragma unroll
+          for (int mt = 0; mt < C::MT; ++mt)
+#pragma unroll
+            for (int ks = 0; ks < C::KQ; ++ks)
+              ldmatrix_x4(qf[mt][ks], sQ + (warp_row0 + mt * 16 + (lane % 16)) * C::kRow + ks * 16 + (lane / 16) * 8);
+        }
+      }
+      load_tile<C, C::BN>(sV, v_base, p.v_strides.row, n0, seq.k_len);
+      cp_async_commit();
+
+      // S = Q K^T
+      float s[C::MT][C::NT][4];
+#pragma unroll
+      for (int mt = 0; mt < C::MT; ++mt)
+#pragma unroll
+        for (int nt = 0; nt < C::NT; ++nt)
+#pragma unroll
+          for (int e = 0; e < 4; ++e) s[mt][nt][e] = 0.0f;
+#pragma unroll
+      for (int ks = 0; ks < C::KQ; ++ks) {
+        std::uint32_t qa[C::MT][4];
+        if constexpr (!C::QInRegs) {
+#pragma unroll
+          for (int mt = 0; mt < C::MT; ++mt)
+            ldmatrix_x4(qa[mt], sQ + (warp_row0 + mt * 16 + (lane % 16)) * C::kRow + ks * 16 + (lane / 16) * 8);
+        }
+#pragma unroll
+        for (int np = 0; np < C::NT / 2; ++np) {
+          std::uint32_t kb[4];
+          ldmatrix_x4(kb, sK + (np * 16 + (lane % 8) + (lane / 16) * 8) * C::kRow + ks * 16 + ((lane / 8) % 2) * 8);
+          const std::uint32_t b0[2] = {kb[0], kb[1]};
+          const std::uint32_t b1[2] = {kb[2], kb[3]};
+#pragma unroll
+          for (int mt = 0; mt < C::MT; ++mt) {
+            if constexpr (C::QInRegs) {
+              mma_16816<T>(s[mt][2 * np], qf[mt][ks], b0);
+              mma_16816<T>(s[mt][2 * np + 1], qf[mt][ks], b1);
+            } else {
+              mma_16816<T>(s[mt][2 * np], qa[mt], b0);
+              mma_16816<T>(s[mt][2 * np + 1], qa[mt], b1);
+            }
+          }
+        }
+      }
+
+      // Scores -> (masked) logits; online softmax.
+      const bool masked = !rules.tile_unmasked(m0, rows_here, n0, C::BN);
+#pragma unroll
+      for (int mt = 0; mt < C::MT; ++mt) {
+#pragma unroll
+        for (int half = 0; half < 2; ++half) {
+          const int i = m0 + warp_row0 + mt * 16 + g + half * 8;
+          if (Transformed || masked) {
+            // Visible keys of row i are [lo, hi): two compares per score.
+            int lo = 0, hi = rules.k_len;
+            if (masked) rules.row_keys(i, &lo, &hi);
+#pragma unroll
+            for (int nt = 0; nt < C::NT; ++nt)
+#pragma unroll
+              for (int e = 0; e < 2; ++e) {
+                const int j = n0 + nt * 8 + 2 * t4 + e;
+                float& x = s[mt][nt][half * 2 + e];
+                if constexpr (Transformed) x = rules.logit2(x, i, j);
+                if (j < lo || j >= hi) x = -INFINITY;
+              }
+          }
+          float mx = row_max[mt][half];
+#pragma unroll
+          for (int nt = 0; nt < C::NT; ++nt) mx = fmaxf(mx, fmaxf(s[mt][nt][half * 2], s[mt][nt][half * 2 + 1]));
+          mx = fmaxf(mx, __shfl_xor_sync(0xffffffffu, mx, 1));
+          mx = fmaxf(mx, __shfl_xor_sync(0xffffffffu, mx, 2));
+          const float m_scaled = mx == -INFINITY ? 0.0f : mx * mult;
+          const float correction = fast_exp2(row_max[mt][half] * mult - m_scaled);
+          row_max[mt][half] = mx;
+          float sum = 0.0f;
+#pragma unroll
+          for (int nt = 0; nt < C::NT; ++nt)
+#pragma unroll
+            for (int e = 0; e < 2; ++e) {
+              float& x = s[mt][nt][half * 2 + e];
+              x = fast_exp2(fmaf(x, mult, -m_scaled));
+              sum += x;
+            }
+          row_sum[mt][half] = row_sum[mt][half] * correction + sum;
+#pragma unroll
+          for (int dt = 0; dt < C::DT; ++dt) {
+            o[mt][dt][half * 2] *= correction;
+            o[mt][dt][half * 2 + 1] *= correction;
+          }
+        }
+      }
+
+      cp_async_wait<0>();
+      __syncthreads();  // V_tile visible; every warp is done with K_tile
+      if (tile > t_lo) {
+        load_tile<C, C::BN>(sK, k_base, p.k_strides.row, n0 - C::BN, seq.k_len);
+        cp_async_commit();
+      }
+
+      // O += P V, P straight from the S accumulators.
+#pragma unroll
+      for (int kk = 0; kk < C::KP; ++kk) {
+        std::uint32_t pa[C::MT][4];
+#pragma unroll
+        for (int mt = 0; mt < C::MT; ++mt) {
+          pa[mt][0] = pack2<T>(s[mt][2 * kk][0], s[mt][2 * kk][1]);
+          pa[mt][1] = pack2<T>(s[mt][2 * kk][2], s[mt][2 * kk][3]);
+          pa[mt][2] = pack2<T>(s[mt][2 * kk + 1][0], s[mt][2 * kk + 1][1]);
+          pa[mt][3] = pack2<T>(s[mt][2 * kk + 1][2], s[mt][2 * kk + 1][3]);
+        }
+#pragma unroll
+        for (int dp = 0; dp < C::DT / 2; ++dp) {
+          std::uint32_t vb[4];
+          ldmatrix_x4_trans(vb, sV + (kk * 16 + (lane % 8) + ((lane / 8) % 2) * 8) * C::kRow + dp * 16 + (lane / 16) * 8);
+          const std::uint32_t b0[2] = {vb[0], vb[1]};
+          const std::uint32_t b1[2] = {vb[2], vb[3]};
+#pragma unroll
+          for (int mt = 0; mt < C::MT; ++mt) {
+            mma_16816<T>(o[mt][2 * dp], pa[mt], b0);
+            mma_16816<T>(o[mt][2 * dp + 1], pa[mt], b1);
+          }
+        }
+      }
+    }
+  }
+
+  // Epilogue: normalize, write out (or this split's partial) and lse.
+  T* out_base = nullptr;
+  if (p.num_splits == 1) out_base = static_cast<T*>(p.out) + row_offset(p.out_strides, b, seq.q_start, 0, h);
+  const std::int64_t partial_row0 =
+      ((static_cast<std::int64_t>(split) * p.batch + b) * p.heads_q + h) * static_cast<std::int64_t>(p.max_q_len);
+#pragma unroll
+  for (int mt = 0; mt < C::MT; ++mt) {
+#pragma unroll
+    for (int half = 0; half < 2; ++half) {
+      float l = row_sum[mt][half];
+      l += __shfl_xor_sync(0xffffffffu, l, 1);
+      l += __shfl_xor_sync(0xffffffffu, l, 2);
+      const float inv = l > 0.0f ? 1.0f / l : 0.0f;
+      const float mx = row_max[mt][half];
+      const float lse = l > 0.0f ? (mx * mult + __log2f(l)) * kLn2 : -INFINITY;
+      const int i = m0 + warp_row0 + mt * 16 + g + half * 8;
+      if (i >= seq.q_len) continue;
+      if (p.num_splits == 1) {
+        T* row = out_base + static_cast<std::int64_t>(i) * p.out_strides.row;
+#pragma unroll
+        for (int dt = 0; dt < C::DT; ++dt) {
+          const std::uint32_t packed = pack2<T>(o[mt][dt][half * 2] * inv, o[mt][dt][half * 2 + 1] * inv);
+          *reinterpret_cast<std::uint32_t*>(row + dt * 8 + 2 * t4) = packed;
+        }
+        if (p.lse != nullptr && t4 == 0) p.lse[lse_offset(p, b, seq.q_start, i, h)] = lse;
+      } else {
+        float* row = p.out_partial + (partial_row0 + i) * C::D;
+#pragma unroll
+        for (int dt = 0; dt < C::DT; ++dt)
+          *reinterpret_cast<float2*>(row + dt * 8 + 2 * t4) =
+              make_float2(o[mt][dt][half * 2] * inv, o[mt][dt][half * 2 + 1] * inv);
+        if (t4 == 0) p.lse_partial[partial_row0 + i] = lse;
+      }
+    }
+  }
+}
+
+}  // namespace cuflash::detail::sm80
