@@ -1,10 +1,13 @@
-// The `cuflash` command: `cuflash run [flags]`, `cuflash version`, `cuflash --help`.
-// Exit codes: 0 success, 1 a failed call or a result over tolerance, 2 a bad command line.
+// The `cuflash` command: `cuflash run [flags]`, `cuflash bench [flags]`, `cuflash version`, `cuflash --help`.
+// Exit codes: 0 success, 1 a failed call or a result over tolerance (bench: a failed point,
+// or no GPU), 2 a bad command line.
 #include <cstdio>
 #include <exception>
 #include <string_view>
 #include <vector>
 
+#include "bench_command.hpp"
+#include "bench_config.hpp"
 #include "cuflash/cuflash.hpp"
 #include "device_buffers.hpp"
 #include "run_command.hpp"
@@ -20,6 +23,8 @@ void print_help() {
       "usage: cuflash <command> [flags]\n\n"
       "commands:\n"
       "  run [flags]   run, time and check one attention problem (a default one without flags)\n"
+      "  bench [flags] time attention on the GPU over many shapes (--sweep prefill: the papers' sweep;\n"
+      "                cuflash bench --help: its flags)\n"
       "  version       print the version and the backends usable here\n"
       "  --help        print this help (cuflash run --help: the flags of run)\n\n",
       cuflash::version());
@@ -67,7 +72,17 @@ int main(int argc, char** argv) {
       }
       return cuflash::tool::run_command(config);
     }
-    return usage_error("unknown command '" + std::string(args[0]) + "' (commands: run, version, --help)");
+    if (args[0] == "bench") {
+      cuflash::tool::BenchConfig config;
+      const auto parsed = cuflash::tool::parse_bench_flags(rest, &config);
+      if (parsed.kind == cuflash::tool::BenchParse::Kind::error) return usage_error(parsed.error);
+      if (parsed.kind == cuflash::tool::BenchParse::Kind::help) {
+        cuflash::tool::print_bench_help(stdout);
+        return 0;
+      }
+      return cuflash::tool::bench_command(config);
+    }
+    return usage_error("unknown command '" + std::string(args[0]) + "' (commands: run, bench, version, --help)");
   } catch (const std::exception& error) {
     std::fflush(stdout);
     std::fprintf(stderr, "cuflash: error: %s\n", error.what());

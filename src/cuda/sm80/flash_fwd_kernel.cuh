@@ -131,15 +131,23 @@ __global__ void __launch_bounds__(C::kThreads, C::MinBlocks) flash_fwd_kernel(co
     // causal diagonal, the end of the sequence) come first.
     load_tile<C, C::BN>(sK, k_base, p.k_strides.row, (t_hi - 1) * C::BN, seq.k_len);
     cp_async_commit();
+    // The first V tile streams in while the first S is computed.
+    load_tile<C, C::BN>(sV, v_base, p.v_strides.row, (t_hi - 1) * C::BN, seq.k_len);
+    cp_async_commit();
 
     std::uint32_t qf[C::QInRegs ? C::MT : 1][C::QInRegs ? C::KQ : 1][4];
 
     for (int tile = t_hi - 1; tile >= t_lo; --tile) {
       const int n0 = tile * C::BN;
-      cp_async_wait<0>();
+      const bool first_tile = tile == t_hi - 1;
+      if (first_tile) {
+        cp_async_wait<1>();  // Q and K; V may still be in flight
+      } else {
+        cp_async_wait<0>();
+      }
       __syncthreads();  // K_tile (and Q) visible to all warps
       if constexpr (C::QInRegs) {
-        if (tile == t_hi - 1) {
+        if (first_tile) {
 #pragma unroll
           for (int mt = 0; mt < C::MT; ++mt)
 #pragma unroll
@@ -147,8 +155,10 @@ __global__ void __launch_bounds__(C::kThreads, C::MinBlocks) flash_fwd_kernel(co
               ldmatrix_x4(qf[mt][ks], sQ + (warp_row0 + mt * 16 + (lane % 16)) * C::kRow + ks * 16 + (lane / 16) * 8);
         }
       }
-      load_tile<C, C::BN>(sV, v_base, p.v_strides.row, n0, seq.k_len);
-      cp_async_commit();
+      if (!first_tile) {
+        load_tile<C, C::BN>(sV, v_base, p.v_strides.row, n0, seq.k_len);
+        cp_async_commit();
+      }
 
       // S = Q K^T
       float s[C::MT][C::NT][4];
@@ -266,11 +276,12 @@ __global__ void __launch_bounds__(C::kThreads, C::MinBlocks) flash_fwd_kernel(co
     }
   }
 
-  // Epilogue: normalize, write out (or this split's partial) and lse.
-  T* out_base = nullptr;
-  if (p.num_splits == 1) out_base = static_cast<T*>(p.out) + row_offset(p.out_strides, b, seq.q_start, 0, h);
+  // Epilogue: normalize, write out (or this split's partial) and lse. The
+  // output goes through this warp's own rows of sQ (no other warp reads
+  // them), so global stores are whole 16-byte row chunks.
   const std::int64_t partial_row0 =
       ((static_cast<std::int64_t>(split) * p.batch + b) * p.heads_q + h) * static_cast<std::int64_t>(p.max_q_len);
+  float inv_sum[C::MT][2];
 #pragma unroll
   for (int mt = 0; mt < C::MT; ++mt) {
 #pragma unroll
@@ -278,28 +289,58 @@ __global__ void __launch_bounds__(C::kThreads, C::MinBlocks) flash_fwd_kernel(co
       float l = row_sum[mt][half];
       l += __shfl_xor_sync(0xffffffffu, l, 1);
       l += __shfl_xor_sync(0xffffffffu, l, 2);
-      const float inv = l > 0.0f ? 1.0f / l : 0.0f;
-      const float mx = row_max[mt][half];
-      const float lse = l > 0.0f ? (mx * mult + __log2f(l)) * kLn2 : -INFINITY;
+      inv_sum[mt][half] = l > 0.0f ? 1.0f / l : 0.0f;
+      const float lse = l > 0.0f ? (row_max[mt][half] * mult + __log2f(l)) * kLn2 : -INFINITY;
       const int i = m0 + warp_row0 + mt * 16 + g + half * 8;
-      if (i >= seq.q_len) continue;
-      if (p.num_splits == 1) {
-        T* row = out_base + static_cast<std::int64_t>(i) * p.out_strides.row;
-#pragma unroll
-        for (int dt = 0; dt < C::DT; ++dt) {
-          const std::uint32_t packed = pack2<T>(o[mt][dt][half * 2] * inv, o[mt][dt][half * 2 + 1] * inv);
-          *reinterpret_cast<std::uint32_t*>(row + dt * 8 + 2 * t4) = packed;
+      if (i < seq.q_len && t4 == 0) {
+        if (p.num_splits > 1) {
+          p.lse_partial[partial_row0 + i] = lse;
+        } else if (p.lse != nullptr) {
+          p.lse[lse_offset(p, b, seq.q_start, i, h)] = lse;
         }
-        if (p.lse != nullptr && t4 == 0) p.lse[lse_offset(p, b, seq.q_start, i, h)] = lse;
-      } else {
+      }
+    }
+  }
+  if (p.num_splits > 1) {
+#pragma unroll
+    for (int mt = 0; mt < C::MT; ++mt)
+#pragma unroll
+      for (int half = 0; half < 2; ++half) {
+        const int i = m0 + warp_row0 + mt * 16 + g + half * 8;
+        if (i >= seq.q_len) continue;
         float* row = p.out_partial + (partial_row0 + i) * C::D;
 #pragma unroll
         for (int dt = 0; dt < C::DT; ++dt)
           *reinterpret_cast<float2*>(row + dt * 8 + 2 * t4) =
-              make_float2(o[mt][dt][half * 2] * inv, o[mt][dt][half * 2 + 1] * inv);
-        if (t4 == 0) p.lse_partial[partial_row0 + i] = lse;
+              make_float2(o[mt][dt][half * 2] * inv_sum[mt][half], o[mt][dt][half * 2 + 1] * inv_sum[mt][half]);
       }
+    return;
+  }
+  // This warp is the only reader of its sQ rows, and it finished reading them
+  // before the last P V (tiles were loaded by all threads, but a warp's Q rows
+  // are consumed by that warp alone); the __syncwarp orders its lanes.
+  __syncwarp();
+#pragma unroll
+  for (int mt = 0; mt < C::MT; ++mt)
+#pragma unroll
+    for (int half = 0; half < 2; ++half) {
+      T* srow = sQ + (warp_row0 + mt * 16 + g + half * 8) * C::kRow;
+#pragma unroll
+      for (int dt = 0; dt < C::DT; ++dt)
+        *reinterpret_cast<std::uint32_t*>(srow + dt * 8 + 2 * t4) =
+            pack2<T>(o[mt][dt][half * 2] * inv_sum[mt][half], o[mt][dt][half * 2 + 1] * inv_sum[mt][half]);
     }
+  __syncwarp();
+  T* out_base = static_cast<T*>(p.out) + row_offset(p.out_strides, b, seq.q_start, 0, h);
+  constexpr int kChunksPerRow = C::D / 8;
+  constexpr int kWarpRows = 16 * C::MT;
+#pragma unroll
+  for (int idx = lane; idx < kWarpRows * kChunksPerRow; idx += 32) {
+    const int r = idx / kChunksPerRow, c = idx % kChunksPerRow;
+    const int i = m0 + warp_row0 + r;
+    if (i < seq.q_len)
+      *reinterpret_cast<uint4*>(out_base + static_cast<std::int64_t>(i) * p.out_strides.row + c * 8) =
+          *reinterpret_cast<const uint4*>(sQ + (warp_row0 + r) * C::kRow + c * 8);
   }
 }
 

@@ -1,0 +1,322 @@
+#!/usr/bin/env python3
+"""Prefill benchmark: cuflash against PyTorch SDPA's flash (FlashAttention-2),
+cudnn and efficient backends, in one run on one GPU.
+
+    python3 bench/prefill.py --cuflash build/bin/cuflash [--commit abc1234] [--out-dir docs/perf]
+
+First `cuflash bench --sweep prefill --json` (its own process, so that no two
+CUDA contexts compete), then the PyTorch peers on the same shapes, timed the
+same way: per point one checked call, a warm-up (>= --warmup-ms and >= 3
+calls), then calls timed one by one between CUDA events with the L2 cache
+overwritten before each (as triton.testing.do_bench does), median reported.
+Writes prefill.json, prefill.md and prefill.png into --out-dir (see
+bench/plot_prefill.py; bench/README.md says what is measured).
+"""
+
+from __future__ import annotations
+
+import argparse
+import datetime
+import json
+import math
+import os
+import subprocess
+import sys
+import time
+import warnings
+
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+import plot_prefill  # noqa: E402
+
+TOKENS, HIDDEN = 16384, 2048
+SEQLENS = [512, 1024, 2048, 4096, 8192, 16384]
+HEAD_DIMS = [64, 128]
+PASSES = ["fwd", "fwdbwd"]
+MASKS = ["none", "causal"]
+CUFLASH_BACKENDS = {"cuflash_cuda": "cuda", "cuflash_cudnn": "cudnn"}
+TORCH_BACKENDS = {"torch_flash": "FLASH_ATTENTION", "torch_cudnn": "CUDNN_ATTENTION",
+                  "torch_efficient": "EFFICIENT_ATTENTION"}
+DEFAULT_BACKENDS = ["cuflash_cuda", "torch_flash", "torch_cudnn", "torch_efficient"]
+
+
+def log(message: str) -> None:
+    print(f"prefill: {message}", file=sys.stderr, flush=True)
+
+
+def flops(pass_name: str, batch: int, heads: int, seqlen: int, head_dim: int, causal: bool) -> float:
+    count = 4.0 * batch * heads * seqlen * seqlen * head_dim
+    if causal:
+        count /= 2
+    if pass_name == "fwdbwd":
+        count *= 3.5
+    return count
+
+
+def points(args) -> list[dict]:
+    return [dict(pass_name=p, head_dim=d, causal=m == "causal", seqlen=s, batch=TOKENS // s, heads=HIDDEN // d)
+            for p in args.passes for d in args.head_dims for m in args.masks for s in args.seqlens]
+
+
+def run_cuflash(args, backends: list[str]) -> list[dict]:
+    """All cuflash backends in one `cuflash bench` process; a point it does
+    not report gets an error row, so the merge still shows it."""
+    command = [args.cuflash, "bench", "--sweep", "prefill", "--json",
+               "--backend", ",".join(CUFLASH_BACKENDS[b] for b in backends),
+               "--pass", ",".join(args.passes), "--head-dim", ",".join(map(str, args.head_dims)),
+               "--mask", ",".join(args.masks), "--seqlen", ",".join(map(str, args.seqlens)),
+               "--warmup-ms", str(args.warmup_ms), "--rep-ms", str(args.rep_ms),
+               "--min-reps", str(args.min_reps), "--max-reps", str(args.max_reps)]
+    log("running " + " ".join(command))
+    results = []
+    exit_code = None
+    try:
+        with subprocess.Popen(command, stdout=subprocess.PIPE, text=True) as process:
+            for line in process.stdout:
+                line = line.strip()
+                if not line:
+                    continue
+                try:
+                    row = json.loads(line)
+                except json.JSONDecodeError:
+                    log(f"cuflash printed a line that is not JSON: {line}")
+                    continue
+                row["backend"] = "cuflash_" + row["backend"]
+                results.append(row)
+                log(progress(row))
+        exit_code = process.returncode
+    except OSError as error:
+        log(f"cannot run {args.cuflash}: {error}")
+    if exit_code not in (0, None):
+        log(f"cuflash bench exited with {exit_code} (1: some point failed, see the rows)")
+    seen = {(r["backend"], r["pass"], r["head_dim"], r["causal"], r["seqlen"]) for r in results}
+    for point in points(args):
+        for backend in backends:
+            if (backend, point["pass_name"], point["head_dim"], point["causal"], point["seqlen"]) not in seen:
+                results.append(result_row(point, backend, error=f"no result from `cuflash bench` (exit code {exit_code})"))
+    return results
+
+
+def result_row(point: dict, backend: str, *, median_ms=None, reps=0, error=None) -> dict:
+    row = dict(backend=backend, reps=reps, error=error, median_ms=median_ms, tflops=None,
+               **{("pass" if k == "pass_name" else k): v for k, v in point.items()})
+    if median_ms is not None and error is None:
+        row["tflops"] = flops(point["pass_name"], point["batch"], point["heads"], point["seqlen"],
+                              point["head_dim"], point["causal"]) / (median_ms * 1e-3) / 1e12
+    return row
+
+
+def progress(row: dict) -> str:
+    what = (f"{row['backend']:<16} {row['pass']:<6} D={row['head_dim']:<3} "
+            f"{'causal' if row['causal'] else 'none  '} S={row['seqlen']:<5}")
+    if row.get("tflops") is None:
+        return f"{what} failed: {row.get('error')}"
+    return f"{what} {row['tflops']:7.1f} TFLOP/s ({row['median_ms']:.4f} ms median of {row['reps']})"
+
+
+class TorchBench:
+    """The PyTorch SDPA peers, timed like `cuflash bench` times cuflash."""
+
+    def __init__(self, args):
+        import torch
+        import torch.nn.functional as F
+        from torch.nn.attention import SDPBackend, sdpa_kernel
+
+        self.torch, self.F, self.SDPBackend, self.sdpa_kernel = torch, F, SDPBackend, sdpa_kernel
+        self.args = args
+        self.dtype = {"bf16": torch.bfloat16, "f16": torch.float16}[args.dtype]
+        properties = torch.cuda.get_device_properties(0)
+        l2_bytes = getattr(properties, "L2_cache_size", 50 << 20) or (50 << 20)
+        self.flush_buffer = torch.empty(max(2 * l2_bytes, 32 << 20), dtype=torch.int8, device="cuda")
+        self.generator = torch.Generator(device="cuda")
+
+    def inputs(self, point: dict, requires_grad: bool) -> dict:
+        """q, k, v (and dout) of shape [B, H, S, D]: with --torch-layout bshd
+        (the default), views of [B, S, H, D] memory, which is what cuflash gets
+        and what flash-attn users hand to SDPA (x.transpose(1, 2)); with bhsd,
+        contiguous [B, H, S, D] tensors."""
+        torch = self.torch
+        b, h, s, d = point["batch"], point["heads"], point["seqlen"], point["head_dim"]
+        self.generator.manual_seed(self.args.seed)
+
+        def make():
+            if self.args.torch_layout == "bshd":
+                x = torch.randn(b, s, h, d, device="cuda", dtype=self.dtype, generator=self.generator).transpose(1, 2)
+            else:
+                x = torch.randn(b, h, s, d, device="cuda", dtype=self.dtype, generator=self.generator)
+            return x.detach().requires_grad_(requires_grad)  # a leaf, strides kept
+
+        tensors = dict(q=make(), k=make(), v=make())
+        if requires_grad:
+            tensors["dout"] = make().detach()
+        return tensors
+
+    def measure(self, point: dict, backend: str) -> dict:
+        torch, F = self.torch, self.F
+        fwdbwd = point["pass_name"] == "fwdbwd"
+        causal = point["causal"]
+        try:
+            with warnings.catch_warnings(record=True) as caught, \
+                    self.sdpa_kernel(getattr(self.SDPBackend, TORCH_BACKENDS[backend])):
+                warnings.simplefilter("always")
+                tensors = self.inputs(point, requires_grad=fwdbwd)
+                q, k, v = tensors["q"], tensors["k"], tensors["v"]
+                if fwdbwd:
+                    dout = tensors["dout"]
+
+                    def call():
+                        # A fresh graph per call, freed by backward (nothing retained).
+                        F.scaled_dot_product_attention(q, k, v, is_causal=causal).backward(dout)
+
+                    def before():
+                        q.grad = k.grad = v.grad = None  # so that backward writes, not accumulates
+                    outputs = lambda: [q.grad, k.grad, v.grad]  # noqa: E731
+                else:
+                    result = {}
+
+                    def call():
+                        with torch.no_grad():
+                            result["out"] = F.scaled_dot_product_attention(q, k, v, is_causal=causal)
+
+                    def before():
+                        result.pop("out", None)
+                    outputs = lambda: [result["out"]]  # noqa: E731
+                try:
+                    before()
+                    call()
+                except (RuntimeError, NotImplementedError, ValueError) as error:
+                    # "No available kernel": PyTorch says why in warnings.
+                    reasons = list(dict.fromkeys(str(w.message).strip() for w in caught))
+                    message = str(error).strip().splitlines()[0] if str(error).strip() else type(error).__name__
+                    return result_row(point, backend, error=" | ".join([message] + reasons)[:600])
+                torch.cuda.synchronize()
+                if not all(bool(torch.isfinite(x).all()) for x in outputs()):
+                    return result_row(point, backend, error="outputs not finite after the call")
+                median_ms, reps = self.time_calls(call, before)
+                return result_row(point, backend, median_ms=median_ms, reps=reps)
+        except torch.cuda.OutOfMemoryError as error:
+            return result_row(point, backend, error=f"out of memory: {str(error).splitlines()[0]}")
+
+    def time_calls(self, call, before) -> tuple[float, int]:
+        torch, args = self.torch, self.args
+        start, stop = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+        warm_ms, warm_calls = 0.0, 0
+        while warm_calls < 3 or warm_ms < args.warmup_ms:
+            before()
+            self.flush_buffer.zero_()
+            start.record()
+            call()
+            stop.record()
+            stop.synchronize()
+            warm_ms += start.elapsed_time(stop)
+            warm_calls += 1
+        reps = min(max(math.ceil(args.rep_ms / max(warm_ms / warm_calls, 1e-3)), args.min_reps), args.max_reps)
+        starts = [torch.cuda.Event(enable_timing=True) for _ in range(reps)]
+        stops = [torch.cuda.Event(enable_timing=True) for _ in range(reps)]
+        for i in range(reps):
+            before()
+            self.flush_buffer.zero_()
+            starts[i].record()
+            call()
+            stops[i].record()
+        torch.cuda.synchronize()
+        times = sorted(a.elapsed_time(b) for a, b in zip(starts, stops))
+        middle = reps // 2
+        median = times[middle] if reps % 2 else 0.5 * (times[middle - 1] + times[middle])
+        return median, reps
+
+
+def git_commit() -> str:
+    try:
+        root = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+        return subprocess.run(["git", "-C", root, "rev-parse", "--short", "HEAD"], capture_output=True, text=True,
+                              check=True).stdout.strip()
+    except (OSError, subprocess.CalledProcessError):
+        return "unknown"
+
+
+def parse_args(argv=None):
+    def int_list(text):
+        return [int(x) for x in text.split(",")]
+
+    def name_list(choices):
+        def parse(text):
+            items = text.split(",")
+            for item in items:
+                if item not in choices:
+                    raise argparse.ArgumentTypeError(f"'{item}' is not one of {', '.join(choices)}")
+            return items
+        return parse
+
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0],
+                                     formatter_class=argparse.ArgumentDefaultsHelpFormatter)
+    parser.add_argument("--cuflash", default="build/bin/cuflash", help="the cuflash command")
+    parser.add_argument("--out-dir", default="docs/perf", help="where prefill.json/md/png go")
+    parser.add_argument("--commit", default=os.environ.get("CUFLASH_COMMIT") or None,
+                        help="commit named in the report (default: $CUFLASH_COMMIT, else git rev-parse)")
+    all_backends = list(CUFLASH_BACKENDS) + list(TORCH_BACKENDS)
+    parser.add_argument("--backends", type=name_list(all_backends), default=DEFAULT_BACKENDS,
+                        help=f"comma-separated, of {', '.join(all_backends)}")
+    parser.add_argument("--passes", type=name_list(PASSES), default=PASSES)
+    parser.add_argument("--head-dims", type=int_list, default=HEAD_DIMS)
+    parser.add_argument("--masks", type=name_list(MASKS), default=MASKS)
+    parser.add_argument("--seqlens", type=int_list, default=SEQLENS)
+    parser.add_argument("--dtype", choices=["bf16"], default="bf16")
+    parser.add_argument("--torch-layout", choices=["bshd", "bhsd"], default="bshd",
+                        help="PyTorch inputs: [B,H,S,D] views of [B,S,H,D] memory (as cuflash), or contiguous")
+    parser.add_argument("--warmup-ms", type=float, default=25.0)
+    parser.add_argument("--rep-ms", type=float, default=300.0, help="timed GPU time per point and backend")
+    parser.add_argument("--min-reps", type=int, default=10)
+    parser.add_argument("--max-reps", type=int, default=1000)
+    parser.add_argument("--seed", type=int, default=0)
+    args = parser.parse_args(argv)
+    for s in args.seqlens:
+        if s <= 0 or TOKENS % s:
+            parser.error(f"--seqlens: {s} does not divide {TOKENS} tokens")
+    for d in args.head_dims:
+        if d <= 0 or HIDDEN % d:
+            parser.error(f"--head-dims: {d} does not divide hidden {HIDDEN}")
+    return args
+
+
+def main(argv=None) -> int:
+    args = parse_args(argv)
+    started = time.monotonic()
+    date = datetime.datetime.now(datetime.timezone.utc).strftime("%Y-%m-%dT%H:%MZ")
+    commit = args.commit or git_commit()
+    cuflash_backends = [b for b in args.backends if b in CUFLASH_BACKENDS]
+    torch_backends = [b for b in args.backends if b in TORCH_BACKENDS]
+
+    # cuflash first, in its own process, before this one creates a CUDA context.
+    results = run_cuflash(args, cuflash_backends) if cuflash_backends else []
+    cuflash_device = next((r["device"] for r in results if r.get("device")), None)
+
+    import torch
+    if not torch.cuda.is_available():
+        log("PyTorch sees no CUDA GPU")
+        return 1
+    device = torch.cuda.get_device_name(0)
+    if cuflash_device and cuflash_device != device:
+        log(f"note: cuflash reported device '{cuflash_device}', PyTorch '{device}'")
+    if torch_backends:
+        bench = TorchBench(args)
+        for point in points(args):
+            for backend in torch_backends:
+                row = bench.measure(point, backend)
+                torch.cuda.empty_cache()  # the point's tensors died with measure()'s frame
+                log(progress(row))
+                results.append(row)
+        del bench
+        torch.cuda.empty_cache()
+
+    meta = dict(dtype=args.dtype, device=device, date=date, commit=commit, torch=torch.__version__,
+                layout=args.torch_layout)
+    rows = plot_prefill.merge_rows(results, meta)
+    plot_prefill.write_report(rows, args.out_dir)
+    failed = sum(1 for r in results if r.get("tflops") is None)
+    log(f"{len(rows)} points x {len(args.backends)} backends in {time.monotonic() - started:.0f} s"
+        + (f"; {failed} failed (listed in prefill.md)" if failed else ""))
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,181 @@
+#!/usr/bin/env python3
+"""Tests of bench/prefill.py and bench/plot_prefill.py that need no GPU and no
+PyTorch: merging, the markdown, the plot (when matplotlib is there), re-plotting
+from the json, and the `cuflash bench` command line that prefill.py builds
+(checked against the real parser when $CUFLASH_CLI names the command).
+
+    python3 -m unittest discover -s bench -p 'test_*.py'
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import stat
+import subprocess
+import sys
+import tempfile
+import textwrap
+import unittest
+
+HERE = os.path.dirname(os.path.abspath(__file__))
+sys.path.insert(0, HERE)
+import plot_prefill  # noqa: E402
+import prefill  # noqa: E402
+
+META = dict(dtype="bf16", device="NVIDIA H100 80GB HBM3", date="2026-11-23T10:00Z", commit="abc1234",
+            torch="2.11.0+cu130", layout="bshd")
+# Roughly the ANCHORS.md figures, with cuflash at 0.9-1.1x flash.
+PEERS = {"torch_flash": 300.0, "torch_cudnn": 450.0, "torch_efficient": 130.0}
+
+
+def fake_results(with_failures: bool = True) -> list[dict]:
+    args = prefill.parse_args([])
+    results = []
+    for point in prefill.points(args):
+        scale = (0.5 if point["causal"] else 1.0) * (0.8 if point["pass_name"] == "fwdbwd" else 1.0)
+        scale *= 0.7 + 0.05 * (point["seqlen"].bit_length() - 10)
+        for backend, peak in PEERS.items():
+            results.append(prefill.result_row(point, backend, median_ms=fake_ms(point, peak * scale), reps=50))
+        ratio = 0.9 if point["seqlen"] <= 1024 else 1.1
+        error = None
+        if with_failures and point["head_dim"] == 128 and point["seqlen"] == 16384 and point["pass_name"] == "fwdbwd":
+            error = "unsupported: backend cuda: not yet"
+        results.append(prefill.result_row(point, "cuflash_cuda", median_ms=None if error else
+                                          fake_ms(point, PEERS["torch_flash"] * scale * ratio), reps=50, error=error))
+    return results
+
+
+def fake_ms(point: dict, tflops: float) -> float:
+    flops = prefill.flops(point["pass_name"], point["batch"], point["heads"], point["seqlen"], point["head_dim"],
+                          point["causal"])
+    return flops / (tflops * 1e12) * 1e3
+
+
+class MergeAndReport(unittest.TestCase):
+    def test_rows_have_the_issue_keys(self):
+        rows = plot_prefill.merge_rows(fake_results(), META)
+        self.assertEqual(len(rows), 48)
+        for row in rows:
+            for key in ("pass", "head_dim", "causal", "seqlen", "batch", "heads", "dtype", "device", "tflops"):
+                self.assertIn(key, row)
+            self.assertEqual(row["batch"] * row["seqlen"], 16384)
+            self.assertEqual(row["heads"] * row["head_dim"], 2048)
+            self.assertEqual(list(row["tflops"]), ["cuflash_cuda", "torch_flash", "torch_cudnn", "torch_efficient"])
+        first = rows[0]
+        self.assertEqual((first["pass"], first["head_dim"], first["causal"], first["seqlen"]), ("fwd", 64, False, 512))
+        self.assertAlmostEqual(rows[0]["tflops"]["torch_flash"], 300.0 * 0.7, places=1)
+        failed = [row for row in rows if row["tflops"]["cuflash_cuda"] is None]
+        self.assertEqual(len(failed), 2)
+        self.assertIn("unsupported", failed[0]["errors"]["cuflash_cuda"])
+
+    def test_markdown_has_ratios_and_the_shortfalls(self):
+        rows = plot_prefill.merge_rows(fake_results(), META)
+        text = plot_prefill.render_markdown(rows)
+        self.assertIn("NVIDIA H100 80GB HBM3", text)
+        self.assertIn("abc1234", text)
+        self.assertIn("| cuflash_cuda / torch_flash |", text.replace(" | cuflash_cuda / torch_cudnn", ""))
+        self.assertIn("## Points where cuflash_cuda / torch_flash < 1.0", text)
+        # seqlen 512 and 1k are at 0.9x: 2 seqlens x 2 D x 2 masks x 2 passes.
+        shortfalls = [line for line in text.splitlines() if line.startswith("- ") and ": 0.90 (" in line]
+        self.assertEqual(len(shortfalls), 16)
+        self.assertIn("## Failed points", text)
+        self.assertIn("unsupported: backend cuda: not yet", text)
+        self.assertIn("| 128 | causal | 16k | 1×16 | — |", text)
+
+    def test_report_files_and_replot(self):
+        rows = plot_prefill.merge_rows(fake_results(), META)
+        with tempfile.TemporaryDirectory() as out:
+            plot_prefill.write_report(rows, out)
+            with open(os.path.join(out, "prefill.json")) as f:
+                self.assertEqual(json.load(f), rows)
+            with open(os.path.join(out, "prefill.md")) as f:
+                first = f.read()
+            if has_matplotlib():
+                with open(os.path.join(out, "prefill.png"), "rb") as f:
+                    self.assertEqual(f.read(8), b"\x89PNG\r\n\x1a\n")
+            os.remove(os.path.join(out, "prefill.md"))
+            subprocess.run([sys.executable, os.path.join(HERE, "plot_prefill.py"), os.path.join(out, "prefill.json")],
+                           check=True, capture_output=True)
+            with open(os.path.join(out, "prefill.md")) as f:
+                self.assertEqual(f.read(), first)
+
+    def test_subset_without_failures(self):
+        results = [r for r in fake_results(with_failures=False) if r["pass"] == "fwd" and r["head_dim"] == 128]
+        rows = plot_prefill.merge_rows(results, META)
+        text = plot_prefill.render_markdown(rows, None)
+        self.assertNotIn("Failed points", text)
+        self.assertNotIn("forward + backward", text)
+        if has_matplotlib():
+            with tempfile.TemporaryDirectory() as out:
+                self.assertTrue(plot_prefill.write_plot(rows, os.path.join(out, "p.png")))
+
+    def test_disagreeing_shapes_are_refused(self):
+        results = fake_results()[:2]
+        results[1] = dict(results[1], batch=results[1]["batch"] * 2)
+        with self.assertRaises(ValueError):
+            plot_prefill.merge_rows(results, META)
+
+
+class CuflashProcess(unittest.TestCase):
+    def test_rows_from_a_fake_cuflash_and_missing_points(self):
+        args = prefill.parse_args(["--passes", "fwd", "--head-dims", "64", "--seqlens", "512,1024"])
+        with tempfile.TemporaryDirectory() as tmp:
+            fake = os.path.join(tmp, "cuflash")
+            row = dict(pass_="fwd", backend="cuda", head_dim=64, heads=32, batch=32, seqlen=512, causal=False,
+                       dtype="bf16", device="Fake GPU", reps=10, median_ms=0.5, tflops=275.0, error=None)
+            line = json.dumps(row).replace("pass_", "pass")
+            with open(fake, "w") as f:
+                f.write(textwrap.dedent(f"""\
+                    #!/bin/sh
+                    echo '{line}'
+                    echo 'not json'
+                    exit 1
+                    """))
+            os.chmod(fake, os.stat(fake).st_mode | stat.S_IEXEC)
+            args.cuflash = fake
+            results = prefill.run_cuflash(args, ["cuflash_cuda"])
+        self.assertEqual(len(results), 4)  # 2 seqlens x 2 masks
+        self.assertEqual(results[0]["backend"], "cuflash_cuda")
+        self.assertEqual(results[0]["tflops"], 275.0)
+        self.assertTrue(all("exit code 1" in r["error"] for r in results[1:]))
+
+    def test_missing_command(self):
+        args = prefill.parse_args(["--passes", "fwd", "--head-dims", "64", "--seqlens", "512", "--masks", "none",
+                                   "--cuflash", "/nonexistent/cuflash"])
+        results = prefill.run_cuflash(args, ["cuflash_cuda", "cuflash_cudnn"])
+        self.assertEqual([r["backend"] for r in results], ["cuflash_cuda", "cuflash_cudnn"])
+        self.assertTrue(all(r["tflops"] is None for r in results))
+
+    @unittest.skipUnless(os.environ.get("CUFLASH_CLI"), "set CUFLASH_CLI to the cuflash command")
+    def test_the_real_parser_accepts_the_command_line(self):
+        args = prefill.parse_args([])
+        captured = []
+        real_popen = subprocess.Popen
+
+        def spy(command, **kwargs):
+            captured.append(command)
+            raise OSError("not run")
+        subprocess.Popen = spy
+        try:
+            prefill.run_cuflash(args, ["cuflash_cuda", "cuflash_cudnn"])
+        finally:
+            subprocess.Popen = real_popen
+        command = [os.environ["CUFLASH_CLI"]] + captured[0][1:] + ["--help"]  # --help last: every flag is parsed first
+        done = subprocess.run(command, capture_output=True, text=True)
+        self.assertEqual(done.returncode, 0, done.stderr)
+        bad = subprocess.run([os.environ["CUFLASH_CLI"], "bench", "--rep-ms", "x"], capture_output=True, text=True)
+        self.assertEqual(bad.returncode, 2)
+        self.assertEqual(bad.stderr.count("\n"), 1)
+
+
+def has_matplotlib() -> bool:
+    try:
+        import matplotlib  # noqa: F401
+        return True
+    except ImportError:
+        return False
+
+
+if __name__ == "__main__":
+    unittest.main()

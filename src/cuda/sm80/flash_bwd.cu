@@ -1,0 +1,138 @@
+// Host side of the FlashAttention-2 backward: what it supports, the
+// workspace, parameters, and dispatch on dtype x head dim to the explicit
+// instantiations in src/cuda/inst/flash_bwd_*.cu.
+#include "sm80/flash_bwd.hpp"
+
+#include <cuda_bf16.h>
+#include <cuda_fp16.h>
+
+#include <cstdint>
+#include <string>
+
+#include "common/attention_params.hpp"
+#include "common/cuda_check.hpp"
+#include "common/device_info.hpp"
+#include "sm80/flash_bwd_kernel.cuh"
+#include "sm80/kernel_support.hpp"
+
+namespace cuflash::detail {
+
+namespace sm80 {
+template <typename T, int D>
+Status launch_flash_backward(const BackwardParams& p, int max_smem_per_block, cudaStream_t stream);
+}  // namespace sm80
+
+namespace {
+
+constexpr std::size_t align256(std::size_t bytes) { return (bytes + 255) / 256 * 256; }
+
+// Query rows of dq_accum and dsum: dense batch * max_q_len, varlen every packed row.
+std::int64_t total_q_rows(const Problem& problem) {
+  if (problem.layout == Layout::varlen) return problem.q.shape[0];
+  return static_cast<std::int64_t>(problem.batch) * problem.max_q_len;
+}
+
+std::size_t dq_accum_bytes(const Problem& problem) {
+  return align256(static_cast<std::size_t>(total_q_rows(problem)) * problem.heads_q * problem.head_dim * sizeof(float));
+}
+
+RowStrides strides_of(const TensorView& view, Layout layout) {
+  if (layout == Layout::varlen) return {0, view.strides[0], view.strides[1]};
+  return {view.strides[0], view.strides[1], view.strides[2]};
+}
+
+// Shared memory the kernels need with single buffering (the least they run with).
+template <int D>
+std::size_t min_smem_bytes(bool deterministic) {
+  using Tr = sm80::FlashBwdTraits<D>;
+  const std::size_t main = Tr::main_smem_bytes(1);
+  return deterministic && Tr::dq_smem_bytes(1) > main ? Tr::dq_smem_bytes(1) : main;
+}
+
+std::size_t min_smem_bytes(int head_dim, bool deterministic) {
+  switch (head_dim) {
+    case 32: return min_smem_bytes<32>(deterministic);
+    case 64: return min_smem_bytes<64>(deterministic);
+    case 96: return min_smem_bytes<96>(deterministic);
+    case 128: return min_smem_bytes<128>(deterministic);
+    case 192: return min_smem_bytes<192>(deterministic);
+    case 256: return min_smem_bytes<256>(deterministic);
+    default: return 0;
+  }
+}
+
+template <typename T>
+Status launch_for_dim(const BackwardParams& p, int head_dim, int max_smem, cudaStream_t stream) {
+  switch (head_dim) {
+    case 32: return sm80::launch_flash_backward<T, 32>(p, max_smem, stream);
+    case 64: return sm80::launch_flash_backward<T, 64>(p, max_smem, stream);
+    case 96: return sm80::launch_flash_backward<T, 96>(p, max_smem, stream);
+    case 128: return sm80::launch_flash_backward<T, 128>(p, max_smem, stream);
+    case 192: return sm80::launch_flash_backward<T, 192>(p, max_smem, stream);
+    case 256: return sm80::launch_flash_backward<T, 256>(p, max_smem, stream);
+    default: return Status::unsupported("backend cuda backward: head_dim " + std::to_string(head_dim) + " has no kernel");
+  }
+}
+
+}  // namespace
+
+Status flash_backward_supports(const Problem& problem) {
+  if (problem.layout == Layout::kv_cache)
+    return Status::unsupported("backend cuda backward: paged/KV-cache backward is not implemented by backend cuda");
+  CUFLASH_TRY(sm80_attention_supports(problem, "backward"));
+  CUFLASH_TRY(check_kernel_view(problem.out, "out"));
+  CUFLASH_TRY(check_kernel_view(problem.dout, "dout"));
+  CUFLASH_TRY(check_kernel_view(problem.dq, "dq"));
+  CUFLASH_TRY(check_kernel_view(problem.dk, "dk"));
+  CUFLASH_TRY(check_kernel_view(problem.dv, "dv"));
+  const std::size_t smem = min_smem_bytes(problem.head_dim, problem.deterministic);
+  const int smem_limit = device_info(problem.device.index).max_smem_per_block;
+  if (smem > static_cast<std::size_t>(smem_limit))
+    return Status::unsupported("backend cuda backward: head_dim " + std::to_string(problem.head_dim) + " needs " +
+                               std::to_string(smem) + " bytes of shared memory per block; this GPU allows " +
+                               std::to_string(smem_limit));
+  if (problem.batch > 65535 || problem.heads_q > 65535)
+    return Status::unsupported("backend cuda backward: batch and heads_q must be at most 65535 (grid limits), got " +
+                               std::to_string(problem.batch) + " and " + std::to_string(problem.heads_q));
+  return {};
+}
+
+std::size_t flash_backward_workspace_bytes(const Problem& problem) {
+  const std::size_t dsum = align256(static_cast<std::size_t>(total_q_rows(problem)) * problem.heads_q * sizeof(float));
+  return dq_accum_bytes(problem) + dsum;
+}
+
+Status flash_backward(const Problem& problem, void* workspace, cudaStream_t stream) {
+  DeviceGuard guard(problem.device.index);
+  CUFLASH_TRY(guard.status());
+  const DeviceInfo& info = device_info(problem.device.index);
+  if (!info.valid) return Status::unsupported("backend cuda backward: cannot query the GPU's properties");
+
+  BackwardParams p;
+  static_cast<AttentionParams&>(p) = make_attention_params(problem);
+  // A window reaching past every key is unbounded; normalizing keeps the
+  // kernels' index arithmetic (i + offset +/- window) inside int.
+  if (p.window_left >= p.max_kv_len) p.window_left = -1;
+  if (p.window_right >= p.max_q_len) p.window_right = -1;
+  p.out = problem.out.data;
+  p.dout = problem.dout.data;
+  p.dq = problem.dq.data;
+  p.dk = problem.dk.data;
+  p.dv = problem.dv.data;
+  p.out_strides = strides_of(problem.out, problem.layout);
+  p.dout_strides = strides_of(problem.dout, problem.layout);
+  p.dq_strides = strides_of(problem.dq, problem.layout);
+  p.dk_strides = strides_of(problem.dk, problem.layout);
+  p.dv_strides = strides_of(problem.dv, problem.layout);
+  p.deterministic = problem.deterministic;
+  p.total_q_rows = total_q_rows(problem);
+  auto* base = static_cast<unsigned char*>(workspace);
+  p.dq_accum = reinterpret_cast<float*>(base);
+  p.dsum = reinterpret_cast<float*>(base + dq_accum_bytes(problem));
+
+  if (problem.dtype == DType::bf16) return launch_for_dim<__nv_bfloat16>(p, problem.head_dim, info.max_smem_per_block, stream);
+  if (problem.dtype == DType::f16) return launch_for_dim<__half>(p, problem.head_dim, info.max_smem_per_block, stream);
+  return Status::unsupported("backend cuda backward: the tensor-core kernels take f16 and bf16");
+}
+
+}  // namespace cuflash::detail

@@ -1,0 +1,693 @@
+// FlashAttention-2 backward kernels (fp16/bf16, mma.sync m16n8k16, sm80+),
+// templated on the element type T and the head dim D:
+//
+//   flash_bwd_dsum_kernel     dsum[h][row] = dot(dout_row, out_row), fp32
+//   flash_bwd_dkdv_kernel     one CTA per (key block, kv head, batch): K, V stay
+//                             in shared memory while the CTA walks every query
+//                             head of the GQA group and every query block that
+//                             sees the keys; dK, dV accumulate in registers
+//                             (so the group reduction is free and deterministic);
+//                             dQ tiles go to the fp32 dq_accum with atomics
+//                             unless the call is deterministic
+//   flash_bwd_convert_dq_kernel  dq = softmax_scale * dq_accum, as T
+//   flash_bwd_dq_kernel       deterministic dQ: one CTA per (query block, head,
+//                             batch) recomputes S, dP, dS over its key blocks
+//
+// Per tile (BM query rows x BN keys), with P = exp2(logit2 - lse * log2 e):
+//   S = Q K^T, dP = dO V^T, dS = P * (dP - dsum) [* (1 - tanh^2) with softcap]
+//   dV += P^T dO, dK += dS^T Q, dQ += dS K
+// P and dS are written to shared memory as T (the A operands of P^T dO and
+// dS^T Q are read back with ldmatrix.trans). Every shared tile row holds
+// D + 8 (or BN + 8) elements, which makes all ldmatrix accesses conflict-free.
+#pragma once
+
+#include <cuda_bf16.h>
+#include <cuda_fp16.h>
+
+#include <cstddef>
+#include <cstdint>
+
+#include "common/attention_params.hpp"
+#include "common/score_mask.cuh"
+#include "sm80/tensor_core.cuh"
+
+namespace cuflash::detail::sm80 {
+
+// ---------------------------------------------------------------------------
+// Tiles. Warp grids (8 warps) of the three GEMM shapes:
+//   S, dP   [BM x BN]: kWarpsMS x kWarpsNS
+//   dK, dV  [BN x D]:  kWarpsNKV x kWarpsDKV
+//   dQ      [BM x D]:  kWarpsMQ x kWarpsDQ
+// ---------------------------------------------------------------------------
+template <int D>
+struct FlashBwdTile;
+template <>
+struct FlashBwdTile<32> {
+  static constexpr int kBlockM = 128, kBlockN = 128;
+  static constexpr int kWarpsMS = 2, kWarpsNS = 4, kWarpsNKV = 4, kWarpsDKV = 2, kWarpsMQ = 4, kWarpsDQ = 2;
+};
+template <>
+struct FlashBwdTile<64> {
+  static constexpr int kBlockM = 128, kBlockN = 128;
+  static constexpr int kWarpsMS = 2, kWarpsNS = 4, kWarpsNKV = 4, kWarpsDKV = 2, kWarpsMQ = 4, kWarpsDQ = 2;
+};
+template <>
+struct FlashBwdTile<96> {
+  static constexpr int kBlockM = 64, kBlockN = 128;
+  static constexpr int kWarpsMS = 2, kWarpsNS = 4, kWarpsNKV = 4, kWarpsDKV = 2, kWarpsMQ = 4, kWarpsDQ = 2;
+};
+template <>
+struct FlashBwdTile<128> {
+  static constexpr int kBlockM = 64, kBlockN = 128;
+  static constexpr int kWarpsMS = 2, kWarpsNS = 4, kWarpsNKV = 4, kWarpsDKV = 2, kWarpsMQ = 2, kWarpsDQ = 4;
+};
+template <>
+struct FlashBwdTile<192> {
+  static constexpr int kBlockM = 64, kBlockN = 64;
+  static constexpr int kWarpsMS = 4, kWarpsNS = 2, kWarpsNKV = 2, kWarpsDKV = 4, kWarpsMQ = 2, kWarpsDQ = 4;
+};
+template <>
+struct FlashBwdTile<256> {
+  static constexpr int kBlockM = 64, kBlockN = 64;
+  static constexpr int kWarpsMS = 4, kWarpsNS = 2, kWarpsNKV = 2, kWarpsDKV = 4, kWarpsMQ = 2, kWarpsDQ = 4;
+};
+
+template <int D>
+struct FlashBwdTraits {
+  using Tile = FlashBwdTile<D>;
+  static constexpr int kThreads = 256;
+  static constexpr int BM = Tile::kBlockM;
+  static constexpr int BN = Tile::kBlockN;
+  static constexpr int kLd = D + 8;    // shared row of Q, dO, K, V (elements)
+  static constexpr int kLdS = BN + 8;  // shared row of P, dS
+
+  static constexpr int kRowsS = BM / Tile::kWarpsMS, kColsS = BN / Tile::kWarpsNS;
+  static constexpr int kMTS = kRowsS / 16, kNTS = kColsS / 8;
+  static constexpr int kRowsKV = BN / Tile::kWarpsNKV, kColsKV = D / Tile::kWarpsDKV;
+  static constexpr int kMTKV = kRowsKV / 16, kNTKV = kColsKV / 8;
+  static constexpr int kRowsQ = BM / Tile::kWarpsMQ, kColsQ = D / Tile::kWarpsDQ;
+  static constexpr int kMTQ = kRowsQ / 16, kNTQ = kColsQ / 8;
+  // The main kernel's dQ GEMM runs in this many column slices per warp.
+  static constexpr int kDqPasses = D == 256 ? 2 : 1;
+  static_assert(kNTQ % (2 * kDqPasses) == 0);
+
+  static_assert(Tile::kWarpsMS * Tile::kWarpsNS == 8 && Tile::kWarpsNKV * Tile::kWarpsDKV == 8 &&
+                Tile::kWarpsMQ * Tile::kWarpsDQ == 8);
+  static_assert(kRowsS % 16 == 0 && kColsS % 16 == 0 && kRowsKV % 16 == 0 && kColsKV % 16 == 0 &&
+                kRowsQ % 16 == 0 && kColsQ % 16 == 0 && D % 16 == 0);
+
+  // Main kernel: K, V [BN][kLd]; Q, dO [stages][BM][kLd]; P, dS [BM][kLdS];
+  // raw lse and dsum [2][BM] floats.
+  static constexpr std::size_t main_smem_bytes(int stages) {
+    return 2 * (2 * static_cast<std::size_t>(BN) * kLd + 2 * static_cast<std::size_t>(stages) * BM * kLd +
+                2 * static_cast<std::size_t>(BM) * kLdS) +
+           4 * 4 * static_cast<std::size_t>(BM);
+  }
+  // Deterministic dQ kernel: Q, dO [BM][kLd]; K, V [stages][BN][kLd];
+  // dS [BM][kLdS]; raw lse and dsum [BM] floats.
+  static constexpr std::size_t dq_smem_bytes(int stages) {
+    return 2 * (2 * static_cast<std::size_t>(BM) * kLd + 2 * static_cast<std::size_t>(stages) * BN * kLd +
+                static_cast<std::size_t>(BM) * kLdS) +
+           2 * 4 * static_cast<std::size_t>(BM);
+  }
+};
+
+namespace bwd {
+
+// ---------------------------------------------------------------------------
+// Fragment loads (see tensor_core.cuh for the layouts). `ld` in elements.
+// ---------------------------------------------------------------------------
+
+// A 16x16 at (m0, k0) of a row-major [m][k] tile.
+template <typename T>
+__device__ __forceinline__ void load_a(std::uint32_t (&a)[4], const T* base, int ld, int m0, int k0, int lane) {
+  ldmatrix_x4(a, base + (m0 + (lane & 15)) * ld + k0 + ((lane >> 4) << 3));
+}
+// A 16x16 at (m0, k0) of a tile stored transposed, [k][m].
+template <typename T>
+__device__ __forceinline__ void load_a_trans(std::uint32_t (&a)[4], const T* base, int ld, int m0, int k0, int lane) {
+  ldmatrix_x4_trans(a, base + (k0 + (lane & 7) + ((lane >> 4) << 3)) * ld + m0 + (((lane >> 3) & 1) << 3));
+}
+// B of two n-tiles (n0..n0+7: r[0], r[1]; n0+8..n0+15: r[2], r[3]) at k0 of a
+// tile stored [n][k].
+template <typename T>
+__device__ __forceinline__ void load_b_nk(std::uint32_t (&r)[4], const T* base, int ld, int n0, int k0, int lane) {
+  ldmatrix_x4(r, base + (n0 + (lane & 7) + ((lane >> 4) << 3)) * ld + k0 + (((lane >> 3) & 1) << 3));
+}
+// The same from a tile stored [k][n].
+template <typename T>
+__device__ __forceinline__ void load_b_kn(std::uint32_t (&r)[4], const T* base, int ld, int n0, int k0, int lane) {
+  ldmatrix_x4_trans(r, base + (k0 + (lane & 7) + (((lane >> 3) & 1) << 3)) * ld + n0 + ((lane >> 4) << 3));
+}
+
+// acc[MT][NT] += A[am0 .. am0 + 16 MT, 0 .. 16 KSTEPS] * B[.., bn0 .. bn0 + 8 NT].
+// kATrans: A is stored [k][m]; kBKn: B is stored [k][n] (else [n][k]).
+template <typename T, int MT, int NT, int KSTEPS, bool kATrans, bool kBKn>
+__device__ __forceinline__ void warp_gemm(float (&acc)[MT][NT][4], const T* a, int lda, int am0, const T* b, int ldb,
+                                          int bn0, int lane) {
+  static_assert(NT % 2 == 0, "B fragments are loaded two n-tiles at a time");
+#pragma unroll
+  for (int ks = 0; ks < KSTEPS; ++ks) {
+    std::uint32_t af[MT][4];
+    std::uint32_t bf[NT][2];
+#pragma unroll
+    for (int mi = 0; mi < MT; ++mi) {
+      if constexpr (kATrans) load_a_trans(af[mi], a, lda, am0 + mi * 16, ks * 16, lane);
+      else load_a(af[mi], a, lda, am0 + mi * 16, ks * 16, lane);
+    }
+#pragma unroll
+    for (int nj = 0; nj < NT / 2; ++nj) {
+      std::uint32_t r[4];
+      if constexpr (kBKn) load_b_kn(r, b, ldb, bn0 + nj * 16, ks * 16, lane);
+      else load_b_nk(r, b, ldb, bn0 + nj * 16, ks * 16, lane);
+      bf[2 * nj][0] = r[0];
+      bf[2 * nj][1] = r[1];
+      bf[2 * nj + 1][0] = r[2];
+      bf[2 * nj + 1][1] = r[3];
+    }
+#pragma unroll
+    for (int mi = 0; mi < MT; ++mi)
+#pragma unroll
+      for (int ni = 0; ni < NT; ++ni) mma_16816<T>(acc[mi][ni], af[mi], bf[ni]);
+  }
+}
+
+template <int MT, int NT>
+__device__ __forceinline__ void zero(float (&acc)[MT][NT][4]) {
+#pragma unroll
+  for (int mi = 0; mi < MT; ++mi)
+#pragma unroll
+    for (int ni = 0; ni < NT; ++ni)
+#pragma unroll
+      for (int e = 0; e < 4; ++e) acc[mi][ni][e] = 0.0f;
+}
+
+// Thread -> 16-byte chunk map of a [rows][D] tile copy: each pass covers
+// kRowsPerPass whole rows with the first kRowsPerPass * D/8 threads.
+template <int D>
+struct ChunkMap {
+  static constexpr int kChunksPerRow = D / 8;
+  static constexpr int kRowsPerPass = 256 / kChunksPerRow;
+  static constexpr int kActive = kRowsPerPass * kChunksPerRow;
+};
+
+// rows x D elements of one head, rows row0.. of a sequence, into a shared
+// [rows][D + 8] tile; rows at or past `valid` are zero-filled.
+template <int ROWS, int D, typename T>
+__device__ __forceinline__ void load_tile_async(T* dst, const T* src, const RowStrides& st, int b, int seq_start,
+                                                int row0, int valid, int head, int tid) {
+  using M = ChunkMap<D>;
+  if (M::kActive < 256 && tid >= M::kActive) return;
+  const int r0 = tid / M::kChunksPerRow;
+  const int col = (tid % M::kChunksPerRow) * 8;
+#pragma unroll
+  for (int it = 0; it < (ROWS + M::kRowsPerPass - 1) / M::kRowsPerPass; ++it) {
+    const int r = r0 + it * M::kRowsPerPass;
+    if (ROWS % M::kRowsPerPass == 0 || r < ROWS) {
+      const bool ok = r < valid;
+      const T* g = src + (ok ? row_offset(st, b, seq_start, row0 + r, head) + col : 0);
+      cp_async_16(dst + r * (D + 8) + col, g, ok);
+    }
+  }
+}
+
+// A shared [rows][D + 8] tile -> rows [0, valid) of one head in global memory.
+template <int ROWS, int D, typename T>
+__device__ __forceinline__ void store_tile(T* dst, const RowStrides& st, int b, int seq_start, int row0, int valid,
+                                           int head, const T* src, int tid) {
+  using M = ChunkMap<D>;
+  if (M::kActive < 256 && tid >= M::kActive) return;
+  const int r0 = tid / M::kChunksPerRow;
+  const int col = (tid % M::kChunksPerRow) * 8;
+  T* base = dst + row_offset(st, b, seq_start, row0 + r0, head) + col;
+  const std::int64_t step = static_cast<std::int64_t>(M::kRowsPerPass) * st.row;
+#pragma unroll
+  for (int it = 0; it < (ROWS + M::kRowsPerPass - 1) / M::kRowsPerPass; ++it) {
+    const int r = r0 + it * M::kRowsPerPass;
+    if ((ROWS % M::kRowsPerPass == 0 || r < ROWS) && r < valid)
+      *reinterpret_cast<uint4*>(base + it * step) = *reinterpret_cast<const uint4*>(src + r * (D + 8) + col);
+  }
+}
+
+// 4 bytes global -> shared (zero-filled when !valid).
+__device__ __forceinline__ void cp_async_4(void* dst, const void* src, bool valid) {
+  asm volatile("cp.async.ca.shared.global [%0], [%1], 4, %2;\n" ::"r"(smem_address(dst)), "l"(src),
+               "r"(valid ? 4 : 0));
+}
+
+// Raw lse and dsum of rows m0 .. m0 + ROWS of (b, h) into shared memory, by
+// threads tid < ROWS; rows past the sequence read as 0 (they are masked).
+template <int ROWS>
+__device__ __forceinline__ void load_stats_async(float* s_lse, float* s_dsum, const BackwardParams& p,
+                                                 const SeqBounds& seq, int b, int h, int m0,
+                                                 std::int64_t accum_row0, int tid) {
+  if (tid < ROWS) {
+    const int i = m0 + tid;
+    const bool ok = i < seq.q_len;
+    cp_async_4(s_lse + tid, ok ? p.lse + lse_offset(p, b, seq.q_start, i, h) : p.lse, ok);
+    cp_async_4(s_dsum + tid, ok ? p.dsum + static_cast<std::int64_t>(h) * p.total_q_rows + accum_row0 + i : p.dsum,
+               ok);
+  }
+}
+
+// S, dP of a warp's [kRowsS x kColsS] part of the tile -> P (into s) and dS
+// (into dp). kGeneral: softcap, ALiBi and/or the per-element mask (rows
+// >= q_len and the score rules), all uniform per tile.
+template <int D, bool kGeneral>
+__device__ __forceinline__ void scores_to_grads(float (&s)[FlashBwdTraits<D>::kMTS][FlashBwdTraits<D>::kNTS][4],
+                                                float (&dp)[FlashBwdTraits<D>::kMTS][FlashBwdTraits<D>::kNTS][4],
+                                                const float* s_lse, const float* s_dsum, const ScoreRules& rules,
+                                                bool masked, int q_len, int m0, int n0, int row0, int col0,
+                                                int lane) {
+  using Tr = FlashBwdTraits<D>;
+  const int g = lane >> 2, t = lane & 3;
+  const bool softcap = rules.cap_log2 != 0.0f;
+#pragma unroll
+  for (int mi = 0; mi < Tr::kMTS; ++mi) {
+#pragma unroll
+    for (int half = 0; half < 2; ++half) {
+      const int r = row0 + mi * 16 + g + half * 8;
+      // lse -inf: the row sees no key, so every P of it is 0.
+      const float lse_raw = s_lse[r];
+      const float lse2 = lse_raw == -INFINITY ? INFINITY : lse_raw * kLog2e;
+      const float dsum = s_dsum[r];
+      const int i = m0 + r;
+#pragma unroll
+      for (int ni = 0; ni < Tr::kNTS; ++ni) {
+#pragma unroll
+        for (int e = 0; e < 2; ++e) {
+          float& x = s[mi][ni][half * 2 + e];
+          float& y = dp[mi][ni][half * 2 + e];
+          if constexpr (!kGeneral) {
+            const float pv = fast_exp2(fmaf(x, rules.scale_log2, -lse2));
+            x = pv;
+            y = pv * (y - dsum);
+          } else {
+            const int j = n0 + col0 + ni * 8 + 2 * t + e;
+            float th = 0.0f, logit;
+            if (softcap) {
+              th = tanhf(x * rules.scale_over_cap);
+              logit = rules.cap_log2 * th;
+            } else {
+              logit = x * rules.scale_log2;
+            }
+            if (rules.alibi_log2 != 0.0f) logit -= rules.alibi_log2 * fabsf(static_cast<float>(i + rules.offset - j));
+            const bool vis = !masked || (i < q_len && rules.visible(i, j));
+            const float pv = vis ? fast_exp2(logit - lse2) : 0.0f;
+            float dsv = pv * (y - dsum);
+            if (softcap) dsv *= 1.0f - th * th;
+            x = pv;
+            y = dsv;
+          }
+        }
+      }
+    }
+  }
+}
+
+// A warp's C fragments -> a shared [..][ld] tile as T (times `scale`).
+template <typename T, int MT, int NT>
+__device__ __forceinline__ void store_frags(T* dst, int ld, int row0, int col0, const float (&acc)[MT][NT][4],
+                                            float scale, int lane) {
+  const int g = lane >> 2, t = lane & 3;
+#pragma unroll
+  for (int mi = 0; mi < MT; ++mi)
+#pragma unroll
+    for (int ni = 0; ni < NT; ++ni)
+#pragma unroll
+      for (int half = 0; half < 2; ++half) {
+        const int r = row0 + mi * 16 + g + half * 8;
+        const int c = col0 + ni * 8 + 2 * t;
+        *reinterpret_cast<std::uint32_t*>(dst + r * ld + c) =
+            pack2<T>(acc[mi][ni][half * 2] * scale, acc[mi][ni][half * 2 + 1] * scale);
+      }
+}
+
+__device__ __forceinline__ void atomic_add2(float* dst, float x, float y) {
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
+  atomicAdd(reinterpret_cast<float2*>(dst), make_float2(x, y));
+#else
+  atomicAdd(dst, x);
+  atomicAdd(dst + 1, y);
+#endif
+}
+
+template <typename T>
+__device__ __forceinline__ float2 unpack2(std::uint32_t v);
+template <>
+__device__ __forceinline__ float2 unpack2<__nv_bfloat16>(std::uint32_t v) {
+  return __bfloat1622float2(*reinterpret_cast<const __nv_bfloat162*>(&v));
+}
+template <>
+__device__ __forceinline__ float2 unpack2<__half>(std::uint32_t v) {
+  return __half22float2(*reinterpret_cast<const __half2*>(&v));
+}
+
+// Sequence-relative row range [lo, hi) of the queries that see some key of
+// [n0, n1) (n1 <= k_len); 64-bit so that huge windows cannot overflow.
+__device__ __forceinline__ void query_range(const BackwardParams& p, const SeqBounds& seq, int n0, int n1,
+                                            std::int64_t* lo, std::int64_t* hi) {
+  const std::int64_t offset = static_cast<std::int64_t>(seq.k_len) - seq.q_len;
+  std::int64_t l = 0, h = seq.q_len;
+  if (p.window_right >= 0) l = max(l, static_cast<std::int64_t>(n0) - offset - p.window_right);
+  if (p.window_left >= 0) h = min(h, static_cast<std::int64_t>(n1) - offset + p.window_left);
+  *lo = l;
+  *hi = h;
+}
+
+}  // namespace bwd
+
+// ---------------------------------------------------------------------------
+// dsum[h][row] = dot(dout[row, h], out[row, h]); one warp per (row, head).
+// Rows: dense b * max_q_len + i, varlen every packed row of q.
+// ---------------------------------------------------------------------------
+template <typename T, int D>
+__global__ void __launch_bounds__(256) flash_bwd_dsum_kernel(const __grid_constant__ BackwardParams p) {
+  const std::int64_t warp_id = static_cast<std::int64_t>(blockIdx.x) * 8 + threadIdx.x / 32;
+  const int lane = threadIdx.x % 32;
+  if (warp_id >= p.total_q_rows * p.heads_q) return;
+  const int h = static_cast<int>(warp_id % p.heads_q);
+  const std::int64_t row = warp_id / p.heads_q;
+  int b = 0, i = static_cast<int>(row);
+  if (p.cu_seqlens_q == nullptr) {
+    b = static_cast<int>(row / p.max_q_len);
+    i = static_cast<int>(row % p.max_q_len);
+  }
+  float sum = 0.0f;
+  if (lane < D / 8) {
+    const T* o = static_cast<const T*>(p.out) + row_offset(p.out_strides, b, 0, i, h) + lane * 8;
+    const T* d = static_cast<const T*>(p.dout) + row_offset(p.dout_strides, b, 0, i, h) + lane * 8;
+    const uint4 ov = *reinterpret_cast<const uint4*>(o);
+    const uint4 dv = *reinterpret_cast<const uint4*>(d);
+    const std::uint32_t ow[4] = {ov.x, ov.y, ov.z, ov.w};
+    const std::uint32_t dw[4] = {dv.x, dv.y, dv.z, dv.w};
+#pragma unroll
+    for (int k = 0; k < 4; ++k) {
+      const float2 a = bwd::unpack2<T>(ow[k]);
+      const float2 c = bwd::unpack2<T>(dw[k]);
+      sum = fmaf(a.x, c.x, sum);
+      sum = fmaf(a.y, c.y, sum);
+    }
+  }
+#pragma unroll
+  for (int m = 16; m >= 1; m >>= 1) sum += __shfl_xor_sync(0xffffffffu, sum, m);
+  if (lane == 0) p.dsum[static_cast<std::int64_t>(h) * p.total_q_rows + row] = sum;
+}
+
+// ---------------------------------------------------------------------------
+// dq = softmax_scale * dq_accum as T; 8 elements per thread. Varlen rows past
+// cu_seqlens_q[batch] belong to no sequence and are not written.
+// ---------------------------------------------------------------------------
+template <typename T, int D>
+__global__ void __launch_bounds__(256) flash_bwd_convert_dq_kernel(const __grid_constant__ BackwardParams p) {
+  constexpr int kChunks = D / 8;
+  const std::int64_t idx = static_cast<std::int64_t>(blockIdx.x) * blockDim.x + threadIdx.x;
+  if (idx >= p.total_q_rows * p.heads_q * kChunks) return;
+  const int chunk = static_cast<int>(idx % kChunks);
+  const std::int64_t rest = idx / kChunks;
+  const int h = static_cast<int>(rest % p.heads_q);
+  const std::int64_t row = rest / p.heads_q;
+  int b = 0, i = static_cast<int>(row);
+  if (p.cu_seqlens_q == nullptr) {
+    b = static_cast<int>(row / p.max_q_len);
+    i = static_cast<int>(row % p.max_q_len);
+  } else if (row >= p.cu_seqlens_q[p.batch]) {
+    return;
+  }
+  const float* src = p.dq_accum + (row * p.heads_q + h) * D + chunk * 8;
+  const float4 a = *reinterpret_cast<const float4*>(src);
+  const float4 c = *reinterpret_cast<const float4*>(src + 4);
+  const float s = p.softmax_scale;
+  uint4 out;
+  out.x = pack2<T>(a.x * s, a.y * s);
+  out.y = pack2<T>(a.z * s, a.w * s);
+  out.z = pack2<T>(c.x * s, c.y * s);
+  out.w = pack2<T>(c.z * s, c.w * s);
+  *reinterpret_cast<uint4*>(static_cast<T*>(p.dq) + row_offset(p.dq_strides, b, 0, i, h) + chunk * 8) = out;
+}
+
+// ---------------------------------------------------------------------------
+// Main kernel: grid (key blocks, heads_kv, batch). `stages` (1 or 2) is the
+// number of Q/dO buffers: 2 prefetches the next tile during the current one.
+// ---------------------------------------------------------------------------
+template <typename T, int D>
+__global__ void __launch_bounds__(256, 1) flash_bwd_dkdv_kernel(const __grid_constant__ BackwardParams p, int stages) {
+  using Tr = FlashBwdTraits<D>;
+  using Tile = typename Tr::Tile;
+  constexpr int BM = Tr::BM, BN = Tr::BN, LD = Tr::kLd, LDS = Tr::kLdS;
+
+  extern __shared__ __align__(128) unsigned char smem_raw[];
+  T* sK = reinterpret_cast<T*>(smem_raw);
+  T* sV = sK + BN * LD;
+  T* sQ = sV + BN * LD;
+  T* sdO = sQ + stages * BM * LD;
+  T* sP = sdO + stages * BM * LD;
+  T* sdS = sP + BM * LDS;
+  float* sLse = reinterpret_cast<float*>(sdS + BM * LDS);  // [2][BM], raw lse
+  float* sDsum = sLse + 2 * BM;                            // [2][BM]
+
+  const int tid = threadIdx.x, lane = tid & 31, warp = tid >> 5;
+  const int n_block = blockIdx.x, hk = blockIdx.y, b = blockIdx.z;
+  const SeqBounds seq = seq_bounds(p, b);
+  const int n0 = n_block * BN;
+  if (n0 >= seq.k_len) return;  // varlen: past this sequence's keys
+  const int n1 = min(n0 + BN, seq.k_len);
+  const std::int64_t accum_row0 =
+      p.cu_seqlens_q != nullptr ? static_cast<std::int64_t>(seq.q_start) : static_cast<std::int64_t>(b) * p.max_q_len;
+
+  // Work items: (query head of the group) x (query block that sees the keys).
+  std::int64_t row_lo, row_hi;
+  bwd::query_range(p, seq, n0, n1, &row_lo, &row_hi);
+  const int m_lo = row_lo < row_hi ? static_cast<int>(row_lo / BM) : 0;
+  const int m_count = row_lo < row_hi ? static_cast<int>((row_hi + BM - 1) / BM) - m_lo : 0;
+  const int items = m_count * p.group;
+  const int h0 = hk * p.group;
+
+  const T* gQ = static_cast<const T*>(p.q);
+  const T* gK = static_cast<const T*>(p.k);
+  const T* gV = static_cast<const T*>(p.v);
+  const T* gdO = static_cast<const T*>(p.dout);
+
+  // Warp positions in the three GEMMs.
+  const int s_row0 = (warp % Tile::kWarpsMS) * Tr::kRowsS, s_col0 = (warp / Tile::kWarpsMS) * Tr::kColsS;
+  const int kv_row0 = (warp % Tile::kWarpsNKV) * Tr::kRowsKV, kv_col0 = (warp / Tile::kWarpsNKV) * Tr::kColsKV;
+  const int q_row0 = (warp % Tile::kWarpsMQ) * Tr::kRowsQ, q_col0 = (warp / Tile::kWarpsMQ) * Tr::kColsQ;
+
+  float acc_dk[Tr::kMTKV][Tr::kNTKV][4];
+  float acc_dv[Tr::kMTKV][Tr::kNTKV][4];
+  bwd::zero(acc_dk);
+  bwd::zero(acc_dv);
+
+  if (items > 0) {
+    bwd::load_tile_async<BN, D>(sK, gK, p.k_strides, b, seq.k_start, n0, seq.k_len - n0, hk, tid);
+    bwd::load_tile_async<BN, D>(sV, gV, p.v_strides, b, seq.k_start, n0, seq.k_len - n0, hk, tid);
+    const int m0 = m_lo * BM;
+    bwd::load_tile_async<BM, D>(sQ, gQ, p.q_strides, b, seq.q_start, m0, seq.q_len - m0, h0, tid);
+    bwd::load_tile_async<BM, D>(sdO, gdO, p.dout_strides, b, seq.q_start, m0, seq.q_len - m0, h0, tid);
+    bwd::load_stats_async<BM>(sLse, sDsum, p, seq, b, h0, m0, accum_row0, tid);
+    cp_async_commit();
+  }
+
+  for (int w = 0; w < items; ++w) {
+    const int h = h0 + w / m_count;
+    const int m0 = (m_lo + w % m_count) * BM;
+    const int cur = stages == 2 ? (w & 1) : 0;
+    const bool has_next = w + 1 < items;
+    const int h_next = h0 + (w + 1) / m_count;
+    const int m0_next = (m_lo + (w + 1) % m_count) * BM;
+
+    cp_async_wait<0>();
+    __syncthreads();  // Q/dO[cur], stats of w visible; everyone is done with w - 1
+
+    if (stages == 2 && has_next) {
+      bwd::load_tile_async<BM, D>(sQ + (cur ^ 1) * BM * LD, gQ, p.q_strides, b, seq.q_start, m0_next,
+                                  seq.q_len - m0_next, h_next, tid);
+      bwd::load_tile_async<BM, D>(sdO + (cur ^ 1) * BM * LD, gdO, p.dout_strides, b, seq.q_start, m0_next,
+                                  seq.q_len - m0_next, h_next, tid);
+      bwd::load_stats_async<BM>(sLse + ((w + 1) & 1) * BM, sDsum + ((w + 1) & 1) * BM, p, seq, b, h_next, m0_next,
+                                accum_row0, tid);
+      cp_async_commit();
+    }
+
+    const T* q_tile = sQ + cur * BM * LD;
+    const T* do_tile = sdO + cur * BM * LD;
+    const ScoreRules rules = score_rules(p, seq, b, h);
+
+    // S = Q K^T, dP = dO V^T.
+    float s[Tr::kMTS][Tr::kNTS][4];
+    float dp[Tr::kMTS][Tr::kNTS][4];
+    bwd::zero(s);
+    bwd::zero(dp);
+    bwd::warp_gemm<T, Tr::kMTS, Tr::kNTS, D / 16, false, false>(s, q_tile, LD, s_row0, sK, LD, s_col0, lane);
+    bwd::warp_gemm<T, Tr::kMTS, Tr::kNTS, D / 16, false, false>(dp, do_tile, LD, s_row0, sV, LD, s_col0, lane);
+
+    const bool masked = !rules.tile_unmasked(m0, BM, n0, BN) || m0 + BM > seq.q_len;
+    const float* s_lse = sLse + (w & 1) * BM;
+    const float* s_dsum = sDsum + (w & 1) * BM;
+    if (masked || rules.transformed)
+      bwd::scores_to_grads<D, true>(s, dp, s_lse, s_dsum, rules, masked, seq.q_len, m0, n0, s_row0, s_col0, lane);
+    else
+      bwd::scores_to_grads<D, false>(s, dp, s_lse, s_dsum, rules, false, seq.q_len, m0, n0, s_row0, s_col0, lane);
+    bwd::store_frags<T>(sP, LDS, s_row0, s_col0, s, 1.0f, lane);
+    bwd::store_frags<T>(sdS, LDS, s_row0, s_col0, dp, 1.0f, lane);
+    __syncthreads();  // P, dS complete
+
+    // dV += P^T dO, dK += dS^T Q.
+    bwd::warp_gemm<T, Tr::kMTKV, Tr::kNTKV, BM / 16, true, true>(acc_dv, sP, LDS, kv_row0, do_tile, LD, kv_col0,
+                                                                  lane);
+    bwd::warp_gemm<T, Tr::kMTKV, Tr::kNTKV, BM / 16, true, true>(acc_dk, sdS, LDS, kv_row0, q_tile, LD, kv_col0,
+                                                                  lane);
+    // dQ += dS K, into the fp32 accumulator (kDqPasses column slices per warp,
+    // to bound the registers live next to dK and dV).
+    if (!p.deterministic) {
+      constexpr int kNT = Tr::kNTQ / Tr::kDqPasses;
+      const int g = lane >> 2, t = lane & 3;
+#pragma unroll
+      for (int pass = 0; pass < Tr::kDqPasses; ++pass) {
+        const int col0 = q_col0 + pass * kNT * 8;
+        float acc_dq[Tr::kMTQ][kNT][4];
+        bwd::zero(acc_dq);
+        bwd::warp_gemm<T, Tr::kMTQ, kNT, BN / 16, false, true>(acc_dq, sdS, LDS, q_row0, sK, LD, col0, lane);
+#pragma unroll
+        for (int mi = 0; mi < Tr::kMTQ; ++mi)
+#pragma unroll
+          for (int half = 0; half < 2; ++half) {
+            const int i = m0 + q_row0 + mi * 16 + g + half * 8;
+            if (i < seq.q_len) {
+              float* dst = p.dq_accum + ((accum_row0 + i) * p.heads_q + h) * D + col0 + 2 * t;
+#pragma unroll
+              for (int ni = 0; ni < kNT; ++ni)
+                bwd::atomic_add2(dst + ni * 8, acc_dq[mi][ni][half * 2], acc_dq[mi][ni][half * 2 + 1]);
+            }
+          }
+      }
+    }
+
+    if (stages == 1 && has_next) {
+      __syncthreads();  // everyone is done with Q/dO
+      bwd::load_tile_async<BM, D>(sQ, gQ, p.q_strides, b, seq.q_start, m0_next, seq.q_len - m0_next, h_next, tid);
+      bwd::load_tile_async<BM, D>(sdO, gdO, p.dout_strides, b, seq.q_start, m0_next, seq.q_len - m0_next, h_next,
+                                  tid);
+      bwd::load_stats_async<BM>(sLse + ((w + 1) & 1) * BM, sDsum + ((w + 1) & 1) * BM, p, seq, b, h_next, m0_next,
+                                accum_row0, tid);
+      cp_async_commit();
+    }
+  }
+
+  // dK * softmax_scale and dV as T, staged through sK/sV for 16-byte stores.
+  __syncthreads();
+  bwd::store_frags<T>(sK, LD, kv_row0, kv_col0, acc_dk, p.softmax_scale, lane);
+  bwd::store_frags<T>(sV, LD, kv_row0, kv_col0, acc_dv, 1.0f, lane);
+  // Re-read rather than keep the key range live across the loop (registers).
+  const int k_start = p.cu_seqlens_k != nullptr ? __ldg(p.cu_seqlens_k + b) : 0;
+  __syncthreads();
+  bwd::store_tile<BN, D>(static_cast<T*>(p.dk), p.dk_strides, b, k_start, n0, n1 - n0, hk, sK, tid);
+  bwd::store_tile<BN, D>(static_cast<T*>(p.dv), p.dv_strides, b, k_start, n0, n1 - n0, hk, sV, tid);
+}
+
+// ---------------------------------------------------------------------------
+// Deterministic dQ: grid (query blocks, heads_q, batch), heaviest (last)
+// query blocks first. `stages` (1 or 2) is the number of K/V buffers.
+// ---------------------------------------------------------------------------
+template <typename T, int D>
+__global__ void __launch_bounds__(256, 1) flash_bwd_dq_kernel(const __grid_constant__ BackwardParams p, int stages) {
+  using Tr = FlashBwdTraits<D>;
+  using Tile = typename Tr::Tile;
+  constexpr int BM = Tr::BM, BN = Tr::BN, LD = Tr::kLd, LDS = Tr::kLdS;
+
+  extern __shared__ __align__(128) unsigned char smem_raw[];
+  T* sQ = reinterpret_cast<T*>(smem_raw);
+  T* sdO = sQ + BM * LD;
+  T* sK = sdO + BM * LD;
+  T* sV = sK + stages * BN * LD;
+  T* sdS = sV + stages * BN * LD;
+  float* sLse = reinterpret_cast<float*>(sdS + BM * LDS);  // [BM]
+  float* sDsum = sLse + BM;                                // [BM]
+
+  const int tid = threadIdx.x, lane = tid & 31, warp = tid >> 5;
+  const int m_block = gridDim.x - 1 - blockIdx.x, h = blockIdx.y, b = blockIdx.z;
+  const SeqBounds seq = seq_bounds(p, b);
+  const int m0 = m_block * BM;
+  if (m0 >= seq.q_len) return;
+  const int hk = h / p.group;
+  const std::int64_t accum_row0 =
+      p.cu_seqlens_q != nullptr ? static_cast<std::int64_t>(seq.q_start) : static_cast<std::int64_t>(b) * p.max_q_len;
+  const ScoreRules rules = score_rules(p, seq, b, h);
+
+  int key_lo, key_hi;
+  rules.key_range(m0, min(BM, seq.q_len - m0), &key_lo, &key_hi);
+  const int nb_lo = key_lo / BN;
+  const int items = key_hi > key_lo ? (key_hi + BN - 1) / BN - nb_lo : 0;
+
+  const T* gK = static_cast<const T*>(p.k);
+  const T* gV = static_cast<const T*>(p.v);
+
+  const int s_row0 = (warp % Tile::kWarpsMS) * Tr::kRowsS, s_col0 = (warp / Tile::kWarpsMS) * Tr::kColsS;
+  const int q_row0 = (warp % Tile::kWarpsMQ) * Tr::kRowsQ, q_col0 = (warp / Tile::kWarpsMQ) * Tr::kColsQ;
+
+  float acc_dq[Tr::kMTQ][Tr::kNTQ][4];
+  bwd::zero(acc_dq);
+
+  if (items > 0) {
+    bwd::load_tile_async<BM, D>(sQ, static_cast<const T*>(p.q), p.q_strides, b, seq.q_start, m0, seq.q_len - m0, h,
+                                tid);
+    bwd::load_tile_async<BM, D>(sdO, static_cast<const T*>(p.dout), p.dout_strides, b, seq.q_start, m0,
+                                seq.q_len - m0, h, tid);
+    const int n0 = nb_lo * BN;
+    bwd::load_tile_async<BN, D>(sK, gK, p.k_strides, b, seq.k_start, n0, seq.k_len - n0, hk, tid);
+    bwd::load_tile_async<BN, D>(sV, gV, p.v_strides, b, seq.k_start, n0, seq.k_len - n0, hk, tid);
+    bwd::load_stats_async<BM>(sLse, sDsum, p, seq, b, h, m0, accum_row0, tid);
+    cp_async_commit();
+  }
+
+  for (int it = 0; it < items; ++it) {
+    const int n0 = (nb_lo + it) * BN;
+    const int cur = stages == 2 ? (it & 1) : 0;
+    const bool has_next = it + 1 < items;
+    const int n0_next = n0 + BN;
+
+    cp_async_wait<0>();
+    __syncthreads();
+    if (stages == 2 && has_next) {
+      bwd::load_tile_async<BN, D>(sK + (cur ^ 1) * BN * LD, gK, p.k_strides, b, seq.k_start, n0_next,
+                                  seq.k_len - n0_next, hk, tid);
+      bwd::load_tile_async<BN, D>(sV + (cur ^ 1) * BN * LD, gV, p.v_strides, b, seq.k_start, n0_next,
+                                  seq.k_len - n0_next, hk, tid);
+      cp_async_commit();
+    }
+    const T* k_tile = sK + cur * BN * LD;
+    const T* v_tile = sV + cur * BN * LD;
+
+    float s[Tr::kMTS][Tr::kNTS][4];
+    float dp[Tr::kMTS][Tr::kNTS][4];
+    bwd::zero(s);
+    bwd::zero(dp);
+    bwd::warp_gemm<T, Tr::kMTS, Tr::kNTS, D / 16, false, false>(s, sQ, LD, s_row0, k_tile, LD, s_col0, lane);
+    bwd::warp_gemm<T, Tr::kMTS, Tr::kNTS, D / 16, false, false>(dp, sdO, LD, s_row0, v_tile, LD, s_col0, lane);
+
+    const bool masked = !rules.tile_unmasked(m0, BM, n0, BN) || m0 + BM > seq.q_len;
+    if (masked || rules.transformed)
+      bwd::scores_to_grads<D, true>(s, dp, sLse, sDsum, rules, masked, seq.q_len, m0, n0, s_row0, s_col0, lane);
+    else
+      bwd::scores_to_grads<D, false>(s, dp, sLse, sDsum, rules, false, seq.q_len, m0, n0, s_row0, s_col0, lane);
+    bwd::store_frags<T>(sdS, LDS, s_row0, s_col0, dp, 1.0f, lane);
+    __syncthreads();  // dS complete
+
+    bwd::warp_gemm<T, Tr::kMTQ, Tr::kNTQ, BN / 16, false, true>(acc_dq, sdS, LDS, q_row0, k_tile, LD, q_col0, lane);
+
+    if (stages == 1 && has_next) {
+      __syncthreads();  // everyone is done with K/V
+      bwd::load_tile_async<BN, D>(sK, gK, p.k_strides, b, seq.k_start, n0_next, seq.k_len - n0_next, hk, tid);
+      bwd::load_tile_async<BN, D>(sV, gV, p.v_strides, b, seq.k_start, n0_next, seq.k_len - n0_next, hk, tid);
+      cp_async_commit();
+    }
+  }
+
+  // dq = softmax_scale * dQ as T, staged through sQ.
+  __syncthreads();
+  bwd::store_frags<T>(sQ, LD, q_row0, q_col0, acc_dq, p.softmax_scale, lane);
+  __syncthreads();
+  bwd::store_tile<BM, D>(static_cast<T*>(p.dq), p.dq_strides, b, seq.q_start, m0, seq.q_len - m0, h, sQ, tid);
+}
+
+}  // namespace cuflash::detail::sm80

@@ -1,0 +1,285 @@
+#include "bench_config.hpp"
+
+#include <charconv>
+#include <cmath>
+#include <functional>
+#include <optional>
+#include <set>
+#include <string>
+#include <utility>
+
+namespace cuflash::tool {
+
+const char* bench_pass_name(BenchPass pass) { return pass == BenchPass::fwd ? "fwd" : "fwdbwd"; }
+
+double BenchPoint::flops() const {
+  double count = 4.0 * batch * heads * static_cast<double>(seqlen) * seqlen * head_dim;
+  if (causal) count /= 2.0;
+  if (pass == BenchPass::fwdbwd) count *= 3.5;
+  return count;
+}
+
+std::vector<BenchPoint> bench_points(const BenchConfig& config) {
+  std::vector<BenchPoint> points;
+  for (BenchPass pass : config.passes)
+    for (int head_dim : config.head_dims)
+      for (bool causal : config.masks)
+        for (int seqlen : config.seqlens) {
+          const int heads = config.heads > 0 ? config.heads : config.hidden / head_dim;
+          const int batch = config.batch > 0 ? config.batch : config.tokens / seqlen;
+          points.push_back({pass, head_dim, heads, batch, seqlen, causal});
+        }
+  return points;
+}
+
+namespace {
+
+// A setter returns an empty string on success, else what was wrong with the value.
+using Setter = std::function<std::string(BenchConfig&, std::string_view)>;
+
+struct Flag {
+  const char* name;
+  const char* value_name;  // nullptr: a switch
+  const char* default_text;
+  const char* help;
+  Setter set;
+};
+
+std::string parse_long(std::string_view text, long long minimum, long long* value) {
+  long long parsed = 0;
+  const auto [end, error] = std::from_chars(text.data(), text.data() + text.size(), parsed);
+  if (error != std::errc() || end != text.data() + text.size())
+    return "expected an integer, got '" + std::string(text) + "'";
+  if (parsed < minimum) return "must be >= " + std::to_string(minimum) + ", got " + std::string(text);
+  if (parsed > (1LL << 31) - 1) return "too large: " + std::string(text);
+  *value = parsed;
+  return {};
+}
+
+std::string parse_int(std::string_view text, int minimum, int* value) {
+  long long parsed = 0;
+  std::string error = parse_long(text, minimum, &parsed);
+  if (error.empty()) *value = static_cast<int>(parsed);
+  return error;
+}
+
+std::vector<std::string_view> split_list(std::string_view text) {
+  std::vector<std::string_view> items;
+  std::size_t start = 0;
+  while (true) {
+    const std::size_t comma = text.find(',', start);
+    items.push_back(text.substr(start, comma == std::string_view::npos ? std::string_view::npos : comma - start));
+    if (comma == std::string_view::npos) return items;
+    start = comma + 1;
+  }
+}
+
+Setter int_flag(int BenchConfig::*field, int minimum) {
+  return [field, minimum](BenchConfig& config, std::string_view text) {
+    return parse_int(text, minimum, &(config.*field));
+  };
+}
+
+Setter int_list_flag(std::vector<int> BenchConfig::*field, int minimum) {
+  return [field, minimum](BenchConfig& config, std::string_view text) -> std::string {
+    std::vector<int> values;
+    for (std::string_view item : split_list(text)) {
+      int value = 0;
+      if (std::string error = parse_int(item, minimum, &value); !error.empty()) return error;
+      values.push_back(value);
+    }
+    config.*field = std::move(values);
+    return {};
+  };
+}
+
+Setter ms_flag(double BenchConfig::*field) {
+  return [field](BenchConfig& config, std::string_view text) -> std::string {
+    double value = 0.0;
+    const auto [end, error] = std::from_chars(text.data(), text.data() + text.size(), value);
+    if (error != std::errc() || end != text.data() + text.size() || !std::isfinite(value) || value < 0.0)
+      return "expected a number of milliseconds >= 0, got '" + std::string(text) + "'";
+    config.*field = value;
+    return {};
+  };
+}
+
+// A comma-separated list of names out of `choices`; anything else is an error that lists them.
+template <typename Value>
+Setter choice_list_flag(std::vector<Value> BenchConfig::*field, std::vector<std::pair<std::string_view, Value>> choices) {
+  return [field, choices](BenchConfig& config, std::string_view text) -> std::string {
+    std::vector<Value> values;
+    for (std::string_view item : split_list(text)) {
+      bool found = false;
+      for (const auto& [name, value] : choices)
+        if (item == name) {
+          values.push_back(value);
+          found = true;
+        }
+      if (found) continue;
+      std::string expected;
+      for (std::size_t i = 0; i < choices.size(); ++i)
+        expected += (i == 0 ? "" : i + 1 == choices.size() ? " or " : ", ") + std::string(choices[i].first);
+      return "expected a comma-separated list of " + expected + ", got '" + std::string(item) + "'";
+    }
+    config.*field = std::move(values);
+    return {};
+  };
+}
+
+Setter switch_flag(bool BenchConfig::*field, bool value) {
+  return [field, value](BenchConfig& config, std::string_view) {
+    config.*field = value;
+    return std::string();
+  };
+}
+
+const std::vector<Flag>& flags() {
+  static const std::vector<Flag> table = {
+      {"--sweep", "prefill", "none",
+       "the papers' prefill sweep: fwd,fwdbwd x D 64,128 x none,causal x seqlen 512..16384 (other flags narrow it)",
+       nullptr},
+      {"--backend", "LIST", "cuda", "cuda, cudnn or auto, comma-separated",
+       choice_list_flag<Backend>(&BenchConfig::backends,
+                                 {{"cuda", Backend::cuda}, {"cudnn", Backend::cudnn}, {"auto", Backend::automatic}})},
+      {"--pass", "LIST", "fwd", "fwd (forward) or fwdbwd (forward then backward), comma-separated",
+       choice_list_flag<BenchPass>(&BenchConfig::passes, {{"fwd", BenchPass::fwd}, {"fwdbwd", BenchPass::fwdbwd}})},
+      {"--head-dim", "LIST", "128", "head dimensions, comma-separated", int_list_flag(&BenchConfig::head_dims, 1)},
+      {"--mask", "LIST", "none", "none or causal, comma-separated",
+       choice_list_flag<bool>(&BenchConfig::masks, {{"none", false}, {"causal", true}})},
+      {"--causal", nullptr, "off", "the same as --mask causal",
+       [](BenchConfig& config, std::string_view) {
+         config.masks = {true};
+         return std::string();
+       }},
+      {"--seqlen", "LIST", "4096", "sequence lengths (queries = keys), comma-separated",
+       int_list_flag(&BenchConfig::seqlens, 1)},
+      {"--heads", "N", "hidden/head-dim", "heads (queries = keys/values)", int_flag(&BenchConfig::heads, 1)},
+      {"--batch", "N", "tokens/seqlen", "sequences", int_flag(&BenchConfig::batch, 1)},
+      {"--hidden", "N", "2048", "heads x head-dim, when --heads is not given", int_flag(&BenchConfig::hidden, 1)},
+      {"--tokens", "N", "16384", "batch x seqlen, when --batch is not given", int_flag(&BenchConfig::tokens, 1)},
+      {"--dtype", "bf16|f16", "bf16", "dtype of q, k, v, out and the gradients",
+       [](BenchConfig& config, std::string_view text) -> std::string {
+         if (text == "bf16") config.dtype = DType::bf16;
+         else if (text == "f16") config.dtype = DType::f16;
+         else return "expected bf16 or f16, got '" + std::string(text) + "'";
+         return {};
+       }},
+      {"--deterministic", nullptr, "off", "ask for a deterministic backward",
+       switch_flag(&BenchConfig::deterministic, true)},
+      {"--warmup-ms", "X", "25", "untimed calls first, for this much GPU time (and at least 3 calls)",
+       ms_flag(&BenchConfig::warmup_ms)},
+      {"--rep-ms", "X", "300", "timed calls per point: about this much GPU time, within --min-reps..--max-reps",
+       ms_flag(&BenchConfig::rep_ms)},
+      {"--min-reps", "N", "10", "fewest timed calls per point", int_flag(&BenchConfig::min_reps, 1)},
+      {"--max-reps", "N", "1000", "most timed calls per point", int_flag(&BenchConfig::max_reps, 1)},
+      {"--reps", "N", "0", "exactly N timed calls per point (0: from --rep-ms)", int_flag(&BenchConfig::reps, 0)},
+      {"--no-flush-l2", nullptr, "flush", "do not overwrite the L2 cache before each timed call",
+       switch_flag(&BenchConfig::flush_l2, false)},
+      {"--seed", "N", "0", "seed of the random inputs",
+       [](BenchConfig& config, std::string_view text) {
+         long long value = 0;
+         std::string error = parse_long(text, 0, &value);
+         if (error.empty()) config.seed = static_cast<std::uint64_t>(value);
+         return error;
+       }},
+      {"--json", nullptr, "off", "one JSON object per point on stdout, nothing else",
+       switch_flag(&BenchConfig::json, true)},
+      {"--help", nullptr, "", "print this help", nullptr},
+  };
+  return table;
+}
+
+const Flag* find_flag(std::string_view name) {
+  for (const Flag& flag : flags())
+    if (name == flag.name) return &flag;
+  return nullptr;
+}
+
+// Applies the prefill sweep's lists where no flag gave one.
+void apply_prefill_sweep(const std::set<std::string_view>& given, BenchConfig* config) {
+  if (!given.contains("--pass")) config->passes = {BenchPass::fwd, BenchPass::fwdbwd};
+  if (!given.contains("--head-dim")) config->head_dims = {64, 128};
+  if (!given.contains("--mask") && !given.contains("--causal")) config->masks = {false, true};
+  if (!given.contains("--seqlen")) config->seqlens = {512, 1024, 2048, 4096, 8192, 16384};
+}
+
+// What the flags cannot say one at a time: batch and heads must come out whole.
+std::string check_combination(const BenchConfig& config) {
+  if (config.min_reps > config.max_reps)
+    return "--min-reps: must be <= --max-reps (" + std::to_string(config.max_reps) + "), got " +
+           std::to_string(config.min_reps);
+  if (config.heads == 0)
+    for (int head_dim : config.head_dims)
+      if (config.hidden % head_dim != 0)
+        return "--head-dim: " + std::to_string(head_dim) + " does not divide --hidden " +
+               std::to_string(config.hidden) + " (give --heads)";
+  if (config.batch == 0)
+    for (int seqlen : config.seqlens)
+      if (config.tokens % seqlen != 0)
+        return "--seqlen: " + std::to_string(seqlen) + " does not divide --tokens " + std::to_string(config.tokens) +
+               " (give --batch)";
+  return {};
+}
+
+}  // namespace
+
+BenchParse parse_bench_flags(const std::vector<std::string_view>& args, BenchConfig* config) {
+  auto fail = [](std::string message) { return BenchParse{BenchParse::Kind::error, std::move(message)}; };
+  std::set<std::string_view> given;
+  bool sweep = false;
+  for (std::size_t i = 0; i < args.size(); ++i) {
+    std::string_view arg = args[i];
+    std::string_view name = arg;
+    std::optional<std::string_view> value;
+    if (const auto equals = arg.find('='); arg.starts_with("--") && equals != std::string_view::npos) {
+      name = arg.substr(0, equals);
+      value = arg.substr(equals + 1);
+    }
+    if (name == "-h" || name == "--help") return {BenchParse::Kind::help, {}};
+    const Flag* flag = find_flag(name);
+    if (flag == nullptr) {
+      if (!arg.starts_with("-")) return fail("unexpected argument '" + std::string(arg) + "' (flags start with --)");
+      return fail(std::string(name) + ": unknown flag (see cuflash bench --help)");
+    }
+    if (flag->value_name == nullptr) {
+      if (value) return fail(std::string(name) + ": takes no value, got '" + std::string(*value) + "'");
+    } else if (!value) {
+      if (i + 1 == args.size()) return fail(std::string(name) + ": missing value (" + flag->value_name + ")");
+      value = args[++i];
+    }
+    given.insert(flag->name);
+    if (name == "--sweep") {
+      if (*value != "prefill") return fail("--sweep: expected prefill, got '" + std::string(*value) + "'");
+      sweep = true;
+      continue;
+    }
+    if (std::string error = flag->set(*config, value.value_or("")); !error.empty())
+      return fail(std::string(name) + ": " + error);
+  }
+  if (sweep) apply_prefill_sweep(given, config);
+  if (std::string error = check_combination(*config); !error.empty()) return fail(error);
+  return {};
+}
+
+void print_bench_help(std::FILE* stream) {
+  std::fprintf(stream,
+               "usage: cuflash bench [flags]\n\n"
+               "Times attention on the GPU: every combination of --pass, --head-dim, --mask and --seqlen\n"
+               "on each --backend, with random normal inputs in [B, S, H, D] layout (B = tokens/seqlen,\n"
+               "H = hidden/head-dim unless given). Per point: one checked call (outputs must be finite),\n"
+               "a warm-up, then calls timed one by one with CUDA events (L2 overwritten before each);\n"
+               "the median is reported. TFLOP/s: 4*B*H*S*S*D, halved when causal, x3.5 for fwdbwd.\n"
+               "A point that fails prints its Status and the sweep goes on. Exit code 0: every point\n"
+               "ran; 1: some point failed, or no GPU; 2: a bad flag.\n\n"
+               "flags:\n");
+  for (const Flag& flag : flags()) {
+    std::string left = flag.name;
+    if (flag.value_name) left += std::string(" ") + flag.value_name;
+    std::fprintf(stream, "  %-24s %s", left.c_str(), flag.help);
+    if (*flag.default_text) std::fprintf(stream, " (default: %s)", flag.default_text);
+    std::fprintf(stream, "\n");
+  }
+}
+
+}  // namespace cuflash::tool
