@@ -6,7 +6,7 @@
 #   scripts/gpu-smoke.sh [extra cuflash-run lines file]
 set -uo pipefail
 cd "$(dirname "$0")/.."
-build=build-gpu
+build=${CUFLASH_BUILD_DIR:-build-gpu}
 logs=${OUT:-$build/logs}
 mkdir -p "$logs"
 export PATH=/usr/local/cuda/bin:$PATH

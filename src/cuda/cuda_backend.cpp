@@ -7,6 +7,7 @@
 
 #include "backend.hpp"
 #include "common/cuda_check.hpp"
+#include "common/varlen_tail.hpp"
 #include "simt/attention_f32.hpp"
 #include "sm80/flash_bwd.hpp"
 #include "sm80/flash_fwd.hpp"
@@ -77,9 +78,13 @@ class CudaBackend final : public BackendImpl {
     });
   }
   Status backward(const Problem& problem, const RunContext& context) override {
-    return run(problem, context, [&](void* workspace, cudaStream_t stream) {
-      return problem.dtype == DType::f32 ? f32_backward(problem, workspace, stream)
-                                         : flash_backward(problem, workspace, stream);
+    return run(problem, context, [&](void* workspace, cudaStream_t stream) -> Status {
+      CUFLASH_TRY(problem.dtype == DType::f32 ? f32_backward(problem, workspace, stream)
+                                              : flash_backward(problem, workspace, stream));
+      if (problem.layout != Layout::varlen) return {};
+      CUFLASH_TRY(zero_rows_after_sequences(problem.dq, problem.cu_seqlens_q.data, problem.batch, stream));
+      CUFLASH_TRY(zero_rows_after_sequences(problem.dk, problem.cu_seqlens_k.data, problem.batch, stream));
+      return zero_rows_after_sequences(problem.dv, problem.cu_seqlens_k.data, problem.batch, stream);
     });
   }
 

@@ -1,6 +1,7 @@
 // backend=cuda merge_states against float64 on fresh random inputs, outputs
-// poisoned with NaN on the device first; and the CUDA backend's answer for
-// the attention calls it does not run yet. Every test skips without a GPU.
+// poisoned with NaN on the device first; and, through the bare API, that
+// backend cuda now runs attention but refuses KV caches with its reason
+// (attention_*_gpu_test.cpp test both in depth). Every test skips without a GPU.
 #include <cuda_runtime_api.h>
 #include <gtest/gtest.h>
 
@@ -13,12 +14,10 @@
 
 #include "common/test_tensors.hpp"
 #include "cuflash/cuflash.hpp"
+#include "device_runner.hpp"
 
 namespace cuflash::test {
 namespace {
-
-#define SKIP_WITHOUT_GPU() \
-  if (!backend_available(Backend::cuda)) GTEST_SKIP() << "no CUDA GPU visible"
 
 #define ASSERT_CUDA(call) ASSERT_EQ((call), cudaSuccess) << #call
 
@@ -145,11 +144,17 @@ INSTANTIATE_TEST_SUITE_P(Dtypes, MergeStatesGpu,
                                   std::to_string(info.param.head_dim) + (info.param.in_place ? "_in_place" : "");
                          });
 
-// Until the FlashAttention-2 kernels land, backend=cuda must refuse attention
-// with its reason, and auto must not quietly run something else.
-TEST(CudaBackendGpu, AttentionIsRefusedWithItsReason) {
+// The attention kernels run (bf16, dense, on the default stream, no
+// workspace given); a KV cache is refused by cuda with its reason, and auto
+// then finds no GPU backend and says so rather than running something else.
+TEST(CudaBackendGpu, AttentionRunsKvCacheIsRefused) {
   SKIP_WITHOUT_GPU();
-  HostTensor q(DType::bf16, {1, 16, 2, 64}), k(DType::bf16, {1, 16, 2, 64}), out(DType::bf16, {1, 16, 2, 64});
+  const std::int64_t batch = 1, seq = 16, heads = 2, dim = 64;
+  HostTensor q(DType::bf16, {batch, seq, heads, dim}), k(DType::bf16, {batch, seq, heads, dim});
+  HostTensor out(DType::bf16, {batch, seq, heads, dim});
+  q.fill(0.5);
+  k.fill(0.25);
+  out.poison();
   DeviceCopy device_q(q), device_k(k), device_out(out);
   ForwardArgs args;
   args.q = device_q.view();
@@ -159,13 +164,30 @@ TEST(CudaBackendGpu, AttentionIsRefusedWithItsReason) {
   AttentionOptions options;
   options.backend = Backend::cuda;
   Status status = attention_forward(args, options);
+  ASSERT_TRUE(status.ok()) << status.to_string();
+  ASSERT_CUDA(cudaDeviceSynchronize());
+  device_out.copy_back(out);
+  // Every key equal: out is v's row exactly (0.25 is exact in bf16).
+  for (std::int64_t i = 0; i < out.numel(); ++i) ASSERT_EQ(out.get(i), 0.25) << "element " << i;
+
+  // The same q as a decode step over a contiguous cache [B, capacity 16, H, D] holding 8 keys.
+  const HostTensor seqlens_k = HostTensor::from_i32({8}, {batch});
+  out.poison();
+  DeviceCopy device_seqlens(seqlens_k), device_out2(out);
+  args.out = device_out2.view();
+  args.kv_cache.seqlens_k = device_seqlens.view();
+  status = attention_forward(args, options);
   EXPECT_EQ(status.code(), StatusCode::unsupported) << status.to_string();
-  EXPECT_NE(status.message().find("backend cuda: attention kernels are not built yet"), std::string::npos)
-      << status.message();
+  EXPECT_NE(status.message().find("backend cuda"), std::string::npos) << status.message();
+  EXPECT_NE(status.message().find("KV"), std::string::npos) << status.message();
   options.backend = Backend::automatic;
   status = attention_forward(args, options);
   EXPECT_EQ(status.code(), StatusCode::unsupported) << status.to_string();
   EXPECT_NE(status.message().find("backend auto: no GPU backend runs this call"), std::string::npos) << status.message();
+  ASSERT_CUDA(cudaDeviceSynchronize());
+  HostTensor out_after = out;
+  device_out2.copy_back(out_after);
+  EXPECT_TRUE(same_bytes(out, out_after)) << "a refused call wrote out";
 }
 
 }  // namespace

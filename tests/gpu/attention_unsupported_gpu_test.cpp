@@ -1,0 +1,288 @@
+// What backend=cuda refuses, and how: valid calls it cannot run answer
+// `unsupported` with the reason (head dims outside the tensor-core kernels'
+// list, KV caches), the workspace query agrees with the call, and nothing is
+// written: every tensor, outputs (NaN poison) and the KV cache included, comes
+// back byte-identical. Views the kernels may or may not take (rows not
+// 16-byte aligned) must be either refused so or computed right, never silently
+// wrong. Also the RunContext variants: no workspace, too small a workspace,
+// the default stream.
+#include <gtest/gtest.h>
+
+#include <algorithm>
+#include <cctype>
+#include <cstdio>
+#include <ostream>
+#include <string>
+#include <vector>
+
+#include "device_runner.hpp"
+#include "gpu_cases.hpp"
+
+namespace cuflash::test {
+namespace {
+
+enum class Pass { forward, backward };
+
+const char* pass_name(Pass pass) { return pass == Pass::forward ? "forward" : "backward"; }
+
+std::string lowercase(std::string s) {
+  std::transform(s.begin(), s.end(), s.begin(), [](unsigned char ch) { return static_cast<char>(std::tolower(ch)); });
+  return s;
+}
+
+// Every tensor of the case, byte for byte.
+void expect_case_unchanged(const AttentionCase& before, const AttentionCase& after) {
+  const std::pair<const HostTensor AttentionCase::*, const char*> tensors[] = {
+      {&AttentionCase::q, "q"},         {&AttentionCase::k, "k"},         {&AttentionCase::v, "v"},
+      {&AttentionCase::out, "out"},     {&AttentionCase::lse, "lse"},     {&AttentionCase::dout, "dout"},
+      {&AttentionCase::dq, "dq"},       {&AttentionCase::dk, "dk"},       {&AttentionCase::dv, "dv"},
+      {&AttentionCase::k_new, "k_new"}, {&AttentionCase::v_new, "v_new"}, {&AttentionCase::alibi, "alibi"},
+  };
+  for (const auto& [member, name] : tensors)
+    EXPECT_TRUE(same_bytes(before.*member, after.*member)) << name << " was written by a call that failed";
+}
+
+Status run_pass(DeviceRunner& runner, AttentionCase& c, Pass pass, Backend backend = Backend::cuda) {
+  return pass == Pass::forward ? runner.forward(c, c.options(backend)) : runner.backward(c, c.options(backend));
+}
+
+// The call answers `unsupported`, its message contains every one of
+// `must_mention`, and no tensor changed.
+void expect_refused(AttentionCase& c, DeviceRunner& runner, Pass pass, const std::vector<std::string>& must_mention,
+                    Backend backend = Backend::cuda) {
+  SCOPED_TRACE(pass_name(pass));
+  const AttentionCase before = c;
+  const Status status = run_pass(runner, c, pass, backend);
+  EXPECT_EQ(status.code(), StatusCode::unsupported) << status.to_string();
+  for (const std::string& word : must_mention)
+    EXPECT_NE(lowercase(status.message()).find(lowercase(word)), std::string::npos)
+        << "the message should mention \"" << word << "\": " << status.message();
+  EXPECT_EQ(runner.last_workspace_status.code(), StatusCode::unsupported)
+      << "workspace query: " << runner.last_workspace_status.to_string();
+  expect_case_unchanged(before, c);
+}
+
+// ----- head dims the tensor-core kernels do not have ------------------------------
+
+struct HeadDimCase {
+  DType dtype;
+  int head_dim;
+};
+
+void PrintTo(const HeadDimCase& c, std::ostream* os) { *os << dtype_label(c.dtype) << " head_dim " << c.head_dim; }
+
+class CudaUnsupportedHeadDim : public ::testing::TestWithParam<HeadDimCase> {};
+
+TEST_P(CudaUnsupportedHeadDim, RefusedWithTheSupportedList) {
+  SKIP_WITHOUT_GPU();
+  CUFLASH_TEST_RNG(rng);
+  CaseSpec s = causal(dense_case("d", 33, 40, 4, 2, GetParam().head_dim));
+  s.dtype = GetParam().dtype;
+  AttentionCase c(s, rng.engine());
+  DeviceRunner runner;
+  std::vector<std::string> words = {std::to_string(s.head_dim)};
+  for (int d : kTensorCoreHeadDims) words.push_back(std::to_string(d));
+  expect_refused(c, runner, Pass::forward, words);
+  expect_refused(c, runner, Pass::backward, words);
+}
+
+INSTANTIATE_TEST_SUITE_P(Dims, CudaUnsupportedHeadDim,
+                         ::testing::Values(HeadDimCase{DType::bf16, 80}, HeadDimCase{DType::f16, 80},
+                                           HeadDimCase{DType::bf16, 40}, HeadDimCase{DType::f16, 160},
+                                           HeadDimCase{DType::bf16, 8}, HeadDimCase{DType::f16, 136}),
+                         [](const ::testing::TestParamInfo<HeadDimCase>& info) {
+                           return std::string(dtype_label(info.param.dtype)) + "_d" +
+                                  std::to_string(info.param.head_dim);
+                         });
+
+// Above 256 nothing in backend cuda runs, f32 included.
+TEST(CudaUnsupported, HeadDimAbove256) {
+  SKIP_WITHOUT_GPU();
+  CUFLASH_TEST_RNG(rng);
+  for (DType dtype : {DType::bf16, DType::f16, DType::f32}) {
+    SCOPED_TRACE(dtype_label(dtype));
+    CaseSpec s = dense_case("d288", 9, 12, 2, 1, 288);
+    s.dtype = dtype;
+    AttentionCase c(s, rng.engine());
+    DeviceRunner runner;
+    expect_refused(c, runner, Pass::forward, {"288"});
+    expect_refused(c, runner, Pass::backward, {"288"});
+  }
+}
+
+// ----- KV caches: not in this backend yet ---------------------------------------------
+
+CaseSpec cache_case(std::string label, int page_size, int q_len, int new_len, DType dtype) {
+  CaseSpec s;
+  s.label = std::move(label);
+  s.layout = CaseLayout::kv_cache;
+  s.cached_lens = {37, 0, 70};
+  s.page_size = page_size;
+  s.q_len = q_len;
+  s.new_len = new_len;
+  s.heads_q = 4;
+  s.heads_kv = 2;
+  s.head_dim = 64;
+  s.options.causal = true;
+  s.dtype = dtype;
+  return s;
+}
+
+class CudaUnsupportedKvCache : public ::testing::TestWithParam<DtypeParam> {};
+
+TEST_P(CudaUnsupportedKvCache, ForwardRefusedAndCacheUntouched) {
+  SKIP_WITHOUT_GPU();
+  CUFLASH_TEST_RNG(rng);
+  for (const CaseSpec& s : {cache_case("contiguous_decode", 0, 1, 0, GetParam().dtype),
+                            cache_case("contiguous_append", 0, 4, 4, GetParam().dtype),
+                            cache_case("paged16_decode_append1", 16, 1, 1, GetParam().dtype),
+                            cache_case("paged1_prefill", 1, 3, 0, GetParam().dtype)}) {
+    SCOPED_TRACE(s.label);
+    AttentionCase c(s, rng.engine());
+    DeviceRunner runner;
+    // (An append would have written k_new/v_new into the cache: it must not have.)
+    expect_refused(c, runner, Pass::forward, {"kv"});
+  }
+}
+
+TEST_P(CudaUnsupportedKvCache, BackwardRefused) {
+  SKIP_WITHOUT_GPU();
+  CUFLASH_TEST_RNG(rng);
+  for (const CaseSpec& s :
+       {cache_case("contiguous", 0, 5, 0, GetParam().dtype), cache_case("paged16", 16, 5, 0, GetParam().dtype)}) {
+    SCOPED_TRACE(s.label);
+    AttentionCase c(s, rng.engine());
+    DeviceRunner runner;
+    expect_refused(c, runner, Pass::backward, {"kv"});
+  }
+}
+
+// auto finds no GPU backend for it and says why, naming cuda's reason.
+TEST_P(CudaUnsupportedKvCache, AutoRefusesWithCudasReason) {
+  SKIP_WITHOUT_GPU();
+  CUFLASH_TEST_RNG(rng);
+  AttentionCase c(cache_case("paged16", 16, 1, 1, GetParam().dtype), rng.engine());
+  DeviceRunner runner(Backend::automatic);
+  expect_refused(c, runner, Pass::forward, {"backend auto: no GPU backend runs this call", "backend cuda", "kv"},
+                 Backend::automatic);
+}
+
+INSTANTIATE_TEST_SUITE_P(Dtypes, CudaUnsupportedKvCache, all_dtype_params(), dtype_param_name);
+
+// ----- views off 16-byte rows: refused with a reason, or right ----------------------------
+
+struct AlignmentCase {
+  std::string label;
+  DType dtype;
+  Pass pass;
+  int row_padding;        // elements after every row (not a multiple of 8: rows off 16 bytes)
+  std::size_t misalign;   // bytes added to a tensor's address (4: off 16 bytes, on 4)
+  std::string only = "";  // that tensor only; "": every tensor
+  bool bhsd = false;
+};
+
+void PrintTo(const AlignmentCase& a, std::ostream* os) { *os << a.label; }
+
+class CudaAlignment : public ::testing::TestWithParam<AlignmentCase> {};
+
+TEST_P(CudaAlignment, RefusedWithReasonOrCorrect) {
+  SKIP_WITHOUT_GPU();
+  CUFLASH_TEST_RNG(rng);
+  const AlignmentCase& a = GetParam();
+  CaseSpec s = causal(dense_case(a.label, 65, 100, 4, 2, 64));
+  s.dtype = a.dtype;
+  s.row_padding = a.row_padding;
+  s.bhsd = a.bhsd;
+  AttentionCase c(s, rng.engine());
+  DeviceRunner runner;
+  runner.misalign_bytes = a.misalign;
+  runner.misalign_only = a.only;
+  const AttentionCase before = c;
+  const Status status = run_pass(runner, c, a.pass);
+  if (status.code() == StatusCode::unsupported) {
+    EXPECT_NE(status.message().find("backend cuda"), std::string::npos) << status.message();
+    expect_case_unchanged(before, c);
+    std::printf("[ note ] %s: refused: %s\n", a.label.c_str(), status.message().c_str());
+    return;
+  }
+  ASSERT_TRUE(status.ok()) << status.to_string();
+  std::printf("[ note ] %s: accepted, checked against the oracle\n", a.label.c_str());
+  if (a.pass == Pass::forward)
+    check_forward_gpu(c, runner);
+  else
+    check_backward_gpu(c, runner);
+}
+
+INSTANTIATE_TEST_SUITE_P(
+    Views, CudaAlignment,
+    ::testing::Values(AlignmentCase{"bf16_forward_padding_5", DType::bf16, Pass::forward, 5, 0},
+                      AlignmentCase{"f16_backward_padding_3", DType::f16, Pass::backward, 3, 0},
+                      AlignmentCase{"bf16_forward_bhsd_padding_4", DType::bf16, Pass::forward, 4, 0, "", true},
+                      AlignmentCase{"f16_forward_address_plus_4", DType::f16, Pass::forward, 0, 4},
+                      AlignmentCase{"bf16_backward_address_plus_4", DType::bf16, Pass::backward, 0, 4},
+                      // One tensor off while q, k, v are aligned: each output and backward input.
+                      AlignmentCase{"bf16_forward_out_address_plus_4", DType::bf16, Pass::forward, 0, 4, "out"},
+                      AlignmentCase{"f16_forward_v_address_plus_4", DType::f16, Pass::forward, 0, 4, "v"},
+                      AlignmentCase{"bf16_backward_dout_address_plus_4", DType::bf16, Pass::backward, 0, 4, "dout"},
+                      AlignmentCase{"f16_backward_out_address_plus_4", DType::f16, Pass::backward, 0, 4, "out"},
+                      AlignmentCase{"bf16_backward_dq_address_plus_4", DType::bf16, Pass::backward, 0, 4, "dq"},
+                      AlignmentCase{"f16_backward_dk_address_plus_4", DType::f16, Pass::backward, 0, 4, "dk"},
+                      AlignmentCase{"bf16_backward_dv_address_plus_4", DType::bf16, Pass::backward, 0, 4, "dv"},
+                      AlignmentCase{"f32_forward_padding_5_address_plus_4", DType::f32, Pass::forward, 5, 4},
+                      AlignmentCase{"f32_backward_padding_3_address_plus_4", DType::f32, Pass::backward, 3, 4}),
+    [](const ::testing::TestParamInfo<AlignmentCase>& info) { return info.param.label; });
+
+// ----- RunContext: workspace and stream ---------------------------------------------------
+
+// No workspace given: the backend finds its own scratch (split-KV forward, backward dq accumulator).
+TEST(CudaWorkspace, NoneGivenStillRuns) {
+  SKIP_WITHOUT_GPU();
+  CUFLASH_TEST_RNG(rng);
+  for (DType dtype : {DType::bf16, DType::f32}) {
+    SCOPED_TRACE(dtype_label(dtype));
+    CaseSpec s = dense_case("splitkv", 1, 4097, 2, 1, 128, 1);
+    s.dtype = dtype;
+    AttentionCase fwd(s, rng.engine());
+    DeviceRunner runner;
+    runner.workspace_mode = WorkspaceMode::none;
+    check_forward_gpu(fwd, runner);
+    CaseSpec b = causal(dense_case("bwd", 65, 300, 4, 2, 64));
+    b.dtype = dtype;
+    AttentionCase bwd(b, rng.engine());
+    check_backward_gpu(bwd, runner);
+  }
+}
+
+// Less than the query said: invalid_argument naming the workspace, nothing written.
+TEST(CudaWorkspace, TooSmallIsInvalidArgument) {
+  SKIP_WITHOUT_GPU();
+  CUFLASH_TEST_RNG(rng);
+  CaseSpec s = causal(dense_case("bwd", 65, 300, 4, 2, 64));
+  s.dtype = DType::bf16;
+  AttentionCase c(s, rng.engine());
+  DeviceRunner runner;
+  runner.workspace_mode = WorkspaceMode::too_small;
+  const AttentionCase before = c;
+  const Status status = runner.backward(c, c.options(Backend::cuda));
+  ASSERT_TRUE(runner.last_workspace_status.ok()) << runner.last_workspace_status.to_string();
+  if (runner.last_workspace_bytes == 0) GTEST_SKIP() << "this backward needs no workspace: nothing to shrink";
+  EXPECT_EQ(status.code(), StatusCode::invalid_argument) << status.to_string();
+  EXPECT_NE(status.message().find("workspace"), std::string::npos) << status.message();
+  expect_case_unchanged(before, c);
+}
+
+// RunContext::stream = nullptr: the legacy default stream.
+TEST(CudaStream, DefaultStream) {
+  SKIP_WITHOUT_GPU();
+  CUFLASH_TEST_RNG(rng);
+  CaseSpec s = causal(dense_case("default_stream", 65, 130, 4, 2, 64));
+  s.dtype = DType::f16;
+  AttentionCase c(s, rng.engine());
+  DeviceRunner runner;
+  runner.default_stream = true;
+  check_forward_gpu(c, runner);
+  check_backward_gpu(c, runner);
+}
+
+}  // namespace
+}  // namespace cuflash::test
