@@ -260,8 +260,15 @@ def write_report(rows: list[dict], out_dir: str, write_json: bool = True) -> Non
             f.write("[\n" + ",\n".join(json.dumps(row, ensure_ascii=False) for row in rows) + "\n]\n")
     png = os.path.join(out_dir, "prefill.png")
     plotted = write_plot(rows, png)
+    text = render_markdown(rows, "prefill.png" if plotted or os.path.exists(png) else None)
+    # The causes found for the shortfalls (profiles, SASS) are written by hand
+    # in prefill-reasons.md beside the report and carried into it verbatim.
+    reasons = os.path.join(out_dir, "prefill-reasons.md")
+    if os.path.exists(reasons):
+        with open(reasons) as f:
+            text += "\n" + f.read()
     with open(os.path.join(out_dir, "prefill.md"), "w") as f:
-        f.write(render_markdown(rows, "prefill.png" if plotted or os.path.exists(png) else None))
+        f.write(text)
     print(f"plot_prefill: wrote {out_dir}/prefill.{{{'json,' if write_json else ''}md{',png' if plotted else ''}}}",
           file=sys.stderr)
 
