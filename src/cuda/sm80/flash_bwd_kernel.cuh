@@ -29,7 +29,7 @@
 
 #include "common/attention_params.hpp"
 #include "common/score_mask.cuh"
-#include "sm80/tensor_core.cuh"
+#include "common/tensor_core.cuh"
 
 namespace cuflash::detail::sm80 {
 
