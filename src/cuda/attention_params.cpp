@@ -68,4 +68,35 @@ AttentionParams make_attention_params(const Problem& problem) {
   return p;
 }
 
+ForwardParams make_forward_params(const Problem& problem) {
+  ForwardParams p;
+  static_cast<AttentionParams&>(p) = make_attention_params(problem);
+  p.out = problem.out.data;
+  p.out_strides = row_strides(problem.out, problem.layout);
+  return p;
+}
+
+BackwardParams make_backward_params(const Problem& problem) {
+  BackwardParams p;
+  static_cast<AttentionParams&>(p) = make_attention_params(problem);
+  p.out = problem.out.data;
+  p.dout = problem.dout.data;
+  p.dq = problem.dq.data;
+  p.dk = problem.dk.data;
+  p.dv = problem.dv.data;
+  p.out_strides = row_strides(problem.out, problem.layout);
+  p.dout_strides = row_strides(problem.dout, problem.layout);
+  p.dq_strides = row_strides(problem.dq, problem.layout);
+  p.dk_strides = row_strides(problem.dk, problem.layout);
+  p.dv_strides = row_strides(problem.dv, problem.layout);
+  p.deterministic = problem.deterministic;
+  p.total_q_rows = total_q_rows(problem);
+  return p;
+}
+
+std::int64_t total_q_rows(const Problem& problem) {
+  if (problem.layout == Layout::varlen) return problem.q.shape[0];
+  return static_cast<std::int64_t>(problem.batch) * problem.max_q_len;
+}
+
 }  // namespace cuflash::detail

@@ -81,5 +81,12 @@ struct BackwardParams : AttentionParams {
 
 // Fills the common part from a validated forward or backward Problem.
 AttentionParams make_attention_params(const Problem& problem);
+// The common part plus the output (split-KV and workspace fields left as is).
+ForwardParams make_forward_params(const Problem& problem);
+// The common part plus out, dout, dq, dk, dv, `deterministic` and
+// total_q_rows (workspace pointers left null).
+BackwardParams make_backward_params(const Problem& problem);
+// Rows of q seen as [rows, Hq, D]: batch * max_q_len (dense) or total_q (varlen).
+std::int64_t total_q_rows(const Problem& problem);
 
 }  // namespace cuflash::detail

@@ -109,12 +109,6 @@ __global__ void __launch_bounds__(kWarp* kWarpsPerBlock) backward_dkdv_f32_kerne
   dv.store(row_ptr(static_cast<float*>(p.dv), p.dv_strides, b, s.k_start, j, hk), p.head_dim, 1.0f);
 }
 
-// Query rows the D_i workspace spans: dense batch * max_q_len, varlen the packed rows.
-std::int64_t total_q_rows(const Problem& problem) {
-  return problem.layout == Layout::varlen ? problem.q.shape[0]
-                                          : static_cast<std::int64_t>(problem.batch) * problem.max_q_len;
-}
-
 }  // namespace
 
 std::size_t f32_backward_workspace_bytes(const Problem& problem) {
@@ -123,21 +117,9 @@ std::size_t f32_backward_workspace_bytes(const Problem& problem) {
 
 Status f32_backward(const Problem& problem, void* workspace, cudaStream_t stream) {
   CUFLASH_TRY(f32_attention_supports(problem));
-  BackwardParams p;
-  static_cast<AttentionParams&>(p) = make_attention_params(problem);
-  p.out = problem.out.data;
-  p.dout = problem.dout.data;
-  p.dq = problem.dq.data;
-  p.dk = problem.dk.data;
-  p.dv = problem.dv.data;
-  p.out_strides = simt::row_strides(problem.out, problem.layout);
-  p.dout_strides = simt::row_strides(problem.dout, problem.layout);
-  p.dq_strides = simt::row_strides(problem.dq, problem.layout);
-  p.dk_strides = simt::row_strides(problem.dk, problem.layout);
-  p.dv_strides = simt::row_strides(problem.dv, problem.layout);
+  BackwardParams p = make_backward_params(problem);
   p.deterministic = true;
   p.dsum = static_cast<float*>(workspace);
-  p.total_q_rows = total_q_rows(problem);
 
   const dim3 block(kWarp, kWarpsPerBlock);
   const dim3 dq_grid = simt::warp_grid(p.batch, p.heads_q, p.max_q_len);

@@ -82,10 +82,7 @@ std::size_t f32_forward_workspace_bytes(const Problem&) { return 0; }
 
 Status f32_forward(const Problem& problem, void*, cudaStream_t stream) {
   CUFLASH_TRY(f32_attention_supports(problem));
-  ForwardParams p;
-  static_cast<AttentionParams&>(p) = make_attention_params(problem);
-  p.out = problem.out.data;
-  p.out_strides = simt::row_strides(problem.out, problem.layout);
+  ForwardParams p = make_forward_params(problem);
 
   const dim3 grid = simt::warp_grid(p.batch, p.heads_q, p.max_q_len);
   if (grid.x == 0) return {};

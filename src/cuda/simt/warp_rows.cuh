@@ -152,13 +152,6 @@ __device__ __forceinline__ T* row_ptr(T* base, const RowStrides& st, int b, int 
 
 // ---- Host side of the launches.
 
-// Dense [B, S, H, D] or varlen [total, H, D] (batch stride 0).
-inline RowStrides row_strides(const TensorView& view, Layout layout) {
-  if (view.empty()) return {};
-  if (layout == Layout::varlen) return {0, view.strides[0], view.strides[1]};
-  return {view.strides[0], view.strides[1], view.strides[2]};
-}
-
 // One warp per (row, head, batch); x is empty when there is no row.
 // f32_attention_supports() has checked that the block count fits in x.
 inline dim3 warp_grid(int batch, int heads, int rows) {

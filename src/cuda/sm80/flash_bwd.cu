@@ -27,18 +27,8 @@ namespace {
 constexpr std::size_t align256(std::size_t bytes) { return (bytes + 255) / 256 * 256; }
 
 // Query rows of dq_accum and dsum: dense batch * max_q_len, varlen every packed row.
-std::int64_t total_q_rows(const Problem& problem) {
-  if (problem.layout == Layout::varlen) return problem.q.shape[0];
-  return static_cast<std::int64_t>(problem.batch) * problem.max_q_len;
-}
-
 std::size_t dq_accum_bytes(const Problem& problem) {
   return align256(static_cast<std::size_t>(total_q_rows(problem)) * problem.heads_q * problem.head_dim * sizeof(float));
-}
-
-RowStrides strides_of(const TensorView& view, Layout layout) {
-  if (layout == Layout::varlen) return {0, view.strides[0], view.strides[1]};
-  return {view.strides[0], view.strides[1], view.strides[2]};
 }
 
 // Shared memory the kernels need with single buffering (the least they run with).
@@ -108,24 +98,9 @@ Status flash_backward(const Problem& problem, void* workspace, cudaStream_t stre
   const DeviceInfo& info = device_info(problem.device.index);
   if (!info.valid) return Status::unsupported("backend cuda backward: cannot query the GPU's properties");
 
-  BackwardParams p;
-  static_cast<AttentionParams&>(p) = make_attention_params(problem);
-  // A window reaching past every key is unbounded; normalizing keeps the
-  // kernels' index arithmetic (i + offset +/- window) inside int.
-  if (p.window_left >= p.max_kv_len) p.window_left = -1;
-  if (p.window_right >= p.max_q_len) p.window_right = -1;
-  p.out = problem.out.data;
-  p.dout = problem.dout.data;
-  p.dq = problem.dq.data;
-  p.dk = problem.dk.data;
-  p.dv = problem.dv.data;
-  p.out_strides = strides_of(problem.out, problem.layout);
-  p.dout_strides = strides_of(problem.dout, problem.layout);
-  p.dq_strides = strides_of(problem.dq, problem.layout);
-  p.dk_strides = strides_of(problem.dk, problem.layout);
-  p.dv_strides = strides_of(problem.dv, problem.layout);
-  p.deterministic = problem.deterministic;
-  p.total_q_rows = total_q_rows(problem);
+  // Windows wider than a sequence are normalized per sequence on the device
+  // (score_rules), which keeps the kernels' index arithmetic inside int.
+  BackwardParams p = make_backward_params(problem);
   auto* base = static_cast<unsigned char*>(workspace);
   p.dq_accum = reinterpret_cast<float*>(base);
   p.dsum = reinterpret_cast<float*>(base + dq_accum_bytes(problem));

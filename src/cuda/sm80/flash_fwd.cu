@@ -132,12 +132,7 @@ std::size_t flash_forward_workspace_bytes(const Problem& problem) {
 }
 
 Status flash_forward(const Problem& problem, void* workspace, cudaStream_t stream) {
-  ForwardParams p;
-  static_cast<AttentionParams&>(p) = make_attention_params(problem);
-  p.out = problem.out.data;
-  p.out_strides = problem.layout == Layout::varlen
-                      ? RowStrides{0, problem.out.strides[0], problem.out.strides[1]}
-                      : RowStrides{problem.out.strides[0], problem.out.strides[1], problem.out.strides[2]};
+  ForwardParams p = make_forward_params(problem);
   p.num_splits = choose_splits(problem);
   if (p.num_splits > 1) {
     const std::size_t rows = partial_rows(problem) * p.num_splits;
