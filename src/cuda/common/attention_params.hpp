@@ -72,7 +72,9 @@ struct BackwardParams : AttentionParams {
   bool deterministic = false;
 
   // Workspace (float32, contiguous), sized by flash_bwd_workspace_bytes():
-  //   dq_accum [q rows, Hq, D]: q rows = batch*max_q_len (dense) or total_q (varlen)
+  //   dq_accum [Hq, q rows, D]: q rows = batch*max_q_len (dense) or total_q (varlen);
+  //            head-major so that a tile's rows are D floats apart, a constant
+  //            the dQ atomics fold into their immediate offsets
   //   dsum     [Hq, q rows]:    D_i = dot(dout_i, out_i)
   float* dq_accum = nullptr;
   float* dsum = nullptr;

@@ -140,11 +140,17 @@ __device__ __forceinline__ void load_b_kn(std::uint32_t (&r)[4], const T* base, 
   ldmatrix_x4_trans(r, base + (k0 + (lane & 7) + (((lane >> 3) & 1) << 3)) * ld + n0 + ((lane >> 4) << 3));
 }
 
+struct NoStepWork {
+  __device__ __forceinline__ void operator()(int) const {}
+};
+
 // acc[MT][NT] += A[am0 .. am0 + 16 MT, 0 .. 16 KSTEPS] * B[.., bn0 .. bn0 + 8 NT].
 // kATrans: A is stored [k][m]; kBKn: B is stored [k][n] (else [n][k]).
-template <typename T, int MT, int NT, int KSTEPS, bool kATrans, bool kBKn>
+// step_work(ks) runs after k-step ks's products are issued: other work
+// (global reductions) interleaved with the tensor-core work.
+template <typename T, int MT, int NT, int KSTEPS, bool kATrans, bool kBKn, typename StepWork = NoStepWork>
 __device__ __forceinline__ void warp_gemm(float (&acc)[MT][NT][4], const T* a, int lda, int am0, const T* b, int ldb,
-                                          int bn0, int lane) {
+                                          int bn0, int lane, StepWork step_work = {}) {
   static_assert(NT % 2 == 0, "B fragments are loaded two n-tiles at a time");
 #pragma unroll
   for (int ks = 0; ks < KSTEPS; ++ks) {
@@ -169,6 +175,7 @@ __device__ __forceinline__ void warp_gemm(float (&acc)[MT][NT][4], const T* a, i
     for (int mi = 0; mi < MT; ++mi)
 #pragma unroll
       for (int ni = 0; ni < NT; ++ni) mma_16816<T>(acc[mi][ni], af[mi], bf[ni]);
+    step_work(ks);
   }
 }
 
@@ -200,13 +207,16 @@ __device__ __forceinline__ void load_tile_async(T* dst, const T* src, const RowS
   if (M::kActive < 256 && tid >= M::kActive) return;
   const int r0 = tid / M::kChunksPerRow;
   const int col = (tid % M::kChunksPerRow) * 8;
+  // One 64-bit row offset per tile, then a fixed step: per-row offsets cost
+  // a wide multiply each, on the backward's per-item critical path.
+  const T* first = src + row_offset(st, b, seq_start, row0 + r0, head) + col;
+  const std::int64_t step = static_cast<std::int64_t>(M::kRowsPerPass) * st.row;
 #pragma unroll
   for (int it = 0; it < (ROWS + M::kRowsPerPass - 1) / M::kRowsPerPass; ++it) {
     const int r = r0 + it * M::kRowsPerPass;
     if (ROWS % M::kRowsPerPass == 0 || r < ROWS) {
       const bool ok = r < valid;
-      const T* g = src + (ok ? row_offset(st, b, seq_start, row0 + r, head) + col : 0);
-      cp_async_16(dst + r * (D + 8) + col, g, ok);
+      cp_async_16(dst + r * (D + 8) + col, ok ? first + it * step : src, ok);
     }
   }
 }
@@ -414,7 +424,7 @@ __global__ void __launch_bounds__(256) flash_bwd_convert_dq_kernel(const __grid_
   } else if (row >= p.cu_seqlens_q[p.batch]) {
     return;
   }
-  const float* src = p.dq_accum + (row * p.heads_q + h) * D + chunk * 8;
+  const float* src = p.dq_accum + (static_cast<std::int64_t>(h) * p.total_q_rows + row) * D + chunk * 8;
   const float4 a = *reinterpret_cast<const float4*>(src);
   const float4 c = *reinterpret_cast<const float4*>(src + 4);
   const float s = p.softmax_scale;
@@ -488,23 +498,29 @@ __global__ void __launch_bounds__(256, 1) flash_bwd_dkdv_kernel(const __grid_con
     cp_async_commit();
   }
 
-  for (int w = 0; w < items; ++w) {
-    const int h = h0 + w / m_count;
-    const int m0 = (m_lo + w % m_count) * BM;
-    const int cur = stages == 2 ? (w & 1) : 0;
-    const bool has_next = w + 1 < items;
-    const int h_next = h0 + (w + 1) / m_count;
-    const int m0_next = (m_lo + (w + 1) % m_count) * BM;
+  // Items run head by head, query block by query block; counters rather than
+  // an item index, whose divisions sat on the loop's critical path. `parity`
+  // picks the Q/dO and stats buffers.
+  const int m_end = m_lo + m_count;
+  const int h_end = items > 0 ? h0 + p.group : h0;
+  int h = h0, m_block = m_lo, parity = 0;
+  while (h < h_end) {
+    const int m0 = m_block * BM;
+    const int cur = stages == 2 ? parity : 0;
+    const bool next_head = m_block + 1 == m_end;
+    const int h_next = next_head ? h + 1 : h;
+    const bool has_next = h_next < h_end;
+    const int m0_next = next_head ? m_lo * BM : m0 + BM;
 
     cp_async_wait<0>();
-    __syncthreads();  // Q/dO[cur], stats of w visible; everyone is done with w - 1
+    __syncthreads();  // Q/dO[cur] and stats of this item visible; everyone is done with the last
 
     if (stages == 2 && has_next) {
       bwd::load_tile_async<BM, D>(sQ + (cur ^ 1) * BM * LD, gQ, p.q_strides, b, seq.q_start, m0_next,
                                   seq.q_len - m0_next, h_next, tid);
       bwd::load_tile_async<BM, D>(sdO + (cur ^ 1) * BM * LD, gdO, p.dout_strides, b, seq.q_start, m0_next,
                                   seq.q_len - m0_next, h_next, tid);
-      bwd::load_stats_async<BM>(sLse + ((w + 1) & 1) * BM, sDsum + ((w + 1) & 1) * BM, p, seq, b, h_next, m0_next,
+      bwd::load_stats_async<BM>(sLse + (parity ^ 1) * BM, sDsum + (parity ^ 1) * BM, p, seq, b, h_next, m0_next,
                                 accum_row0, tid);
       cp_async_commit();
     }
@@ -522,8 +538,8 @@ __global__ void __launch_bounds__(256, 1) flash_bwd_dkdv_kernel(const __grid_con
     bwd::warp_gemm<T, Tr::kMTS, Tr::kNTS, D / 16, false, false>(dp, do_tile, LD, s_row0, sV, LD, s_col0, lane);
 
     const bool masked = !rules.tile_unmasked(m0, BM, n0, BN) || m0 + BM > seq.q_len;
-    const float* s_lse = sLse + (w & 1) * BM;
-    const float* s_dsum = sDsum + (w & 1) * BM;
+    const float* s_lse = sLse + parity * BM;
+    const float* s_dsum = sDsum + parity * BM;
     if (masked || rules.transformed)
       bwd::scores_to_grads<D, true>(s, dp, s_lse, s_dsum, rules, masked, seq.q_len, m0, n0, s_row0, s_col0, lane);
     else
@@ -532,35 +548,65 @@ __global__ void __launch_bounds__(256, 1) flash_bwd_dkdv_kernel(const __grid_con
     bwd::store_frags<T>(sdS, LDS, s_row0, s_col0, dp, 1.0f, lane);
     __syncthreads();  // P, dS complete
 
-    // dV += P^T dO, dK += dS^T Q.
+    // dV += P^T dO.
     bwd::warp_gemm<T, Tr::kMTKV, Tr::kNTKV, BM / 16, true, true>(acc_dv, sP, LDS, kv_row0, do_tile, LD, kv_col0,
                                                                   lane);
-    bwd::warp_gemm<T, Tr::kMTKV, Tr::kNTKV, BM / 16, true, true>(acc_dk, sdS, LDS, kv_row0, q_tile, LD, kv_col0,
-                                                                  lane);
-    // dQ += dS K, into the fp32 accumulator (kDqPasses column slices per warp,
-    // to bound the registers live next to dK and dV).
+    // dQ += dS K, into the fp32 accumulator, in kDqPasses column slices per
+    // warp (to bound the registers live next to dK and dV). The last slice's
+    // reductions are spread over dK's GEMM, so that they drain while the
+    // tensor cores work instead of queueing behind each other.
     if (!p.deterministic) {
       constexpr int kNT = Tr::kNTQ / Tr::kDqPasses;
       const int g = lane >> 2, t = lane & 3;
+      const int row = m0 + q_row0 + g;
+      // Head-major dq_accum: the rows of a tile are D floats apart, a constant
+      // the reductions fold into their immediate offsets.
+      float* const dq_row = p.dq_accum + (static_cast<std::int64_t>(h) * p.total_q_rows + accum_row0 + row) * D + 2 * t;
+      float acc_dq[Tr::kMTQ][kNT][4];
+      // Rows (mi, half) of acc_dq -> dq_accum at column slice col0.
+      auto reduce_rows = [&](int mi, int half, int col0) {
+        if (row + mi * 16 + half * 8 < seq.q_len) {
+#pragma unroll
+          for (int ni = 0; ni < kNT; ++ni)
+            bwd::atomic_add2(dq_row + (mi * 16 + half * 8) * D + col0 + ni * 8, acc_dq[mi][ni][half * 2],
+                             acc_dq[mi][ni][half * 2 + 1]);
+        }
+      };
 #pragma unroll
       for (int pass = 0; pass < Tr::kDqPasses; ++pass) {
         const int col0 = q_col0 + pass * kNT * 8;
-        float acc_dq[Tr::kMTQ][kNT][4];
         bwd::zero(acc_dq);
         bwd::warp_gemm<T, Tr::kMTQ, kNT, BN / 16, false, true>(acc_dq, sdS, LDS, q_row0, sK, LD, col0, lane);
+        if (pass + 1 < Tr::kDqPasses) {
 #pragma unroll
-        for (int mi = 0; mi < Tr::kMTQ; ++mi)
+          for (int mi = 0; mi < Tr::kMTQ; ++mi)
 #pragma unroll
-          for (int half = 0; half < 2; ++half) {
-            const int i = m0 + q_row0 + mi * 16 + g + half * 8;
-            if (i < seq.q_len) {
-              float* dst = p.dq_accum + ((accum_row0 + i) * p.heads_q + h) * D + col0 + 2 * t;
-#pragma unroll
-              for (int ni = 0; ni < kNT; ++ni)
-                bwd::atomic_add2(dst + ni * 8, acc_dq[mi][ni][half * 2], acc_dq[mi][ni][half * 2 + 1]);
-            }
-          }
+            for (int half = 0; half < 2; ++half) reduce_rows(mi, half, col0);
+        }
       }
+      // dK += dS^T Q with the last slice's row groups spread over its k-steps.
+      constexpr int kGroups = Tr::kMTQ * 2, kSteps = BM / 16;
+      static_assert(kSteps % kGroups == 0 || kGroups % kSteps == 0);
+      const int last_col0 = q_col0 + (Tr::kDqPasses - 1) * kNT * 8;
+      bwd::warp_gemm<T, Tr::kMTKV, Tr::kNTKV, kSteps, true, true>(
+          acc_dk, sdS, LDS, kv_row0, q_tile, LD, kv_col0, lane, [&](int ks) {
+            if constexpr (kSteps >= kGroups) {
+              if (ks % (kSteps / kGroups) == 0) {
+                const int grp = ks / (kSteps / kGroups);
+                reduce_rows(grp / 2, grp % 2, last_col0);
+              }
+            } else {
+#pragma unroll
+              for (int k = 0; k < kGroups / kSteps; ++k) {
+                const int grp = ks * (kGroups / kSteps) + k;
+                reduce_rows(grp / 2, grp % 2, last_col0);
+              }
+            }
+          });
+    } else {
+      // dK += dS^T Q.
+      bwd::warp_gemm<T, Tr::kMTKV, Tr::kNTKV, BM / 16, true, true>(acc_dk, sdS, LDS, kv_row0, q_tile, LD, kv_col0,
+                                                                    lane);
     }
 
     if (stages == 1 && has_next) {
@@ -568,10 +614,13 @@ __global__ void __launch_bounds__(256, 1) flash_bwd_dkdv_kernel(const __grid_con
       bwd::load_tile_async<BM, D>(sQ, gQ, p.q_strides, b, seq.q_start, m0_next, seq.q_len - m0_next, h_next, tid);
       bwd::load_tile_async<BM, D>(sdO, gdO, p.dout_strides, b, seq.q_start, m0_next, seq.q_len - m0_next, h_next,
                                   tid);
-      bwd::load_stats_async<BM>(sLse + ((w + 1) & 1) * BM, sDsum + ((w + 1) & 1) * BM, p, seq, b, h_next, m0_next,
+      bwd::load_stats_async<BM>(sLse + (parity ^ 1) * BM, sDsum + (parity ^ 1) * BM, p, seq, b, h_next, m0_next,
                                 accum_row0, tid);
       cp_async_commit();
     }
+    h = h_next;
+    m_block = next_head ? m_lo : m_block + 1;
+    parity ^= 1;
   }
 
   // dK * softmax_scale and dV as T, staged through sK/sV for 16-byte stores.

@@ -1,0 +1,43 @@
+#!/usr/bin/env bash
+# Nsight Compute side by side, on the GPU machine: one launch of a cuflash
+# kernel and one of PyTorch's FlashAttention-2 kernel on the same shape, with
+# the sections that explain a gap (throughput, warp stalls, instruction mix,
+# launch resources, hottest stall sites). Writes <tag>-{cuflash,torch}.txt to
+# $OUT (or docs/perf).
+#   bench/profile_kernels.sh <tag> <pass fwd|fwdbwd> <head_dim> <seqlen> <causal 0|1> <cuflash kernel regex> <torch kernel regex>
+# Expects build-bench/bin/cuflash (bench/prefill.sh builds it).
+set -euo pipefail
+cd "$(dirname "$0")/.."
+tag=$1 pass=$2 head_dim=$3 seqlen=$4 causal=$5 ours=$6 theirs=$7
+out=${OUT:-docs/perf}
+heads=$((2048 / head_dim)) batch=$((16384 / seqlen))
+sections=(--section SpeedOfLight --section LaunchStats --section Occupancy --section WarpStateStats
+          --section InstructionStats --section ComputeWorkloadAnalysis --section MemoryWorkloadAnalysis
+          --section SchedulerStats --section SourceCounters)
+mask=none; [ "$causal" = 1 ] && mask=causal
+ncu --kernel-name "regex:$ours" --launch-skip 3 --launch-count 1 "${sections[@]}" -f -o "/tmp/$tag-cuflash" \
+  build-bench/bin/cuflash bench --backend cuda --pass "$pass" --head-dim "$head_dim" --seqlen "$seqlen" \
+  --heads "$heads" --batch "$batch" --mask "$mask" --reps 3 --warmup-ms 0 --min-reps 1 >"/tmp/$tag-cuflash.log" 2>&1 || true
+ncu --kernel-name "regex:$theirs" --launch-skip 3 --launch-count 1 "${sections[@]}" -f -o "/tmp/$tag-torch" \
+  python3 - "$pass" "$head_dim" "$seqlen" "$heads" "$batch" "$causal" >"/tmp/$tag-torch.log" 2>&1 <<'PY' || true
+import sys, torch
+from torch.nn.attention import SDPBackend, sdpa_kernel
+p, d, s, h, b, causal = sys.argv[1], int(sys.argv[2]), int(sys.argv[3]), int(sys.argv[4]), int(sys.argv[5]), sys.argv[6] == "1"
+q, k, v = (torch.randn(b, h, s, d, device="cuda", dtype=torch.bfloat16, requires_grad=True) for _ in range(3))
+with sdpa_kernel(SDPBackend.FLASH_ATTENTION):
+    for _ in range(6):
+        o = torch.nn.functional.scaled_dot_product_attention(q, k, v, is_causal=causal)
+        if p == "fwdbwd":
+            o.backward(torch.randn_like(o))
+torch.cuda.synchronize()
+PY
+# Per report: the details pages, and per SASS instruction the executed count
+# and stall samples (bench/sass_profile.py condenses these).
+for who in cuflash torch; do
+  ncu -i "/tmp/$tag-$who.ncu-rep" --print-details all >"$out/$tag-$who.txt" 2>&1 || true
+  ncu -i "/tmp/$tag-$who.ncu-rep" --page source --print-source sass --csv >"$out/$tag-$who-sass.csv" 2>&1 || true
+done
+for f in "$out/$tag-cuflash.txt" "$out/$tag-torch.txt"; do
+  echo "== $f"
+  grep -E "^  [a-zA-Z_].*\(|Duration|Registers Per|Shared Memory Config|Dynamic Shared|Executed Ipc A|Issue Slots Busy|No Eligible|Warp Cycles Per Issued|Tensor|Executed Instructions  " "$f" | head -30 || true
+done

@@ -1,0 +1,56 @@
+#!/usr/bin/env python3
+"""Condenses an Nsight Compute source page (`ncu -i r.ncu-rep --page source
+--print-source sass --csv`, written by bench/profile_kernels.sh) into executed
+instructions and stall samples per opcode, to compare two kernels.
+
+    python3 bench/sass_profile.py ours-sass.csv [theirs-sass.csv]
+"""
+import collections
+import csv
+import sys
+
+
+def load(path):
+    with open(path, newline="") as f:
+        rows = list(csv.reader(f))
+    header_at = next(i for i, r in enumerate(rows) if r and r[0] == "Address")
+    header = rows[header_at]
+    col = {name: i for i, name in enumerate(header)}
+    stalls = [h for h in header if h.startswith("stall_") and "Not Issued" not in h]
+    per_op = collections.defaultdict(lambda: collections.Counter())
+    for r in rows[header_at + 1:]:
+        if len(r) < len(header):
+            continue
+        words = r[col["Source"]].split()
+        if words and words[0].startswith("@"):
+            words = words[1:]
+        if not words:
+            continue
+        op = words[0].split(".")[0]
+        c = per_op[op]
+        c["inst"] += int(float(r[col["Instructions Executed"]] or 0))
+        for s in stalls:
+            c[s] += int(float(r[col[s]] or 0))
+    return per_op, stalls
+
+
+def main():
+    tables = [load(p) for p in sys.argv[1:]]
+    ops = sorted({op for t, _ in tables for op in t}, key=lambda o: -sum(t[o]["inst"] for t, _ in tables))
+    print("opcode".ljust(10) + "".join(f"{'inst ' + str(i):>14}{'samples ' + str(i):>12}" for i in range(len(tables))))
+    for op in ops[:30]:
+        line = op.ljust(10)
+        for t, stalls in tables:
+            c = t.get(op, collections.Counter())
+            line += f"{c['inst']:>14,}{sum(c[s] for s in stalls):>12,}"
+        print(line)
+    for i, (t, stalls) in enumerate(tables):
+        total = collections.Counter()
+        for c in t.values():
+            total.update(c)
+        print(f"[{i}] total inst {total['inst']:,}; stalls: " +
+              ", ".join(f"{s[6:]} {total[s]:,}" for s in sorted(stalls, key=lambda s: -total[s])[:8]))
+
+
+if __name__ == "__main__":
+    main()
