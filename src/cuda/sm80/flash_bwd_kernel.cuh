@@ -261,9 +261,11 @@ __device__ __forceinline__ void load_stats_async(float* s_lse, float* s_dsum, co
 }
 
 // S, dP of a warp's [kRowsS x kColsS] part of the tile -> P (into s) and dS
-// (into dp). kGeneral: softcap, ALiBi and/or the per-element mask (rows
-// >= q_len and the score rules), all uniform per tile.
-template <int D, bool kGeneral>
+// (into dp). kMasked: the tile needs the per-element mask (rows >= q_len and
+// the score rules); kTransformed: softcap and/or ALiBi (then `masked` says
+// whether the mask applies). Masked-only tiles (the causal diagonal) test a
+// per-row key range, without the transforms' per-element branches.
+template <int D, bool kMasked, bool kTransformed>
 __device__ __forceinline__ void scores_to_grads(float (&s)[FlashBwdTraits<D>::kMTS][FlashBwdTraits<D>::kNTS][4],
                                                 float (&dp)[FlashBwdTraits<D>::kMTS][FlashBwdTraits<D>::kNTS][4],
                                                 const float* s_lse, const float* s_dsum, const ScoreRules& rules,
@@ -282,14 +284,29 @@ __device__ __forceinline__ void scores_to_grads(float (&s)[FlashBwdTraits<D>::kM
       const float lse2 = lse_raw == -INFINITY ? INFINITY : lse_raw * kLog2e;
       const float dsum = s_dsum[r];
       const int i = m0 + r;
+      // Visible keys of row i, relative to this warp's first column.
+      int key_lo = 0, key_hi = Tr::kColsS;
+      if constexpr (kMasked && !kTransformed) {
+        if (i < q_len) {
+          rules.row_keys(i, &key_lo, &key_hi);
+          key_lo -= n0 + col0;
+          key_hi -= n0 + col0;
+        } else {
+          key_hi = key_lo;
+        }
+      }
 #pragma unroll
       for (int ni = 0; ni < Tr::kNTS; ++ni) {
 #pragma unroll
         for (int e = 0; e < 2; ++e) {
           float& x = s[mi][ni][half * 2 + e];
           float& y = dp[mi][ni][half * 2 + e];
-          if constexpr (!kGeneral) {
-            const float pv = fast_exp2(fmaf(x, rules.scale_log2, -lse2));
+          if constexpr (!kTransformed) {
+            float pv = fast_exp2(fmaf(x, rules.scale_log2, -lse2));
+            if constexpr (kMasked) {
+              const int jj = ni * 8 + 2 * t + e;
+              pv = jj >= key_lo && jj < key_hi ? pv : 0.0f;
+            }
             x = pv;
             y = pv * (y - dsum);
           } else {
@@ -540,10 +557,12 @@ __global__ void __launch_bounds__(256, 1) flash_bwd_dkdv_kernel(const __grid_con
     const bool masked = !rules.tile_unmasked(m0, BM, n0, BN) || m0 + BM > seq.q_len;
     const float* s_lse = sLse + parity * BM;
     const float* s_dsum = sDsum + parity * BM;
-    if (masked || rules.transformed)
-      bwd::scores_to_grads<D, true>(s, dp, s_lse, s_dsum, rules, masked, seq.q_len, m0, n0, s_row0, s_col0, lane);
+    if (!rules.transformed && !masked)
+      bwd::scores_to_grads<D, false, false>(s, dp, s_lse, s_dsum, rules, false, seq.q_len, m0, n0, s_row0, s_col0, lane);
+    else if (!rules.transformed)
+      bwd::scores_to_grads<D, true, false>(s, dp, s_lse, s_dsum, rules, true, seq.q_len, m0, n0, s_row0, s_col0, lane);
     else
-      bwd::scores_to_grads<D, false>(s, dp, s_lse, s_dsum, rules, false, seq.q_len, m0, n0, s_row0, s_col0, lane);
+      bwd::scores_to_grads<D, true, true>(s, dp, s_lse, s_dsum, rules, masked, seq.q_len, m0, n0, s_row0, s_col0, lane);
     bwd::store_frags<T>(sP, LDS, s_row0, s_col0, s, 1.0f, lane);
     bwd::store_frags<T>(sdS, LDS, s_row0, s_col0, dp, 1.0f, lane);
     __syncthreads();  // P, dS complete
@@ -715,10 +734,12 @@ __global__ void __launch_bounds__(256, 1) flash_bwd_dq_kernel(const __grid_const
     bwd::warp_gemm<T, Tr::kMTS, Tr::kNTS, D / 16, false, false>(dp, sdO, LD, s_row0, v_tile, LD, s_col0, lane);
 
     const bool masked = !rules.tile_unmasked(m0, BM, n0, BN) || m0 + BM > seq.q_len;
-    if (masked || rules.transformed)
-      bwd::scores_to_grads<D, true>(s, dp, sLse, sDsum, rules, masked, seq.q_len, m0, n0, s_row0, s_col0, lane);
+    if (!rules.transformed && !masked)
+      bwd::scores_to_grads<D, false, false>(s, dp, sLse, sDsum, rules, false, seq.q_len, m0, n0, s_row0, s_col0, lane);
+    else if (!rules.transformed)
+      bwd::scores_to_grads<D, true, false>(s, dp, sLse, sDsum, rules, true, seq.q_len, m0, n0, s_row0, s_col0, lane);
     else
-      bwd::scores_to_grads<D, false>(s, dp, sLse, sDsum, rules, false, seq.q_len, m0, n0, s_row0, s_col0, lane);
+      bwd::scores_to_grads<D, true, true>(s, dp, sLse, sDsum, rules, masked, seq.q_len, m0, n0, s_row0, s_col0, lane);
     bwd::store_frags<T>(sdS, LDS, s_row0, s_col0, dp, 1.0f, lane);
     __syncthreads();  // dS complete
 
