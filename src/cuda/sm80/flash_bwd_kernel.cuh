@@ -140,42 +140,67 @@ __device__ __forceinline__ void load_b_kn(std::uint32_t (&r)[4], const T* base, 
   ldmatrix_x4_trans(r, base + (k0 + (lane & 7) + (((lane >> 3) & 1) << 3)) * ld + n0 + ((lane >> 4) << 3));
 }
 
-struct NoStepWork {
-  __device__ __forceinline__ void operator()(int) const {}
-};
+// A and B fragments of one k-step.
+template <typename T, int MT, int NT, bool kATrans, bool kBKn>
+__device__ __forceinline__ void load_step(std::uint32_t (&af)[MT][4], std::uint32_t (&bf)[NT][2], const T* a,
+                                          int lda, int am0, const T* b, int ldb, int bn0, int ks, int lane) {
+  static_assert(NT % 2 == 0, "B fragments are loaded two n-tiles at a time");
+#pragma unroll
+  for (int mi = 0; mi < MT; ++mi) {
+    if constexpr (kATrans) load_a_trans(af[mi], a, lda, am0 + mi * 16, ks * 16, lane);
+    else load_a(af[mi], a, lda, am0 + mi * 16, ks * 16, lane);
+  }
+#pragma unroll
+  for (int nj = 0; nj < NT / 2; ++nj) {
+    std::uint32_t r[4];
+    if constexpr (kBKn) load_b_kn(r, b, ldb, bn0 + nj * 16, ks * 16, lane);
+    else load_b_nk(r, b, ldb, bn0 + nj * 16, ks * 16, lane);
+    bf[2 * nj][0] = r[0];
+    bf[2 * nj][1] = r[1];
+    bf[2 * nj + 1][0] = r[2];
+    bf[2 * nj + 1][1] = r[3];
+  }
+}
+
+template <typename T, int MT, int NT>
+__device__ __forceinline__ void mma_step(float (&acc)[MT][NT][4], const std::uint32_t (&af)[MT][4],
+                                         const std::uint32_t (&bf)[NT][2]) {
+#pragma unroll
+  for (int mi = 0; mi < MT; ++mi)
+#pragma unroll
+    for (int ni = 0; ni < NT; ++ni) mma_16816<T>(acc[mi][ni], af[mi], bf[ni]);
+}
 
 // acc[MT][NT] += A[am0 .. am0 + 16 MT, 0 .. 16 KSTEPS] * B[.., bn0 .. bn0 + 8 NT].
 // kATrans: A is stored [k][m]; kBKn: B is stored [k][n] (else [n][k]).
-// step_work(ks) runs after k-step ks's products are issued: other work
-// (global reductions) interleaved with the tensor-core work.
-template <typename T, int MT, int NT, int KSTEPS, bool kATrans, bool kBKn, typename StepWork = NoStepWork>
+template <typename T, int MT, int NT, int KSTEPS, bool kATrans, bool kBKn>
 __device__ __forceinline__ void warp_gemm(float (&acc)[MT][NT][4], const T* a, int lda, int am0, const T* b, int ldb,
-                                          int bn0, int lane, StepWork step_work = {}) {
-  static_assert(NT % 2 == 0, "B fragments are loaded two n-tiles at a time");
+                                          int bn0, int lane) {
 #pragma unroll
   for (int ks = 0; ks < KSTEPS; ++ks) {
     std::uint32_t af[MT][4];
     std::uint32_t bf[NT][2];
+    load_step<T, MT, NT, kATrans, kBKn>(af, bf, a, lda, am0, b, ldb, bn0, ks, lane);
+    mma_step<T>(acc, af, bf);
+  }
+}
+
+// The same with step_work(ks) (global reductions) between k-steps, the
+// fragments of k-step ks + 1 already requested when it runs: step_work may
+// branch, and a branch stops the compiler from moving loads above it, so
+// the loads are placed early here by hand.
+template <typename T, int MT, int NT, int KSTEPS, bool kATrans, bool kBKn, typename StepWork>
+__device__ __forceinline__ void warp_gemm_with_work(float (&acc)[MT][NT][4], const T* a, int lda, int am0, const T* b,
+                                                    int ldb, int bn0, int lane, StepWork step_work) {
+  std::uint32_t af[2][MT][4];
+  std::uint32_t bf[2][NT][2];
+  load_step<T, MT, NT, kATrans, kBKn>(af[0], bf[0], a, lda, am0, b, ldb, bn0, 0, lane);
 #pragma unroll
-    for (int mi = 0; mi < MT; ++mi) {
-      if constexpr (kATrans) load_a_trans(af[mi], a, lda, am0 + mi * 16, ks * 16, lane);
-      else load_a(af[mi], a, lda, am0 + mi * 16, ks * 16, lane);
-    }
-#pragma unroll
-    for (int nj = 0; nj < NT / 2; ++nj) {
-      std::uint32_t r[4];
-      if constexpr (kBKn) load_b_kn(r, b, ldb, bn0 + nj * 16, ks * 16, lane);
-      else load_b_nk(r, b, ldb, bn0 + nj * 16, ks * 16, lane);
-      bf[2 * nj][0] = r[0];
-      bf[2 * nj][1] = r[1];
-      bf[2 * nj + 1][0] = r[2];
-      bf[2 * nj + 1][1] = r[3];
-    }
-#pragma unroll
-    for (int mi = 0; mi < MT; ++mi)
-#pragma unroll
-      for (int ni = 0; ni < NT; ++ni) mma_16816<T>(acc[mi][ni], af[mi], bf[ni]);
+  for (int ks = 0; ks < KSTEPS; ++ks) {
+    if (ks + 1 < KSTEPS)
+      load_step<T, MT, NT, kATrans, kBKn>(af[(ks + 1) & 1], bf[(ks + 1) & 1], a, lda, am0, b, ldb, bn0, ks + 1, lane);
     step_work(ks);
+    mma_step<T>(acc, af[ks & 1], bf[ks & 1]);
   }
 }
 
@@ -607,7 +632,7 @@ __global__ void __launch_bounds__(256, 1) flash_bwd_dkdv_kernel(const __grid_con
       constexpr int kGroups = Tr::kMTQ * 2, kSteps = BM / 16;
       static_assert(kSteps % kGroups == 0 || kGroups % kSteps == 0);
       const int last_col0 = q_col0 + (Tr::kDqPasses - 1) * kNT * 8;
-      bwd::warp_gemm<T, Tr::kMTKV, Tr::kNTKV, kSteps, true, true>(
+      bwd::warp_gemm_with_work<T, Tr::kMTKV, Tr::kNTKV, kSteps, true, true>(
           acc_dk, sdS, LDS, kv_row0, q_tile, LD, kv_col0, lane, [&](int ks) {
             if constexpr (kSteps >= kGroups) {
               if (ks % (kSteps / kGroups) == 0) {
