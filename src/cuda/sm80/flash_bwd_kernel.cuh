@@ -286,11 +286,9 @@ __device__ __forceinline__ void load_stats_async(float* s_lse, float* s_dsum, co
 }
 
 // S, dP of a warp's [kRowsS x kColsS] part of the tile -> P (into s) and dS
-// (into dp). kMasked: the tile needs the per-element mask (rows >= q_len and
-// the score rules); kTransformed: softcap and/or ALiBi (then `masked` says
-// whether the mask applies). Masked-only tiles (the causal diagonal) test a
-// per-row key range, without the transforms' per-element branches.
-template <int D, bool kMasked, bool kTransformed>
+// (into dp) with softcap and/or ALiBi; `masked`: the tile needs the
+// per-element mask (rows >= q_len and the score rules).
+template <int D>
 __device__ __forceinline__ void scores_to_grads(float (&s)[FlashBwdTraits<D>::kMTS][FlashBwdTraits<D>::kNTS][4],
                                                 float (&dp)[FlashBwdTraits<D>::kMTS][FlashBwdTraits<D>::kNTS][4],
                                                 const float* s_lse, const float* s_dsum, const ScoreRules& rules,
@@ -309,9 +307,52 @@ __device__ __forceinline__ void scores_to_grads(float (&s)[FlashBwdTraits<D>::kM
       const float lse2 = lse_raw == -INFINITY ? INFINITY : lse_raw * kLog2e;
       const float dsum = s_dsum[r];
       const int i = m0 + r;
-      // Visible keys of row i, relative to this warp's first column.
-      int key_lo = 0, key_hi = Tr::kColsS;
-      if constexpr (kMasked && !kTransformed) {
+#pragma unroll
+      for (int ni = 0; ni < Tr::kNTS; ++ni) {
+#pragma unroll
+        for (int e = 0; e < 2; ++e) {
+          float& x = s[mi][ni][half * 2 + e];
+          float& y = dp[mi][ni][half * 2 + e];
+          const int j = n0 + col0 + ni * 8 + 2 * t + e;
+          float th = 0.0f, logit;
+          if (softcap) {
+            th = tanhf(x * rules.scale_over_cap);
+            logit = rules.cap_log2 * th;
+          } else {
+            logit = x * rules.scale_log2;
+          }
+          if (rules.alibi_log2 != 0.0f) logit -= rules.alibi_log2 * fabsf(static_cast<float>(i + rules.offset - j));
+          const bool vis = !masked || (i < q_len && rules.visible(i, j));
+          const float pv = vis ? fast_exp2(logit - lse2) : 0.0f;
+          float dsv = pv * (y - dsum);
+          if (softcap) dsv *= 1.0f - th * th;
+          x = pv;
+          y = dsv;
+        }
+      }
+    }
+  }
+}
+
+// P of a warp's part of the tile from S (no softcap/ALiBi); kMasked: zero
+// the keys outside each row's visible range and the rows past q_len.
+template <int D, bool kMasked>
+__device__ __forceinline__ void scores_to_probs(float (&s)[FlashBwdTraits<D>::kMTS][FlashBwdTraits<D>::kNTS][4],
+                                                const float* s_lse, const ScoreRules& rules, int q_len, int m0,
+                                                int n0, int row0, int col0, int lane) {
+  using Tr = FlashBwdTraits<D>;
+  const int g = lane >> 2, t = lane & 3;
+#pragma unroll
+  for (int mi = 0; mi < Tr::kMTS; ++mi) {
+#pragma unroll
+    for (int half = 0; half < 2; ++half) {
+      const int r = row0 + mi * 16 + g + half * 8;
+      // lse -inf: the row sees no key, so every P of it is 0.
+      const float lse_raw = s_lse[r];
+      const float lse2 = lse_raw == -INFINITY ? INFINITY : lse_raw * kLog2e;
+      const int i = m0 + r;
+      int key_lo = 0, key_hi = Tr::kColsS;  // relative to this warp's first column
+      if constexpr (kMasked) {
         if (i < q_len) {
           rules.row_keys(i, &key_lo, &key_hi);
           key_lo -= n0 + col0;
@@ -325,35 +366,70 @@ __device__ __forceinline__ void scores_to_grads(float (&s)[FlashBwdTraits<D>::kM
 #pragma unroll
         for (int e = 0; e < 2; ++e) {
           float& x = s[mi][ni][half * 2 + e];
-          float& y = dp[mi][ni][half * 2 + e];
-          if constexpr (!kTransformed) {
-            float pv = fast_exp2(fmaf(x, rules.scale_log2, -lse2));
-            if constexpr (kMasked) {
-              const int jj = ni * 8 + 2 * t + e;
-              pv = jj >= key_lo && jj < key_hi ? pv : 0.0f;
-            }
-            x = pv;
-            y = pv * (y - dsum);
+          const float pv = fast_exp2(fmaf(x, rules.scale_log2, -lse2));
+          if constexpr (kMasked) {
+            const int jj = ni * 8 + 2 * t + e;
+            x = jj >= key_lo && jj < key_hi ? pv : 0.0f;
           } else {
-            const int j = n0 + col0 + ni * 8 + 2 * t + e;
-            float th = 0.0f, logit;
-            if (softcap) {
-              th = tanhf(x * rules.scale_over_cap);
-              logit = rules.cap_log2 * th;
-            } else {
-              logit = x * rules.scale_log2;
-            }
-            if (rules.alibi_log2 != 0.0f) logit -= rules.alibi_log2 * fabsf(static_cast<float>(i + rules.offset - j));
-            const bool vis = !masked || (i < q_len && rules.visible(i, j));
-            const float pv = vis ? fast_exp2(logit - lse2) : 0.0f;
-            float dsv = pv * (y - dsum);
-            if (softcap) dsv *= 1.0f - th * th;
             x = pv;
-            y = dsv;
           }
         }
       }
     }
+  }
+}
+
+// dS = P * (dP - dsum), into dp.
+template <int D>
+__device__ __forceinline__ void probs_to_grads(const float (&prob)[FlashBwdTraits<D>::kMTS][FlashBwdTraits<D>::kNTS][4],
+                                               float (&dp)[FlashBwdTraits<D>::kMTS][FlashBwdTraits<D>::kNTS][4],
+                                               const float* s_dsum, int row0, int lane) {
+  using Tr = FlashBwdTraits<D>;
+  const int g = lane >> 2;
+#pragma unroll
+  for (int mi = 0; mi < Tr::kMTS; ++mi)
+#pragma unroll
+    for (int half = 0; half < 2; ++half) {
+      const float dsum = s_dsum[row0 + mi * 16 + g + half * 8];
+#pragma unroll
+      for (int ni = 0; ni < Tr::kNTS; ++ni)
+#pragma unroll
+        for (int e = 0; e < 2; ++e) {
+          float& y = dp[mi][ni][half * 2 + e];
+          y = prob[mi][ni][half * 2 + e] * (y - dsum);
+        }
+    }
+}
+
+// One tile's P (into s) and dS (into dp) for a warp: S = Q K^T, dP = dO V^T.
+// Without softcap/ALiBi, P is computed between the two GEMMs, in the same
+// straight-line code as dP's products, so that the exponentials (MUFU) run
+// while the tensor cores work; each of the three cases carries its own copy
+// of dP's GEMM for that reason.
+template <typename T, int D>
+__device__ __forceinline__ void tile_probs_and_grads(float (&s)[FlashBwdTraits<D>::kMTS][FlashBwdTraits<D>::kNTS][4],
+                                                     float (&dp)[FlashBwdTraits<D>::kMTS][FlashBwdTraits<D>::kNTS][4],
+                                                     const T* q_tile, const T* do_tile, const T* k_tile,
+                                                     const T* v_tile, const float* s_lse, const float* s_dsum,
+                                                     const ScoreRules& rules, bool masked, int q_len, int m0, int n0,
+                                                     int row0, int col0, int lane) {
+  using Tr = FlashBwdTraits<D>;
+  constexpr int LD = Tr::kLd;
+  zero(s);
+  zero(dp);
+  warp_gemm<T, Tr::kMTS, Tr::kNTS, D / 16, false, false>(s, q_tile, LD, row0, k_tile, LD, col0, lane);
+  auto dp_gemm = [&] { warp_gemm<T, Tr::kMTS, Tr::kNTS, D / 16, false, false>(dp, do_tile, LD, row0, v_tile, LD, col0, lane); };
+  if (rules.transformed) {
+    dp_gemm();
+    scores_to_grads<D>(s, dp, s_lse, s_dsum, rules, masked, q_len, m0, n0, row0, col0, lane);
+  } else if (masked) {
+    scores_to_probs<D, true>(s, s_lse, rules, q_len, m0, n0, row0, col0, lane);
+    dp_gemm();
+    probs_to_grads<D>(s, dp, s_dsum, row0, lane);
+  } else {
+    scores_to_probs<D, false>(s, s_lse, rules, q_len, m0, n0, row0, col0, lane);
+    dp_gemm();
+    probs_to_grads<D>(s, dp, s_dsum, row0, lane);
   }
 }
 
@@ -571,23 +647,12 @@ __global__ void __launch_bounds__(256, 1) flash_bwd_dkdv_kernel(const __grid_con
     const T* do_tile = sdO + cur * BM * LD;
     const ScoreRules rules = score_rules(p, seq, b, h);
 
-    // S = Q K^T, dP = dO V^T.
+    // P and dS of this tile.
     float s[Tr::kMTS][Tr::kNTS][4];
     float dp[Tr::kMTS][Tr::kNTS][4];
-    bwd::zero(s);
-    bwd::zero(dp);
-    bwd::warp_gemm<T, Tr::kMTS, Tr::kNTS, D / 16, false, false>(s, q_tile, LD, s_row0, sK, LD, s_col0, lane);
-    bwd::warp_gemm<T, Tr::kMTS, Tr::kNTS, D / 16, false, false>(dp, do_tile, LD, s_row0, sV, LD, s_col0, lane);
-
     const bool masked = !rules.tile_unmasked(m0, BM, n0, BN) || m0 + BM > seq.q_len;
-    const float* s_lse = sLse + parity * BM;
-    const float* s_dsum = sDsum + parity * BM;
-    if (!rules.transformed && !masked)
-      bwd::scores_to_grads<D, false, false>(s, dp, s_lse, s_dsum, rules, false, seq.q_len, m0, n0, s_row0, s_col0, lane);
-    else if (!rules.transformed)
-      bwd::scores_to_grads<D, true, false>(s, dp, s_lse, s_dsum, rules, true, seq.q_len, m0, n0, s_row0, s_col0, lane);
-    else
-      bwd::scores_to_grads<D, true, true>(s, dp, s_lse, s_dsum, rules, masked, seq.q_len, m0, n0, s_row0, s_col0, lane);
+    bwd::tile_probs_and_grads<T, D>(s, dp, q_tile, do_tile, sK, sV, sLse + parity * BM, sDsum + parity * BM, rules,
+                                    masked, seq.q_len, m0, n0, s_row0, s_col0, lane);
     bwd::store_frags<T>(sP, LDS, s_row0, s_col0, s, 1.0f, lane);
     bwd::store_frags<T>(sdS, LDS, s_row0, s_col0, dp, 1.0f, lane);
     __syncthreads();  // P, dS complete
@@ -753,18 +818,9 @@ __global__ void __launch_bounds__(256, 1) flash_bwd_dq_kernel(const __grid_const
 
     float s[Tr::kMTS][Tr::kNTS][4];
     float dp[Tr::kMTS][Tr::kNTS][4];
-    bwd::zero(s);
-    bwd::zero(dp);
-    bwd::warp_gemm<T, Tr::kMTS, Tr::kNTS, D / 16, false, false>(s, sQ, LD, s_row0, k_tile, LD, s_col0, lane);
-    bwd::warp_gemm<T, Tr::kMTS, Tr::kNTS, D / 16, false, false>(dp, sdO, LD, s_row0, v_tile, LD, s_col0, lane);
-
     const bool masked = !rules.tile_unmasked(m0, BM, n0, BN) || m0 + BM > seq.q_len;
-    if (!rules.transformed && !masked)
-      bwd::scores_to_grads<D, false, false>(s, dp, sLse, sDsum, rules, false, seq.q_len, m0, n0, s_row0, s_col0, lane);
-    else if (!rules.transformed)
-      bwd::scores_to_grads<D, true, false>(s, dp, sLse, sDsum, rules, true, seq.q_len, m0, n0, s_row0, s_col0, lane);
-    else
-      bwd::scores_to_grads<D, true, true>(s, dp, sLse, sDsum, rules, masked, seq.q_len, m0, n0, s_row0, s_col0, lane);
+    bwd::tile_probs_and_grads<T, D>(s, dp, sQ, sdO, k_tile, v_tile, sLse, sDsum, rules, masked, seq.q_len, m0, n0,
+                                    s_row0, s_col0, lane);
     bwd::store_frags<T>(sdS, LDS, s_row0, s_col0, dp, 1.0f, lane);
     __syncthreads();  // dS complete
 
