@@ -314,12 +314,12 @@ def test_gpu_kvcache_append(paged, error_ledger):
 
 
 @gpu
-def test_gpu_compile_no_graph_break_and_matches_eager():
+def test_gpu_compile_no_graph_break_and_matches_eager(error_ledger):
     torch.manual_seed(0)
     block = Block(dim=512, heads=8, heads_kv=2).cuda().to(torch.bfloat16)
     x = torch.randn(2, 256, 512, device="cuda", dtype=torch.bfloat16, requires_grad=True)
     breaks, explanation = graph_breaks(block, x)
-    print(f"torch._dynamo.explain: graph_count={explanation.graph_count} graph_break_count={breaks}")
+    error_ledger("torch._dynamo.explain graph_break_count", breaks, 0)
     assert breaks == 0, str(explanation.break_reasons)
     compiled = torch.compile(block, fullgraph=True)
     out = compiled(x)
