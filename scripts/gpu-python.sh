@@ -58,6 +58,8 @@ if [ $build_status -ne 0 ]; then
 fi
 
 export PYTHONPATH=$site${PYTHONPATH:+:$PYTHONPATH}
+# JAX would otherwise take 75% of the GPU's memory at its first GPU array, beside torch's.
+export XLA_PYTHON_CLIENT_PREALLOCATE=false
 export CUFLASH_PY_ERROR_LOG=$logs/python-errors.jsonl
 : >"$CUFLASH_PY_ERROR_LOG"
 say "- cuflash: $("$python" -c 'import cuflash; print(cuflash.__version__, cuflash.__file__, "cuda backend available:", cuflash.backend_available("cuda"))' 2>&1 | tail -1)"

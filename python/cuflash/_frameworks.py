@@ -6,9 +6,9 @@ how results are handed back, from the framework the query tensor comes from:
 
 - numpy: ``numpy.empty``; host memory, so no stream.
 - CuPy: ``cupy.empty`` on the array's device; CuPy's current stream.
-- JAX: JAX arrays are immutable, so outputs are allocated with numpy (CPU) or
-  with torch / CuPy (GPU), written, and handed to JAX with ``from_dlpack``
-  (no copy). JAX does not expose its stream: the call waits for the inputs
+- JAX: JAX arrays are immutable, so outputs are allocated with numpy (CPU;
+  torch for bfloat16, which numpy cannot export) or with torch / CuPy (GPU),
+  written, and handed to JAX with ``from_dlpack`` (no copy). JAX does not expose its stream: the call waits for the inputs
   (``block_until_ready``) and, on a GPU, for its own completion. Appending to a
   KV cache (which writes into it) is refused for JAX arrays.
 - anything else with ``__array_namespace__`` (the array API standard):
@@ -65,7 +65,9 @@ class Space:
     # Allocation -----------------------------------------------------------------
 
     def _init_jax(self):
-        if not self.on_cuda:
+        # numpy cannot export bfloat16 through DLPack, and CuPy has no bfloat16: torch makes those.
+        bfloat16 = str(self.like.dtype) == "bfloat16"
+        if not self.on_cuda and not bfloat16:
             import numpy
 
             self.helper = ("numpy", numpy)
@@ -76,16 +78,21 @@ class Space:
                 import torch  # noqa: F811
             except ImportError:
                 torch = None
-        if torch is not None and torch.cuda.is_available():
+        if torch is not None and (not self.on_cuda or torch.cuda.is_available()):
             self.helper = ("torch", torch)
             return
-        try:
-            import cupy
-        except ImportError:
-            raise NotImplementedError(
-                "JAX arrays on a GPU: cuflash allocates their outputs with torch or CuPy, and neither is installed"
-            ) from None
-        self.helper = ("cupy", cupy)
+        if self.on_cuda and not bfloat16:
+            try:
+                import cupy
+
+                self.helper = ("cupy", cupy)
+                return
+            except ImportError:
+                pass
+        raise NotImplementedError(
+            f"JAX {self.like.dtype} arrays on the {'GPU' if self.on_cuda else 'CPU'}: cuflash allocates their "
+            f"outputs with {'torch' if bfloat16 else 'torch or CuPy'}, and it is not installed"
+        )
 
     def _dtype(self, which):
         """The output dtype in the allocating module: 'like' (the query's), 'float32' or 'int32'."""
@@ -125,9 +132,8 @@ class Space:
             with cupy.cuda.Device(self.device_index):
                 return (cupy.zeros if zero else cupy.empty)(shape, dtype=dtype)
         if kind == "torch":
-            return (module.zeros if zero else module.empty)(
-                shape, dtype=dtype, device=module.device("cuda", self.device_index)
-            )
+            device = module.device("cuda", self.device_index) if self.on_cuda else module.device("cpu")
+            return (module.zeros if zero else module.empty)(shape, dtype=dtype, device=device)
         xp = self.like.__array_namespace__()
         return (xp.zeros if zero else xp.empty)(shape, dtype=dtype, device=self.like.device)
 
