@@ -39,11 +39,20 @@ say "- torch: $("$python" -c 'import torch; print(torch.__version__, "cuda", tor
 deps=$work/build-deps
 site=$work/site
 rm -rf "$deps" "$site"
+# Python.h for the module: the interpreter's own, else the headers staged in .whl/.
+include=$("$python" -c 'import sysconfig; print(sysconfig.get_paths()["include"])')
+version=$("$python" -c 'import sys; print("%d.%d" % sys.version_info[:2])')
+header_args=()
+if [ ! -f "$include/Python.h" ] && [ -f ".whl/python$version-include/Python.h" ]; then
+  header_args=(--config-settings=cmake.define.Python_INCLUDE_DIR="$PWD/.whl/python$version-include")
+  say "- Python.h: not in $include; using the staged .whl/python$version-include"
+fi
 start=$(now)
 {
   "$python" -m pip install --no-index --no-deps --no-compile --disable-pip-version-check --target "$deps" .whl/*.whl &&
     PYTHONPATH=$deps "$python" -m pip install -v --no-index --no-deps --no-build-isolation --disable-pip-version-check \
-      --target "$site" --config-settings=cmake.define.CMAKE_CUDA_ARCHITECTURES="${CUDA_ARCHS:-90a-real}" .
+      --target "$site" --config-settings=cmake.define.CMAKE_CUDA_ARCHITECTURES="${CUDA_ARCHS:-90a-real}" \
+      "${header_args[@]}" .
 } >"$logs/python-build.log" 2>&1
 build_status=$?
 say "- build requirements: $(cd .whl 2>/dev/null && ls ./*.whl 2>/dev/null | tr '\n' ' ')"

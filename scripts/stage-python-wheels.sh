@@ -12,4 +12,16 @@ mkdir -p .whl
 rm -f .whl/scikit_build_core-*.whl .whl/nanobind-*.whl .whl/packaging-*.whl .whl/pathspec-*.whl
 # shellcheck disable=SC2086
 python3 -m pip download -q --disable-pip-version-check --no-deps --only-binary=:all: -d .whl $requirements
+# The GPU machine's python3 is 3.12 (KINDS.md); should its headers be missing,
+# gpu-python.sh falls back to these (any 3.12.x: the C API is that of the minor version).
+gpu_python=${GPU_PYTHON_VERSION:-3.12}
+rm -rf ".whl/python$gpu_python-include"
+for include in "$(pyenv root 2>/dev/null || echo /nonexistent)"/versions/"$gpu_python".*/include/python"$gpu_python" \
+               /usr/include/python"$gpu_python"; do
+  if [ -f "$include/Python.h" ]; then
+    cp -r "$include" ".whl/python$gpu_python-include"
+    echo "stage-python-wheels: Python $gpu_python headers from $include"
+    break
+  fi
+done
 ls -l .whl

@@ -129,21 +129,20 @@ def _bwd_fake(dout, q, k, v, out, lse, alibi_slopes, cu_seqlens_q, cu_seqlens_k,
 _SHARED = ("alibi_slopes", "cu_seqlens_q", "cu_seqlens_k", "max_seqlen_q", "max_seqlen_k", "seqlens_k",
            "block_table", "softmax_scale", "causal", "window_left", "window_right", "softcap", "deterministic",
            "check_index_contents", "backend")
+_SHARED_TENSORS = ("alibi_slopes", "cu_seqlens_q", "cu_seqlens_k", "seqlens_k", "block_table")
 
 
 def _setup_context(ctx, inputs, output):
     q, k, v = inputs[:3]
     out, lse = output
     shared = dict(zip(_SHARED, inputs[3:]))
-    ctx.save_for_backward(q, k, v, out, lse, shared["alibi_slopes"], shared["cu_seqlens_q"],
-                          shared["cu_seqlens_k"], shared["seqlens_k"], shared["block_table"])
-    ctx.shared = shared
+    ctx.save_for_backward(q, k, v, out, lse, *(shared.pop(name) for name in _SHARED_TENSORS))
+    ctx.shared = shared  # the plain values
 
 
 def _backward(ctx, grad_out, grad_lse):
-    q, k, v, out, lse, alibi_slopes, cu_seqlens_q, cu_seqlens_k, seqlens_k, block_table = ctx.saved_tensors
-    shared = dict(ctx.shared, alibi_slopes=alibi_slopes, cu_seqlens_q=cu_seqlens_q, cu_seqlens_k=cu_seqlens_k,
-                  seqlens_k=seqlens_k, block_table=block_table)
+    q, k, v, out, lse, *tensors = ctx.saved_tensors
+    shared = dict(ctx.shared, **dict(zip(_SHARED_TENSORS, tensors)))
     if grad_out is None:
         grad_out = torch.zeros_like(out)
     # A gradient through lse is not propagated (as in flash-attn).
