@@ -1,9 +1,13 @@
 #!/usr/bin/env bash
-# Builds everything (scripts/build.sh), then runs every test with CTest. The
-# output ends with CTest's summary and the exit code is CTest's. GPU tests skip
-# where no GPU is visible.
+# Builds everything (scripts/build.sh), runs every test with CTest, then the
+# Python package's tests (scripts/test-python.sh: pip install . into .venv,
+# pytest tests/python). The exit code is non-zero when either failed. GPU
+# tests skip where no GPU is visible; torch tests where torch is not installed.
 set -euo pipefail
 cd "$(dirname "${BASH_SOURCE[0]}")/.."
 
 ./scripts/build.sh
-exec ctest --test-dir build --output-on-failure -j "$(nproc)"
+status=0
+ctest --test-dir build --output-on-failure -j "$(nproc)" || status=$?
+./scripts/test-python.sh || status=$?
+exit $status

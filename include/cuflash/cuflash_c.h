@@ -1,0 +1,174 @@
+/* cuflash's C ABI: the C++ API (include/cuflash/cuflash.hpp) in plain C, for
+ * C programs and for bindings from other languages (Rust's extern "C", ctypes,
+ * ...). Every function returns a cuflash_status; when it is not CUFLASH_OK,
+ * cuflash_last_error_message() gives the library's message for the failed call
+ * on this thread (it names the argument, what was expected and what was given).
+ * A failed call has written nothing to any output. No C++ exception crosses
+ * this interface.
+ *
+ * Shapes, layouts and semantics are exactly those of the C++ API; see
+ * include/cuflash/attention.hpp and docs/semantics.md. In short:
+ *   dense:   q [B, Sq, Hq, D], k/v [B, Sk, Hk, D], out like q, lse f32 [B, Hq, Sq]
+ *   varlen:  q [Tq, Hq, D], k/v [Tk, Hk, D], cu_seqlens_q/k i32 [B+1], lse f32 [Hq, Tq]
+ *   kvcache: q [B, Sq, Hq, D], k/v cache [B, capacity, Hk, D] or paged
+ *            [num_pages, page_size, Hk, D] with block_table i32 [B, max_pages];
+ *            seqlens_k i32 [B] = keys already cached; optional k_new/v_new
+ *            [B, new_len, Hk, D] appended into the cache at seqlens_k[b].. first.
+ * Strides are in elements; the last dimension must be contiguous.
+ *
+ * Structs are plain data: zero-initialise them (or call the *_init helpers),
+ * then fill what the call needs. A tensor with rank 0 means "not given". */
+#ifndef CUFLASH_CUFLASH_C_H_
+#define CUFLASH_CUFLASH_C_H_
+
+#include <stddef.h>
+#include <stdint.h>
+
+#if defined(__GNUC__)
+#define CUFLASH_C_API __attribute__((visibility("default")))
+#else
+#define CUFLASH_C_API
+#endif
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+/* Values match cuflash::StatusCode. */
+typedef enum cuflash_status {
+  CUFLASH_OK = 0,
+  CUFLASH_INVALID_ARGUMENT = 1, /* the caller passed something wrong */
+  CUFLASH_UNSUPPORTED = 2,      /* valid input that the chosen backend cannot run */
+  CUFLASH_CUDA_ERROR = 3,       /* a CUDA runtime or launch failure */
+  CUFLASH_CUDNN_ERROR = 4,      /* a cuDNN failure */
+  CUFLASH_INTERNAL = 5          /* a bug in cuflash (or out of host memory) */
+} cuflash_status;
+
+/* Values match cuflash::DType. */
+typedef enum cuflash_dtype {
+  CUFLASH_F32 = 0,
+  CUFLASH_F16 = 1, /* IEEE half, passed as its 16-bit pattern */
+  CUFLASH_BF16 = 2, /* bfloat16, passed as its 16-bit pattern */
+  CUFLASH_I32 = 3
+} cuflash_dtype;
+
+/* Values match cuflash::DeviceKind. */
+typedef enum cuflash_device_kind {
+  CUFLASH_DEVICE_HOST = 0,
+  CUFLASH_DEVICE_CUDA = 1
+} cuflash_device_kind;
+
+/* Values match cuflash::Backend. */
+typedef enum cuflash_backend {
+  CUFLASH_BACKEND_AUTO = 0,
+  CUFLASH_BACKEND_CPU = 1,
+  CUFLASH_BACKEND_CUDA = 2,
+  CUFLASH_BACKEND_CUDNN = 3
+} cuflash_backend;
+
+#define CUFLASH_MAX_RANK 5
+
+/* A non-owning strided view of host or CUDA memory (cuflash::TensorView). */
+typedef struct cuflash_tensor {
+  void* data;
+  int32_t dtype;        /* cuflash_dtype */
+  int32_t device_kind;  /* cuflash_device_kind */
+  int32_t device_index; /* CUDA ordinal; 0 for host */
+  int32_t rank;         /* 0 = not given; at most CUFLASH_MAX_RANK */
+  int64_t shape[CUFLASH_MAX_RANK];
+  int64_t strides[CUFLASH_MAX_RANK]; /* in elements, not bytes */
+} cuflash_tensor;
+
+/* cuflash::AttentionOptions. Start from cuflash_options_init(). */
+typedef struct cuflash_options {
+  int32_t has_softmax_scale; /* 0: 1/sqrt(head_dim) */
+  float softmax_scale;
+  int32_t causal;       /* bottom-right aligned; implies window_right = 0 */
+  int32_t window_left;  /* -1: unbounded */
+  int32_t window_right; /* -1: unbounded */
+  float softcap;        /* 0: off */
+  int32_t deterministic;        /* backward: bitwise reproducible */
+  int32_t check_index_contents; /* 1 (default): copy GPU index tensors to the host to check them */
+  int32_t backend;              /* cuflash_backend */
+} cuflash_options;
+
+/* cuflash::RunContext. All zero: default stream, no caller workspace. */
+typedef struct cuflash_run_context {
+  void* stream; /* cudaStream_t */
+  void* workspace;
+  size_t workspace_bytes;
+} cuflash_run_context;
+
+/* Forward. For varlen give cu_seqlens_q/k and max_seqlen_q/k; for a KV cache
+ * give seqlens_k (and block_table when paged, k_new/v_new to append). */
+typedef struct cuflash_forward_args {
+  cuflash_tensor q, k, v, out;
+  cuflash_tensor lse;          /* optional */
+  cuflash_tensor alibi_slopes; /* optional f32 [Hq] or [B, Hq] */
+  /* varlen */
+  cuflash_tensor cu_seqlens_q, cu_seqlens_k;
+  int32_t max_seqlen_q, max_seqlen_k;
+  /* KV cache */
+  cuflash_tensor seqlens_k, block_table, k_new, v_new;
+} cuflash_forward_args;
+
+typedef struct cuflash_backward_args {
+  cuflash_tensor q, k, v, out, dout;
+  cuflash_tensor lse; /* required: as the forward wrote it */
+  cuflash_tensor dq, dk, dv;
+  cuflash_tensor alibi_slopes;
+  cuflash_tensor cu_seqlens_q, cu_seqlens_k;
+  int32_t max_seqlen_q, max_seqlen_k;
+  cuflash_tensor seqlens_k, block_table; /* no appends in backward */
+} cuflash_backward_args;
+
+/* out_* [B, S, H, D]; lse_* f32 [B, H, S]. out/lse may be exactly out_a/lse_a. */
+typedef struct cuflash_merge_args {
+  cuflash_tensor out_a, lse_a, out_b, lse_b, out, lse;
+} cuflash_merge_args;
+
+/* Library version, e.g. "0.1.0". */
+CUFLASH_C_API const char* cuflash_version(void);
+/* 1 when the backend is compiled in and usable on this machine now. */
+CUFLASH_C_API int cuflash_backend_available(int32_t backend);
+/* "ok", "invalid_argument", "unsupported", "cuda_error", "cudnn_error", "internal". */
+CUFLASH_C_API const char* cuflash_status_name(cuflash_status status);
+/* The message of this thread's last call that failed, or "" when this
+ * thread's last call succeeded. Valid until this thread's next cuflash call. */
+CUFLASH_C_API const char* cuflash_last_error_message(void);
+
+/* Defaults: scale 1/sqrt(D), no mask, no softcap, index checks on, backend auto. */
+CUFLASH_C_API void cuflash_options_init(cuflash_options* options);
+/* A row-major view of `rank` dims (contiguous strides); rank > CUFLASH_MAX_RANK
+ * leaves rank at -1, which every call rejects. */
+CUFLASH_C_API cuflash_tensor cuflash_make_tensor(void* data, int32_t dtype, int32_t rank, const int64_t* shape,
+                                                 int32_t device_kind, int32_t device_index);
+
+/* options and context may be NULL (defaults). */
+CUFLASH_C_API cuflash_status cuflash_attention_forward(const cuflash_forward_args* args,
+                                                       const cuflash_options* options,
+                                                       const cuflash_run_context* context);
+CUFLASH_C_API cuflash_status cuflash_attention_backward(const cuflash_backward_args* args,
+                                                        const cuflash_options* options,
+                                                        const cuflash_run_context* context);
+/* flash-attn's flash_attn_with_kvcache as one call: a KV-cache forward.
+ * k_new/v_new and block_table may be NULL or rank 0; lse and alibi_slopes too. */
+CUFLASH_C_API cuflash_status cuflash_attention_with_kvcache(
+    const cuflash_tensor* q, const cuflash_tensor* k_cache, const cuflash_tensor* v_cache,
+    const cuflash_tensor* k_new, const cuflash_tensor* v_new, const cuflash_tensor* seqlens_k,
+    const cuflash_tensor* block_table, const cuflash_tensor* alibi_slopes, const cuflash_tensor* out,
+    const cuflash_tensor* lse, const cuflash_options* options, const cuflash_run_context* context);
+CUFLASH_C_API cuflash_status cuflash_merge_states(const cuflash_merge_args* args, int32_t backend,
+                                                  const cuflash_run_context* context);
+
+/* Scratch bytes the call needs in cuflash_run_context.workspace (0 on the CPU). */
+CUFLASH_C_API cuflash_status cuflash_forward_workspace_size(const cuflash_forward_args* args,
+                                                            const cuflash_options* options, size_t* bytes);
+CUFLASH_C_API cuflash_status cuflash_backward_workspace_size(const cuflash_backward_args* args,
+                                                             const cuflash_options* options, size_t* bytes);
+
+#ifdef __cplusplus
+} /* extern "C" */
+#endif
+
+#endif /* CUFLASH_CUFLASH_C_H_ */

@@ -1,0 +1,45 @@
+"""cuflash: exact softmax attention (FlashAttention-2 semantics) for Python.
+
+- flash-attn 2.x's functions, so that ``import cuflash as flash_attn`` works:
+  :func:`flash_attn_func`, :func:`flash_attn_qkvpacked_func`,
+  :func:`flash_attn_kvpacked_func`, :func:`flash_attn_varlen_func` (and its
+  packed variants), :func:`flash_attn_with_kvcache`.
+- cuflash's own calls with every option of the C++ API and a backend choice:
+  :func:`attention`, :func:`attention_backward`, :func:`merge_states`.
+
+Inputs are DLPack tensors (torch, CuPy, JAX on a GPU; numpy on the CPU),
+read without copies; outputs come in the caller's framework, computed on its
+current CUDA stream. With torch installed the calls are torch custom ops
+(``torch.ops.cuflash.*``) with autograd, so torch.compile keeps them whole.
+Errors: ValueError (bad input), NotImplementedError (valid, not supported by
+the backend), RuntimeError (CUDA failures), with the library's message.
+"""
+
+from . import _ext
+from ._api import attention, attention_backward, backend_available, merge_states, set_index_checks
+from .flash_attn_interface import (
+    flash_attn_func,
+    flash_attn_kvpacked_func,
+    flash_attn_qkvpacked_func,
+    flash_attn_varlen_func,
+    flash_attn_varlen_kvpacked_func,
+    flash_attn_varlen_qkvpacked_func,
+    flash_attn_with_kvcache,
+)
+
+__version__ = _ext.version()
+
+__all__ = [
+    "attention",
+    "attention_backward",
+    "merge_states",
+    "backend_available",
+    "set_index_checks",
+    "flash_attn_func",
+    "flash_attn_qkvpacked_func",
+    "flash_attn_kvpacked_func",
+    "flash_attn_varlen_func",
+    "flash_attn_varlen_qkvpacked_func",
+    "flash_attn_varlen_kvpacked_func",
+    "flash_attn_with_kvcache",
+]

@@ -1,0 +1,175 @@
+"""flash-attn 2.x's functions, names, arguments, defaults and return values.
+
+``import cuflash as flash_attn`` (or ``from cuflash import flash_attn_func``)
+in place of flash-attn. Not there yet: dropout (``dropout_p > 0``) and
+``return_attn_probs=True`` raise NotImplementedError, and so do rotary
+embeddings, ``cache_batch_idx``, ``cache_leftpad`` and a paged ``block_table`` in
+the varlen functions. ``num_splits`` is accepted and ignored (cuflash chooses).
+
+Inputs are any DLPack tensors (torch, CuPy, JAX on a GPU; numpy on the CPU
+backend); outputs come in the same framework. With torch the functions are
+differentiable (except ``flash_attn_with_kvcache``, as in flash-attn) and
+torch.compile traces them without graph breaks.
+"""
+
+from ._api import _forward, _is_torch, _torch
+from ._frameworks import Space
+
+__all__ = [
+    "flash_attn_func",
+    "flash_attn_qkvpacked_func",
+    "flash_attn_kvpacked_func",
+    "flash_attn_varlen_func",
+    "flash_attn_varlen_qkvpacked_func",
+    "flash_attn_varlen_kvpacked_func",
+    "flash_attn_with_kvcache",
+]
+
+
+def _refuse_unimplemented(dropout_p, return_attn_probs):
+    if dropout_p > 0:
+        raise NotImplementedError(f"dropout_p = {dropout_p}: cuflash has no dropout yet (use 0.0)")
+    if return_attn_probs:
+        raise NotImplementedError("return_attn_probs=True: cuflash does not return attention probabilities yet")
+
+
+def _last_dim_contiguous(x):
+    """x itself when its last dimension is contiguous, else a contiguous copy (as flash-attn does)."""
+    if x is None:
+        return None
+    if _is_torch(x):
+        return x if x.stride(-1) == 1 else x.contiguous()
+    strides = getattr(x, "strides", None)  # numpy / CuPy: bytes
+    if strides is not None and len(strides) and strides[-1] != x.itemsize and x.shape[-1] > 1:
+        module = type(x).__module__.partition(".")[0]
+        if module == "numpy":
+            import numpy
+
+            return numpy.ascontiguousarray(x)
+        if module == "cupy":
+            import cupy
+
+            return cupy.ascontiguousarray(x)
+    return x
+
+
+def _attend(q, k, v, dropout_p, softmax_scale, causal, window_size, softcap, alibi_slopes, deterministic,
+            return_attn_probs, **layout):
+    _refuse_unimplemented(dropout_p, return_attn_probs)
+    q, k, v = _last_dim_contiguous(q), _last_dim_contiguous(k), _last_dim_contiguous(v)
+    out, _ = _forward(q, k, v, alibi_slopes=alibi_slopes, softmax_scale=softmax_scale, causal=causal,
+                      window=(int(window_size[0]), int(window_size[1])), softcap=softcap,
+                      deterministic=deterministic, **layout)
+    return out
+
+
+def flash_attn_func(q, k, v, dropout_p=0.0, softmax_scale=None, causal=False, window_size=(-1, -1), softcap=0.0,
+                    alibi_slopes=None, deterministic=False, return_attn_probs=False):
+    """Attention over q ``(batch, seqlen_q, nheads, headdim)``, k/v ``(batch, seqlen_k, nheads_k, headdim)``.
+
+    nheads must be a multiple of nheads_k (MQA/GQA). ``causal`` is aligned to the
+    bottom right when seqlen_q != seqlen_k; ``window_size=(left, right)``, -1
+    unbounded; ``softcap`` > 0 caps scores at ``softcap * tanh(s / softcap)``;
+    ``alibi_slopes`` float32 ``(nheads,)`` or ``(batch, nheads)``. Returns out
+    ``(batch, seqlen_q, nheads, headdim)``.
+    """
+    return _attend(q, k, v, dropout_p, softmax_scale, causal, window_size, softcap, alibi_slopes, deterministic,
+                   return_attn_probs)
+
+
+def flash_attn_qkvpacked_func(qkv, dropout_p=0.0, softmax_scale=None, causal=False, window_size=(-1, -1),
+                              softcap=0.0, alibi_slopes=None, deterministic=False, return_attn_probs=False):
+    """:func:`flash_attn_func` on qkv ``(batch, seqlen, 3, nheads, headdim)`` (views, no copies)."""
+    return _attend(qkv[:, :, 0], qkv[:, :, 1], qkv[:, :, 2], dropout_p, softmax_scale, causal, window_size,
+                   softcap, alibi_slopes, deterministic, return_attn_probs)
+
+
+def flash_attn_kvpacked_func(q, kv, dropout_p=0.0, softmax_scale=None, causal=False, window_size=(-1, -1),
+                             softcap=0.0, alibi_slopes=None, deterministic=False, return_attn_probs=False):
+    """:func:`flash_attn_func` on q and kv ``(batch, seqlen_k, 2, nheads_k, headdim)``."""
+    return _attend(q, kv[:, :, 0], kv[:, :, 1], dropout_p, softmax_scale, causal, window_size, softcap,
+                   alibi_slopes, deterministic, return_attn_probs)
+
+
+def _varlen(q, k, v, cu_seqlens_q, cu_seqlens_k, max_seqlen_q, max_seqlen_k, dropout_p, softmax_scale, causal,
+            window_size, softcap, alibi_slopes, deterministic, return_attn_probs, block_table=None):
+    if block_table is not None:
+        raise NotImplementedError("flash_attn_varlen_func with block_table (a paged varlen batch): not supported "
+                                  "yet; use flash_attn_with_kvcache for paged caches")
+    return _attend(q, k, v, dropout_p, softmax_scale, causal, window_size, softcap, alibi_slopes, deterministic,
+                   return_attn_probs, cu_seqlens_q=cu_seqlens_q, cu_seqlens_k=cu_seqlens_k,
+                   max_seqlen_q=int(max_seqlen_q), max_seqlen_k=int(max_seqlen_k))
+
+
+def flash_attn_varlen_func(q, k, v, cu_seqlens_q, cu_seqlens_k, max_seqlen_q, max_seqlen_k, dropout_p=0.0,
+                           softmax_scale=None, causal=False, window_size=(-1, -1), softcap=0.0, alibi_slopes=None,
+                           deterministic=False, return_attn_probs=False, block_table=None):
+    """Packed sequences: q ``(total_q, nheads, headdim)``, k/v ``(total_k, nheads_k, headdim)``.
+
+    Sequence b is rows ``cu_seqlens[b]:cu_seqlens[b+1]`` (int32 ``(batch+1,)``);
+    ``max_seqlen_q/k`` bound the lengths. Returns out ``(total_q, nheads, headdim)``.
+    """
+    return _varlen(q, k, v, cu_seqlens_q, cu_seqlens_k, max_seqlen_q, max_seqlen_k, dropout_p, softmax_scale,
+                   causal, window_size, softcap, alibi_slopes, deterministic, return_attn_probs, block_table)
+
+
+def flash_attn_varlen_qkvpacked_func(qkv, cu_seqlens, max_seqlen, dropout_p=0.0, softmax_scale=None, causal=False,
+                                     window_size=(-1, -1), softcap=0.0, alibi_slopes=None, deterministic=False,
+                                     return_attn_probs=False):
+    """:func:`flash_attn_varlen_func` on qkv ``(total, 3, nheads, headdim)``."""
+    return _varlen(qkv[:, 0], qkv[:, 1], qkv[:, 2], cu_seqlens, cu_seqlens, max_seqlen, max_seqlen, dropout_p,
+                   softmax_scale, causal, window_size, softcap, alibi_slopes, deterministic, return_attn_probs)
+
+
+def flash_attn_varlen_kvpacked_func(q, kv, cu_seqlens_q, cu_seqlens_k, max_seqlen_q, max_seqlen_k, dropout_p=0.0,
+                                    softmax_scale=None, causal=False, window_size=(-1, -1), softcap=0.0,
+                                    alibi_slopes=None, deterministic=False, return_attn_probs=False):
+    """:func:`flash_attn_varlen_func` on q and kv ``(total_k, 2, nheads_k, headdim)``."""
+    return _varlen(q, kv[:, 0], kv[:, 1], cu_seqlens_q, cu_seqlens_k, max_seqlen_q, max_seqlen_k, dropout_p,
+                   softmax_scale, causal, window_size, softcap, alibi_slopes, deterministic, return_attn_probs)
+
+
+def _int32_lengths(like, batch, value):
+    """cache_seqlens given as an int: an int32 tensor of `batch` copies, beside the query."""
+    if _is_torch(like):
+        return _torch.full((batch,), int(value), dtype=_torch.int32, device=like.device)
+    return Space(like).full_int32((batch,), int(value))
+
+
+def flash_attn_with_kvcache(q, k_cache, v_cache, k=None, v=None, rotary_cos=None, rotary_sin=None,
+                            cache_seqlens=None, cache_batch_idx=None, cache_leftpad=None, block_table=None,
+                            softmax_scale=None, causal=False, window_size=(-1, -1), softcap=0.0,
+                            rotary_interleaved=True, alibi_slopes=None, num_splits=0, return_softmax_lse=False):
+    """Attention of q ``(batch, seqlen_q, nheads, headdim)`` over a KV cache, appending k/v first.
+
+    k_cache/v_cache ``(batch, seqlen_cache, nheads_k, headdim)``, or with
+    ``block_table`` int32 ``(batch, max_pages)`` paged ``(num_pages, page_size,
+    nheads_k, headdim)``. ``cache_seqlens`` (int or int32 ``(batch,)``): keys
+    already cached; None means the whole cache. k/v ``(batch, seqlen_new,
+    nheads_k, headdim)``, if given, are written into the cache in place at
+    ``cache_seqlens[b]..`` and attended to; ``cache_seqlens`` is not updated.
+    Returns out, or ``(out, softmax_lse)`` with ``return_softmax_lse``.
+    Not differentiable.
+    """
+    if rotary_cos is not None or rotary_sin is not None:
+        raise NotImplementedError("rotary_cos/rotary_sin: cuflash has no rotary embedding yet")
+    if cache_batch_idx is not None:
+        raise NotImplementedError("cache_batch_idx: not supported yet")
+    if cache_leftpad is not None:
+        raise NotImplementedError("cache_leftpad: not supported yet")
+    if (k is None) != (v is None):
+        raise ValueError("k and v: give both or neither")
+    q, k, v = _last_dim_contiguous(q), _last_dim_contiguous(k), _last_dim_contiguous(v)
+    batch = q.shape[0]
+    if cache_seqlens is None:
+        if k is not None:
+            raise ValueError("cache_seqlens: required when appending k/v (where in the cache would they go?)")
+        capacity = k_cache.shape[1] if block_table is None else block_table.shape[1] * k_cache.shape[1]
+        cache_seqlens = capacity
+    if isinstance(cache_seqlens, int):
+        cache_seqlens = _int32_lengths(q, batch, cache_seqlens)
+    out, lse = _forward(q, k_cache, v_cache, alibi_slopes=alibi_slopes, seqlens_k=cache_seqlens,
+                        block_table=block_table, k_new=k, v_new=v, softmax_scale=softmax_scale, causal=causal,
+                        window=(int(window_size[0]), int(window_size[1])), softcap=softcap)
+    return (out, lse) if return_softmax_lse else out
+

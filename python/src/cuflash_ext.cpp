@@ -1,0 +1,262 @@
+// cuflash._ext: the C++ API for Python through nanobind. It takes DLPack
+// tensors of any framework as they are (no copies; nanobind reads their
+// __dlpack__), turns them into TensorViews, runs the call with the GIL
+// released, and turns a failed Status into ValueError (invalid_argument),
+// NotImplementedError (unsupported) or RuntimeError (CUDA, cuDNN, internal).
+// Outputs are allocated by the Python layer, in the caller's framework; this
+// module only writes through views.
+#include <nanobind/nanobind.h>
+#include <nanobind/ndarray.h>
+#include <nanobind/stl/optional.h>
+#include <nanobind/stl/string.h>
+
+#include <cstdint>
+#include <optional>
+#include <stdexcept>
+#include <string>
+
+#include "cuflash/cuflash.hpp"
+
+namespace nb = nanobind;
+using namespace nb::literals;
+
+namespace {
+
+using cuflash::AttentionOptions;
+using cuflash::Backend;
+using cuflash::DType;
+using cuflash::Status;
+using cuflash::StatusCode;
+using cuflash::TensorView;
+
+// Any dtype, device and shape; read-only arrays (e.g. a numpy array with
+// writeable=False) are accepted as inputs.
+using Array = nb::ndarray<nb::ro>;
+
+struct InvalidArgument : std::runtime_error {
+  using std::runtime_error::runtime_error;
+};
+struct Unsupported : std::runtime_error {
+  using std::runtime_error::runtime_error;
+};
+struct LibraryError : std::runtime_error {
+  using std::runtime_error::runtime_error;
+};
+
+[[noreturn]] void raise_status(const Status& status) {
+  switch (status.code()) {
+    case StatusCode::invalid_argument: throw InvalidArgument(status.message());
+    case StatusCode::unsupported: throw Unsupported(status.message());
+    default: throw LibraryError(status.to_string());
+  }
+}
+
+std::string dlpack_dtype_name(const nb::dlpack::dtype& dtype) {
+  std::string kind;
+  switch (static_cast<nb::dlpack::dtype_code>(dtype.code)) {
+    case nb::dlpack::dtype_code::Int: kind = "int"; break;
+    case nb::dlpack::dtype_code::UInt: kind = "uint"; break;
+    case nb::dlpack::dtype_code::Float: kind = "float"; break;
+    case nb::dlpack::dtype_code::Bfloat: kind = "bfloat"; break;
+    case nb::dlpack::dtype_code::Complex: kind = "complex"; break;
+    case nb::dlpack::dtype_code::Bool: return "bool";
+    default: kind = "code" + std::to_string(dtype.code) + "_"; break;
+  }
+  std::string name = kind + std::to_string(dtype.bits);
+  if (dtype.lanes != 1) name += "x" + std::to_string(dtype.lanes);
+  return name;
+}
+
+DType to_dtype(const nb::dlpack::dtype& dtype, const char* name) {
+  if (dtype.lanes == 1) {
+    const auto code = static_cast<nb::dlpack::dtype_code>(dtype.code);
+    if (code == nb::dlpack::dtype_code::Float && dtype.bits == 32) return DType::f32;
+    if (code == nb::dlpack::dtype_code::Float && dtype.bits == 16) return DType::f16;
+    if (code == nb::dlpack::dtype_code::Bfloat && dtype.bits == 16) return DType::bf16;
+    if (code == nb::dlpack::dtype_code::Int && dtype.bits == 32) return DType::i32;
+  }
+  throw InvalidArgument(std::string(name) + ": dtype " + dlpack_dtype_name(dtype) +
+                        " is not supported (expected float32, float16 or bfloat16; int32 for index tensors)");
+}
+
+// A DLPack array as a view of the same memory; an absent (None) array as an
+// empty view, which the library reads as "not given".
+TensorView to_view(const Array& array, const char* name) {
+  TensorView view;
+  if (!array.is_valid()) return view;
+  const std::size_t rank = array.ndim();
+  if (rank == 0 || rank > static_cast<std::size_t>(cuflash::kMaxRank))
+    throw InvalidArgument(std::string(name) + ": expected 1 to " + std::to_string(cuflash::kMaxRank) +
+                          " dimensions, got " + std::to_string(rank));
+  view.dtype = to_dtype(array.dtype(), name);
+  switch (array.device_type()) {
+    case nb::device::cpu::value:
+    case nb::device::cuda_host::value: view.device = cuflash::Device::host(); break;
+    case nb::device::cuda::value:
+    case nb::device::cuda_managed::value: view.device = cuflash::Device::cuda(array.device_id()); break;
+    default:
+      throw InvalidArgument(std::string(name) + ": DLPack device type " + std::to_string(array.device_type()) +
+                            " is not supported (expected CPU or CUDA memory)");
+  }
+  view.data = const_cast<void*>(static_cast<const void*>(array.data()));
+  view.rank = static_cast<int>(rank);
+  for (std::size_t d = 0; d < rank; ++d) {
+    view.shape[d] = static_cast<std::int64_t>(array.shape(d));
+    view.strides[d] = array.stride(d);
+  }
+  return view;
+}
+
+TensorView to_view(const std::optional<Array>& array, const char* name) {
+  return array ? to_view(*array, name) : TensorView{};
+}
+
+Backend to_backend(const std::string& name) {
+  if (name == "auto") return Backend::automatic;
+  if (name == "cpu") return Backend::cpu;
+  if (name == "cuda") return Backend::cuda;
+  if (name == "cudnn") return Backend::cudnn;
+  throw InvalidArgument("backend: expected 'auto', 'cpu', 'cuda' or 'cudnn', got '" + name + "'");
+}
+
+AttentionOptions to_options(std::optional<double> softmax_scale, bool causal, int window_left, int window_right,
+                            double softcap, bool deterministic, bool check_index_contents,
+                            const std::string& backend) {
+  AttentionOptions options;
+  if (softmax_scale) options.softmax_scale = static_cast<float>(*softmax_scale);
+  options.causal = causal;
+  options.window_left = window_left;
+  options.window_right = window_right;
+  options.softcap = static_cast<float>(softcap);
+  options.deterministic = deterministic;
+  options.check_index_contents = check_index_contents;
+  options.backend = to_backend(backend);
+  return options;
+}
+
+cuflash::RunContext to_context(std::uintptr_t stream) {
+  cuflash::RunContext context;
+  context.stream = reinterpret_cast<void*>(stream);
+  return context;
+}
+
+using OptArray = std::optional<Array>;
+
+void forward(const Array& q, const Array& k, const Array& v, const Array& out, const OptArray& lse,
+             const OptArray& alibi_slopes, const OptArray& cu_seqlens_q, const OptArray& cu_seqlens_k,
+             int max_seqlen_q, int max_seqlen_k, const OptArray& seqlens_k, const OptArray& block_table,
+             const OptArray& k_new, const OptArray& v_new, std::optional<double> softmax_scale, bool causal,
+             int window_left, int window_right, double softcap, bool check_index_contents,
+             const std::string& backend, std::uintptr_t stream) {
+  cuflash::ForwardArgs args;
+  args.q = to_view(q, "q");
+  args.k = to_view(k, "k");
+  args.v = to_view(v, "v");
+  args.out = to_view(out, "out");
+  args.lse = to_view(lse, "lse");
+  args.alibi_slopes = to_view(alibi_slopes, "alibi_slopes");
+  args.varlen.cu_seqlens_q = to_view(cu_seqlens_q, "cu_seqlens_q");
+  args.varlen.cu_seqlens_k = to_view(cu_seqlens_k, "cu_seqlens_k");
+  args.varlen.max_seqlen_q = max_seqlen_q;
+  args.varlen.max_seqlen_k = max_seqlen_k;
+  args.kv_cache.seqlens_k = to_view(seqlens_k, "seqlens_k");
+  args.kv_cache.block_table = to_view(block_table, "block_table");
+  args.kv_cache.k_new = to_view(k_new, "k_new");
+  args.kv_cache.v_new = to_view(v_new, "v_new");
+  const AttentionOptions options =
+      to_options(softmax_scale, causal, window_left, window_right, softcap, false, check_index_contents, backend);
+  Status status;
+  {
+    nb::gil_scoped_release release;
+    status = cuflash::attention_forward(args, options, to_context(stream));
+  }
+  if (!status.ok()) raise_status(status);
+}
+
+void backward(const Array& dout, const Array& q, const Array& k, const Array& v, const Array& out, const Array& lse,
+              const Array& dq, const Array& dk, const Array& dv, const OptArray& alibi_slopes,
+              const OptArray& cu_seqlens_q, const OptArray& cu_seqlens_k, int max_seqlen_q, int max_seqlen_k,
+              const OptArray& seqlens_k, const OptArray& block_table, std::optional<double> softmax_scale,
+              bool causal, int window_left, int window_right, double softcap, bool deterministic,
+              bool check_index_contents, const std::string& backend, std::uintptr_t stream) {
+  cuflash::BackwardArgs args;
+  args.dout = to_view(dout, "dout");
+  args.q = to_view(q, "q");
+  args.k = to_view(k, "k");
+  args.v = to_view(v, "v");
+  args.out = to_view(out, "out");
+  args.lse = to_view(lse, "lse");
+  args.dq = to_view(dq, "dq");
+  args.dk = to_view(dk, "dk");
+  args.dv = to_view(dv, "dv");
+  args.alibi_slopes = to_view(alibi_slopes, "alibi_slopes");
+  args.varlen.cu_seqlens_q = to_view(cu_seqlens_q, "cu_seqlens_q");
+  args.varlen.cu_seqlens_k = to_view(cu_seqlens_k, "cu_seqlens_k");
+  args.varlen.max_seqlen_q = max_seqlen_q;
+  args.varlen.max_seqlen_k = max_seqlen_k;
+  args.kv_cache.seqlens_k = to_view(seqlens_k, "seqlens_k");
+  args.kv_cache.block_table = to_view(block_table, "block_table");
+  const AttentionOptions options = to_options(softmax_scale, causal, window_left, window_right, softcap,
+                                              deterministic, check_index_contents, backend);
+  Status status;
+  {
+    nb::gil_scoped_release release;
+    status = cuflash::attention_backward(args, options, to_context(stream));
+  }
+  if (!status.ok()) raise_status(status);
+}
+
+void merge_states(const Array& out_a, const Array& lse_a, const Array& out_b, const Array& lse_b, const Array& out,
+                  const Array& lse, const std::string& backend, std::uintptr_t stream) {
+  cuflash::MergeArgs args;
+  args.out_a = to_view(out_a, "out_a");
+  args.lse_a = to_view(lse_a, "lse_a");
+  args.out_b = to_view(out_b, "out_b");
+  args.lse_b = to_view(lse_b, "lse_b");
+  args.out = to_view(out, "out");
+  args.lse = to_view(lse, "lse");
+  const Backend chosen = to_backend(backend);
+  Status status;
+  {
+    nb::gil_scoped_release release;
+    status = cuflash::merge_states(args, chosen, to_context(stream));
+  }
+  if (!status.ok()) raise_status(status);
+}
+
+bool backend_available(const std::string& name) { return cuflash::backend_available(to_backend(name)); }
+
+}  // namespace
+
+NB_MODULE(_ext, m) {
+  m.doc() = "cuflash's C++ API on DLPack tensors (the Python layer in cuflash/ allocates the outputs)";
+
+  nb::register_exception_translator([](const std::exception_ptr& pointer, void*) {
+    try {
+      std::rethrow_exception(pointer);
+    } catch (const InvalidArgument& error) {
+      PyErr_SetString(PyExc_ValueError, error.what());
+    } catch (const Unsupported& error) {
+      PyErr_SetString(PyExc_NotImplementedError, error.what());
+    } catch (const LibraryError& error) {
+      PyErr_SetString(PyExc_RuntimeError, error.what());
+    }
+  });
+
+  m.def("version", &cuflash::version, "The library's version, e.g. '0.1.0'.");
+  m.def("backend_available", &backend_available, "backend"_a,
+        "Whether a backend ('auto', 'cpu', 'cuda', 'cudnn') is compiled in and usable here now.");
+
+  m.def("forward", &forward, "q"_a, "k"_a, "v"_a, "out"_a, "lse"_a.none(), "alibi_slopes"_a.none(),
+        "cu_seqlens_q"_a.none(), "cu_seqlens_k"_a.none(), "max_seqlen_q"_a, "max_seqlen_k"_a, "seqlens_k"_a.none(),
+        "block_table"_a.none(), "k_new"_a.none(), "v_new"_a.none(), "softmax_scale"_a.none(), "causal"_a,
+        "window_left"_a, "window_right"_a, "softcap"_a, "check_index_contents"_a, "backend"_a, "stream"_a,
+        "cuflash::attention_forward on views of the given arrays; writes out (and lse, and the cache on append).");
+  m.def("backward", &backward, "dout"_a, "q"_a, "k"_a, "v"_a, "out"_a, "lse"_a, "dq"_a, "dk"_a, "dv"_a,
+        "alibi_slopes"_a.none(), "cu_seqlens_q"_a.none(), "cu_seqlens_k"_a.none(), "max_seqlen_q"_a,
+        "max_seqlen_k"_a, "seqlens_k"_a.none(), "block_table"_a.none(), "softmax_scale"_a.none(), "causal"_a,
+        "window_left"_a, "window_right"_a, "softcap"_a, "deterministic"_a, "check_index_contents"_a, "backend"_a,
+        "stream"_a, "cuflash::attention_backward on views of the given arrays; writes dq, dk, dv.");
+  m.def("merge_states", &merge_states, "out_a"_a, "lse_a"_a, "out_b"_a, "lse_b"_a, "out"_a, "lse"_a, "backend"_a,
+        "stream"_a, "cuflash::merge_states on views of the given arrays; writes out and lse.");
+}

@@ -1,0 +1,305 @@
+// The C ABI (include/cuflash/cuflash_c.h): plain structs turned into the C++
+// API's views and options, a Status turned into a code plus a thread-local
+// message. Nothing thrown inside crosses the extern "C" boundary.
+#include "cuflash/cuflash_c.h"
+
+#include <algorithm>
+#include <exception>
+#include <new>
+#include <string>
+
+#include "cuflash/cuflash.hpp"
+
+namespace {
+
+using namespace cuflash;
+
+static_assert(static_cast<int>(StatusCode::ok) == CUFLASH_OK);
+static_assert(static_cast<int>(StatusCode::invalid_argument) == CUFLASH_INVALID_ARGUMENT);
+static_assert(static_cast<int>(StatusCode::unsupported) == CUFLASH_UNSUPPORTED);
+static_assert(static_cast<int>(StatusCode::cuda_error) == CUFLASH_CUDA_ERROR);
+static_assert(static_cast<int>(StatusCode::cudnn_error) == CUFLASH_CUDNN_ERROR);
+static_assert(static_cast<int>(StatusCode::internal) == CUFLASH_INTERNAL);
+static_assert(static_cast<int>(DType::f32) == CUFLASH_F32 && static_cast<int>(DType::f16) == CUFLASH_F16 &&
+              static_cast<int>(DType::bf16) == CUFLASH_BF16 && static_cast<int>(DType::i32) == CUFLASH_I32);
+static_assert(static_cast<int>(Backend::automatic) == CUFLASH_BACKEND_AUTO &&
+              static_cast<int>(Backend::cpu) == CUFLASH_BACKEND_CPU &&
+              static_cast<int>(Backend::cuda) == CUFLASH_BACKEND_CUDA &&
+              static_cast<int>(Backend::cudnn) == CUFLASH_BACKEND_CUDNN);
+static_assert(CUFLASH_MAX_RANK == kMaxRank);
+
+thread_local std::string last_error;
+
+cuflash_status finish(const Status& status) {
+  if (status.ok()) {
+    last_error.clear();
+    return CUFLASH_OK;
+  }
+  last_error = status.message();
+  return static_cast<cuflash_status>(status.code());
+}
+
+// Runs `body` (which returns a Status), turning anything thrown into a status.
+template <typename Body>
+cuflash_status guarded(Body body) noexcept {
+  try {
+    return finish(body());
+  } catch (const std::bad_alloc&) {
+    last_error = "out of host memory";
+  } catch (const std::exception& error) {
+    last_error = std::string("unexpected exception: ") + error.what();
+  } catch (...) {
+    last_error = "unexpected exception";
+  }
+  return CUFLASH_INTERNAL;
+}
+
+// A C tensor as a TensorView; a bad enum or rank is reported by name.
+Status to_view(const cuflash_tensor& tensor, const char* name, TensorView* view) {
+  *view = TensorView{};
+  if (tensor.rank == 0) return {};
+  if (tensor.rank < 0 || tensor.rank > kMaxRank)
+    return Status::invalid(std::string(name) + ": rank must be 0 (not given) to " + std::to_string(kMaxRank) +
+                           ", got " + std::to_string(tensor.rank));
+  if (tensor.dtype < CUFLASH_F32 || tensor.dtype > CUFLASH_I32)
+    return Status::invalid(std::string(name) + ": unknown dtype code " + std::to_string(tensor.dtype));
+  if (tensor.device_kind != CUFLASH_DEVICE_HOST && tensor.device_kind != CUFLASH_DEVICE_CUDA)
+    return Status::invalid(std::string(name) + ": unknown device kind " + std::to_string(tensor.device_kind));
+  if (tensor.device_index < 0)
+    return Status::invalid(std::string(name) + ": device index must be >= 0, got " + std::to_string(tensor.device_index));
+  view->data = tensor.data;
+  view->dtype = static_cast<DType>(tensor.dtype);
+  view->device = tensor.device_kind == CUFLASH_DEVICE_CUDA ? Device::cuda(tensor.device_index) : Device::host();
+  view->rank = tensor.rank;
+  std::copy_n(tensor.shape, tensor.rank, view->shape);
+  std::copy_n(tensor.strides, tensor.rank, view->strides);
+  return {};
+}
+
+// An optional pointer-to-tensor argument: NULL means not given.
+Status to_view(const cuflash_tensor* tensor, const char* name, TensorView* view) {
+  if (tensor == nullptr) {
+    *view = TensorView{};
+    return {};
+  }
+  return to_view(*tensor, name, view);
+}
+
+Status to_options(const cuflash_options* in, AttentionOptions* out) {
+  *out = AttentionOptions{};
+  if (in == nullptr) return {};
+  if (in->backend < CUFLASH_BACKEND_AUTO || in->backend > CUFLASH_BACKEND_CUDNN)
+    return Status::invalid("options.backend: unknown backend code " + std::to_string(in->backend));
+  if (in->has_softmax_scale) out->softmax_scale = in->softmax_scale;
+  out->causal = in->causal != 0;
+  out->window_left = in->window_left;
+  out->window_right = in->window_right;
+  out->softcap = in->softcap;
+  out->deterministic = in->deterministic != 0;
+  out->check_index_contents = in->check_index_contents != 0;
+  out->backend = static_cast<Backend>(in->backend);
+  return {};
+}
+
+RunContext to_context(const cuflash_run_context* in) {
+  RunContext context;
+  if (in != nullptr) {
+    context.stream = in->stream;
+    context.workspace = in->workspace;
+    context.workspace_bytes = in->workspace_bytes;
+  }
+  return context;
+}
+
+Status null_check(const void* pointer, const char* name) {
+  if (pointer == nullptr) return Status::invalid(std::string(name) + ": NULL pointer");
+  return {};
+}
+
+Status to_forward(const cuflash_forward_args& in, ForwardArgs* out) {
+  CUFLASH_TRY(to_view(in.q, "q", &out->q));
+  CUFLASH_TRY(to_view(in.k, "k", &out->k));
+  CUFLASH_TRY(to_view(in.v, "v", &out->v));
+  CUFLASH_TRY(to_view(in.out, "out", &out->out));
+  CUFLASH_TRY(to_view(in.lse, "lse", &out->lse));
+  CUFLASH_TRY(to_view(in.alibi_slopes, "alibi_slopes", &out->alibi_slopes));
+  CUFLASH_TRY(to_view(in.cu_seqlens_q, "varlen.cu_seqlens_q", &out->varlen.cu_seqlens_q));
+  CUFLASH_TRY(to_view(in.cu_seqlens_k, "varlen.cu_seqlens_k", &out->varlen.cu_seqlens_k));
+  out->varlen.max_seqlen_q = in.max_seqlen_q;
+  out->varlen.max_seqlen_k = in.max_seqlen_k;
+  CUFLASH_TRY(to_view(in.seqlens_k, "kv_cache.seqlens_k", &out->kv_cache.seqlens_k));
+  CUFLASH_TRY(to_view(in.block_table, "kv_cache.block_table", &out->kv_cache.block_table));
+  CUFLASH_TRY(to_view(in.k_new, "kv_cache.k_new", &out->kv_cache.k_new));
+  return to_view(in.v_new, "kv_cache.v_new", &out->kv_cache.v_new);
+}
+
+Status to_backward(const cuflash_backward_args& in, BackwardArgs* out) {
+  CUFLASH_TRY(to_view(in.q, "q", &out->q));
+  CUFLASH_TRY(to_view(in.k, "k", &out->k));
+  CUFLASH_TRY(to_view(in.v, "v", &out->v));
+  CUFLASH_TRY(to_view(in.out, "out", &out->out));
+  CUFLASH_TRY(to_view(in.dout, "dout", &out->dout));
+  CUFLASH_TRY(to_view(in.lse, "lse", &out->lse));
+  CUFLASH_TRY(to_view(in.dq, "dq", &out->dq));
+  CUFLASH_TRY(to_view(in.dk, "dk", &out->dk));
+  CUFLASH_TRY(to_view(in.dv, "dv", &out->dv));
+  CUFLASH_TRY(to_view(in.alibi_slopes, "alibi_slopes", &out->alibi_slopes));
+  CUFLASH_TRY(to_view(in.cu_seqlens_q, "varlen.cu_seqlens_q", &out->varlen.cu_seqlens_q));
+  CUFLASH_TRY(to_view(in.cu_seqlens_k, "varlen.cu_seqlens_k", &out->varlen.cu_seqlens_k));
+  out->varlen.max_seqlen_q = in.max_seqlen_q;
+  out->varlen.max_seqlen_k = in.max_seqlen_k;
+  CUFLASH_TRY(to_view(in.seqlens_k, "kv_cache.seqlens_k", &out->kv_cache.seqlens_k));
+  return to_view(in.block_table, "kv_cache.block_table", &out->kv_cache.block_table);
+}
+
+}  // namespace
+
+extern "C" {
+
+const char* cuflash_version(void) { return cuflash::version(); }
+
+int cuflash_backend_available(int32_t backend) {
+  if (backend < CUFLASH_BACKEND_AUTO || backend > CUFLASH_BACKEND_CUDNN) return 0;
+  try {
+    return cuflash::backend_available(static_cast<Backend>(backend)) ? 1 : 0;
+  } catch (...) {
+    return 0;
+  }
+}
+
+const char* cuflash_status_name(cuflash_status status) {
+  if (status < CUFLASH_OK || status > CUFLASH_INTERNAL) return "unknown";
+  return cuflash::status_code_name(static_cast<StatusCode>(status));
+}
+
+const char* cuflash_last_error_message(void) { return last_error.c_str(); }
+
+void cuflash_options_init(cuflash_options* options) {
+  if (options == nullptr) return;
+  *options = cuflash_options{};
+  options->window_left = -1;
+  options->window_right = -1;
+  options->check_index_contents = 1;
+  options->backend = CUFLASH_BACKEND_AUTO;
+}
+
+cuflash_tensor cuflash_make_tensor(void* data, int32_t dtype, int32_t rank, const int64_t* shape, int32_t device_kind,
+                                   int32_t device_index) {
+  cuflash_tensor tensor{};
+  tensor.data = data;
+  tensor.dtype = dtype;
+  tensor.device_kind = device_kind;
+  tensor.device_index = device_index;
+  if (rank < 0 || rank > CUFLASH_MAX_RANK || (rank > 0 && shape == nullptr)) {
+    tensor.rank = -1;
+    return tensor;
+  }
+  tensor.rank = rank;
+  int64_t stride = 1;
+  for (int d = rank - 1; d >= 0; --d) {
+    tensor.shape[d] = shape[d];
+    tensor.strides[d] = stride;
+    stride *= shape[d];
+  }
+  return tensor;
+}
+
+cuflash_status cuflash_attention_forward(const cuflash_forward_args* args, const cuflash_options* options,
+                                         const cuflash_run_context* context) {
+  return guarded([&]() -> Status {
+    CUFLASH_TRY(null_check(args, "args"));
+    ForwardArgs forward;
+    AttentionOptions opts;
+    CUFLASH_TRY(to_forward(*args, &forward));
+    CUFLASH_TRY(to_options(options, &opts));
+    return attention_forward(forward, opts, to_context(context));
+  });
+}
+
+cuflash_status cuflash_attention_backward(const cuflash_backward_args* args, const cuflash_options* options,
+                                          const cuflash_run_context* context) {
+  return guarded([&]() -> Status {
+    CUFLASH_TRY(null_check(args, "args"));
+    BackwardArgs backward;
+    AttentionOptions opts;
+    CUFLASH_TRY(to_backward(*args, &backward));
+    CUFLASH_TRY(to_options(options, &opts));
+    return attention_backward(backward, opts, to_context(context));
+  });
+}
+
+cuflash_status cuflash_attention_with_kvcache(const cuflash_tensor* q, const cuflash_tensor* k_cache,
+                                              const cuflash_tensor* v_cache, const cuflash_tensor* k_new,
+                                              const cuflash_tensor* v_new, const cuflash_tensor* seqlens_k,
+                                              const cuflash_tensor* block_table, const cuflash_tensor* alibi_slopes,
+                                              const cuflash_tensor* out, const cuflash_tensor* lse,
+                                              const cuflash_options* options, const cuflash_run_context* context) {
+  return guarded([&]() -> Status {
+    CUFLASH_TRY(null_check(q, "q"));
+    CUFLASH_TRY(null_check(k_cache, "k_cache"));
+    CUFLASH_TRY(null_check(v_cache, "v_cache"));
+    CUFLASH_TRY(null_check(seqlens_k, "seqlens_k"));
+    CUFLASH_TRY(null_check(out, "out"));
+    ForwardArgs forward;
+    CUFLASH_TRY(to_view(q, "q", &forward.q));
+    CUFLASH_TRY(to_view(k_cache, "k", &forward.k));
+    CUFLASH_TRY(to_view(v_cache, "v", &forward.v));
+    CUFLASH_TRY(to_view(out, "out", &forward.out));
+    CUFLASH_TRY(to_view(lse, "lse", &forward.lse));
+    CUFLASH_TRY(to_view(alibi_slopes, "alibi_slopes", &forward.alibi_slopes));
+    CUFLASH_TRY(to_view(seqlens_k, "kv_cache.seqlens_k", &forward.kv_cache.seqlens_k));
+    CUFLASH_TRY(to_view(block_table, "kv_cache.block_table", &forward.kv_cache.block_table));
+    CUFLASH_TRY(to_view(k_new, "kv_cache.k_new", &forward.kv_cache.k_new));
+    CUFLASH_TRY(to_view(v_new, "kv_cache.v_new", &forward.kv_cache.v_new));
+    if (forward.kv_cache.seqlens_k.empty())
+      return Status::invalid("kv_cache.seqlens_k: required (int32 [batch]), got a rank-0 tensor");
+    AttentionOptions opts;
+    CUFLASH_TRY(to_options(options, &opts));
+    return attention_forward(forward, opts, to_context(context));
+  });
+}
+
+cuflash_status cuflash_merge_states(const cuflash_merge_args* args, int32_t backend,
+                                    const cuflash_run_context* context) {
+  return guarded([&]() -> Status {
+    CUFLASH_TRY(null_check(args, "args"));
+    if (backend < CUFLASH_BACKEND_AUTO || backend > CUFLASH_BACKEND_CUDNN)
+      return Status::invalid("backend: unknown backend code " + std::to_string(backend));
+    MergeArgs merge;
+    CUFLASH_TRY(to_view(args->out_a, "out_a", &merge.out_a));
+    CUFLASH_TRY(to_view(args->lse_a, "lse_a", &merge.lse_a));
+    CUFLASH_TRY(to_view(args->out_b, "out_b", &merge.out_b));
+    CUFLASH_TRY(to_view(args->lse_b, "lse_b", &merge.lse_b));
+    CUFLASH_TRY(to_view(args->out, "out", &merge.out));
+    CUFLASH_TRY(to_view(args->lse, "lse", &merge.lse));
+    return cuflash::merge_states(merge, static_cast<Backend>(backend), to_context(context));
+  });
+}
+
+cuflash_status cuflash_forward_workspace_size(const cuflash_forward_args* args, const cuflash_options* options,
+                                              size_t* bytes) {
+  return guarded([&]() -> Status {
+    CUFLASH_TRY(null_check(args, "args"));
+    CUFLASH_TRY(null_check(bytes, "bytes"));
+    ForwardArgs forward;
+    AttentionOptions opts;
+    CUFLASH_TRY(to_forward(*args, &forward));
+    CUFLASH_TRY(to_options(options, &opts));
+    return forward_workspace_size(forward, opts, bytes);
+  });
+}
+
+cuflash_status cuflash_backward_workspace_size(const cuflash_backward_args* args, const cuflash_options* options,
+                                               size_t* bytes) {
+  return guarded([&]() -> Status {
+    CUFLASH_TRY(null_check(args, "args"));
+    CUFLASH_TRY(null_check(bytes, "bytes"));
+    BackwardArgs backward;
+    AttentionOptions opts;
+    CUFLASH_TRY(to_backward(*args, &backward));
+    CUFLASH_TRY(to_options(options, &opts));
+    return backward_workspace_size(backward, opts, bytes);
+  });
+}
+
+}  // extern "C"
