@@ -18,13 +18,12 @@
 
 namespace cuflash::detail::sm80 {
 
-template <typename T, int D_, int BM_, int BN_, int NW_, bool QInRegs_, int MinBlocks_, bool VWaitEarly_>
+template <typename T, int D_, int BM_, int BN_, int NW_, bool QInRegs_, int MinBlocks_>
 struct FwdConfig {
   using Element = T;
   static constexpr int D = D_, BM = BM_, BN = BN_, NW = NW_, kThreads = NW * 32;
   static constexpr bool QInRegs = QInRegs_;
   static constexpr int MinBlocks = MinBlocks_;
-  static constexpr bool VWaitEarly = VWaitEarly_;  // see FwdTile::v_wait_before_softmax
   static constexpr int MT = BM / (16 * NW);  // m16 tiles per warp
   static constexpr int NT = BN / 8;          // n8 tiles of S per warp
   static constexpr int DT = D / 8;           // n8 tiles of O per warp
@@ -196,20 +195,6 @@ __global__ void __launch_bounds__(C::kThreads, C::MinBlocks) flash_fwd_kernel(co
         }
       }
 
-      // V_tile must be visible and every warp done with K_tile (to refill it)
-      // before P V. Waiting before the softmax puts the exponentials and P V's
-      // products in one straight stretch of code (overlapped by the compiler)
-      // but keeps more registers live; C::VWaitEarly picks per head dim.
-      auto wait_v_and_refill_k = [&] {
-        cp_async_wait<0>();
-        __syncthreads();
-        if (tile > t_lo) {
-          load_tile<C, C::BN>(sK, k_base, p.k_strides.row, n0 - C::BN, seq.k_len);
-          cp_async_commit();
-        }
-      };
-      if constexpr (C::VWaitEarly) wait_v_and_refill_k();
-
       // Scores -> (masked) logits; online softmax.
       const bool masked = !rules.tile_unmasked(m0, rows_here, n0, C::BN);
 #pragma unroll
@@ -257,7 +242,12 @@ __global__ void __launch_bounds__(C::kThreads, C::MinBlocks) flash_fwd_kernel(co
         }
       }
 
-      if constexpr (!C::VWaitEarly) wait_v_and_refill_k();
+      cp_async_wait<0>();
+      __syncthreads();  // V_tile visible; every warp is done with K_tile
+      if (tile > t_lo) {
+        load_tile<C, C::BN>(sK, k_base, p.k_strides.row, n0 - C::BN, seq.k_len);
+        cp_async_commit();
+      }
 
       // O += P V, P straight from the S accumulators.
 #pragma unroll

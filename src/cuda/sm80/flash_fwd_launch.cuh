@@ -13,8 +13,7 @@ namespace cuflash::detail::sm80 {
 template <typename T, int D>
 Status launch_flash_fwd(const ForwardParams& p, cudaStream_t stream) {
   constexpr FwdTile tile = fwd_tile(D);
-  using C = FwdConfig<T, D, tile.block_m, tile.block_n, tile.warps, tile.q_in_regs, tile.min_blocks,
-                      tile.v_wait_before_softmax>;
+  using C = FwdConfig<T, D, tile.block_m, tile.block_n, tile.warps, tile.q_in_regs, tile.min_blocks>;
   const bool transformed = p.softcap > 0.0f || p.alibi_slopes != nullptr;
   auto kernel = transformed ? flash_fwd_kernel<C, true> : flash_fwd_kernel<C, false>;
   if (C::kSmemBytes > 48 * 1024) {
