@@ -285,6 +285,10 @@ __device__ __forceinline__ void load_stats_async(float* s_lse, float* s_dsum, co
   }
 }
 
+// A row's natural-log lse in base 2; a row with no visible key (lse -inf)
+// gets +inf, so that every P of it is exp2(-inf) = 0.
+__device__ __forceinline__ float lse_base2(float lse) { return lse == -INFINITY ? INFINITY : lse * kLog2e; }
+
 // S, dP of a warp's [kRowsS x kColsS] part of the tile -> P (into s) and dS
 // (into dp) with softcap and/or ALiBi; `masked`: the tile needs the
 // per-element mask (rows >= q_len and the score rules).
@@ -302,9 +306,7 @@ __device__ __forceinline__ void scores_to_grads(float (&s)[FlashBwdTraits<D>::kM
 #pragma unroll
     for (int half = 0; half < 2; ++half) {
       const int r = row0 + mi * 16 + g + half * 8;
-      // lse -inf: the row sees no key, so every P of it is 0.
-      const float lse_raw = s_lse[r];
-      const float lse2 = lse_raw == -INFINITY ? INFINITY : lse_raw * kLog2e;
+      const float lse2 = lse_base2(s_lse[r]);
       const float dsum = s_dsum[r];
       const int i = m0 + r;
 #pragma unroll
@@ -347,9 +349,7 @@ __device__ __forceinline__ void scores_to_probs(float (&s)[FlashBwdTraits<D>::kM
 #pragma unroll
     for (int half = 0; half < 2; ++half) {
       const int r = row0 + mi * 16 + g + half * 8;
-      // lse -inf: the row sees no key, so every P of it is 0.
-      const float lse_raw = s_lse[r];
-      const float lse2 = lse_raw == -INFINITY ? INFINITY : lse_raw * kLog2e;
+      const float lse2 = lse_base2(s_lse[r]);
       const int i = m0 + r;
       int key_lo = 0, key_hi = Tr::kColsS;  // relative to this warp's first column
       if constexpr (kMasked) {
