@@ -28,7 +28,9 @@ fi
 start=$(date +%s)
 configure_log=$(mktemp)
 trap 'rm -f "$configure_log"' EXIT
-cmake -S . -B build -G Ninja -DCMAKE_BUILD_TYPE=Release -DCUFLASH_ENABLE_CUDA="$cuda" | tee "$configure_log"
+# CUFLASH_REQUIRE_CUDNN=ON (.ci/run sets it): with CUDA, a build without the cuDNN backend is an error.
+cmake -S . -B build -G Ninja -DCMAKE_BUILD_TYPE=Release -DCUFLASH_ENABLE_CUDA="$cuda" \
+  -DCUFLASH_REQUIRE_CUDNN="${CUFLASH_REQUIRE_CUDNN:-OFF}" | tee "$configure_log"
 cmake --build build -j "$(nproc)"
 
 # CMakeLists.txt reports "cuflash: CUDA backend ON|OFF (architectures: ...)".

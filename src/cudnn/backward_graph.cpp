@@ -11,9 +11,7 @@ Status build_backward_graph(const SdpaPlan& plan, cudnnHandle_t handle, BuiltGra
   try {
     const std::shared_ptr<FeGraph> graph = new_graph(plan);
     const fe::DataType_t io = io_data_type(plan.dtype);
-    const FeTensor q = add_input(*graph, plan, Slot::q, io);
-    const FeTensor k = add_input(*graph, plan, Slot::k, io);
-    const FeTensor v = add_input(*graph, plan, Slot::v, io);
+    const QkvTensors qkv = add_qkv(*graph, plan);
     const FeTensor o = add_input(*graph, plan, Slot::o, io);
     const FeTensor dout = add_input(*graph, plan, Slot::dout, io);
     const FeTensor stats = add_input(*graph, plan, Slot::stats, fe::DataType_t::FLOAT);
@@ -22,7 +20,7 @@ Status build_backward_graph(const SdpaPlan& plan, cudnnHandle_t handle, BuiltGra
                           .set_attn_scale(add_attn_scale(*graph))
                           .set_deterministic_algorithm(plan.deterministic);
     apply_mask(*graph, plan, attributes);
-    const auto [dq, dk, dv] = graph->sdpa_backward(q, k, v, o, dout, stats, attributes);
+    const auto [dq, dk, dv] = graph->sdpa_backward(qkv.q, qkv.k, qkv.v, o, dout, stats, attributes);
     describe_output(*graph, dq, plan, Slot::dq, io);
     describe_output(*graph, dk, plan, Slot::dk, io);
     describe_output(*graph, dv, plan, Slot::dv, io);

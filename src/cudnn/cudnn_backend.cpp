@@ -198,17 +198,9 @@ class Call {
   cudaStream_t stream_ = nullptr;
 };
 
-Status run_forward(const Problem& p, const Prepared& prepared, const RunContext& context) {
-  const SdpaPlan& plan = prepared.plan;
-  DeviceGuard guard(p.device.index);
-  CUFLASH_TRY(guard.status());
-  const auto stream = static_cast<cudaStream_t>(context.stream);
-  Call call(p, prepared);
-  CUFLASH_TRY(call.acquire(context, stream));
-  const DeviceLengths lengths = lengths_of(p);
-  CUFLASH_TRY(call.write_indices(lengths));
-  CUFLASH_TRY(call.execute());
-
+// After the forward: our lse layout from the stats in scratch, and rows that see no key.
+Status finish_forward(const Problem& p, const SdpaPlan& plan, const Call& call, const DeviceLengths& lengths,
+                      cudaStream_t stream) {
   const bool stats_in_scratch = plan.stats == StatsPlace::scratch_dense || plan.stats == StatsPlace::scratch_ragged;
   if (!plan.fix_empty_rows && !stats_in_scratch) return {};
   ForwardFixArgs fix;
@@ -223,7 +215,48 @@ Status run_forward(const Problem& p, const Prepared& prepared, const RunContext&
   return launch_forward_fix(fix, stream);
 }
 
-Status run_backward(const Problem& p, const Prepared& prepared, const RunContext& context) {
+// Before the backward: the caller's lse in cuDNN's layout, -inf made +inf.
+Status prepare_backward(const Problem& p, const SdpaPlan& plan, const Call& call, const DeviceLengths& lengths,
+                        cudaStream_t stream) {
+  if (plan.stats != StatsPlace::scratch_dense && plan.stats != StatsPlace::scratch_ragged) return {};
+  BackwardStatsArgs stats;
+  stats.rows = q_rows(p);
+  stats.lengths = lengths;
+  stats.lse = lse_rows(p.lse);
+  stats.stats = scratch_stats_rows(plan, call.at(plan.scratch.stats));
+  return launch_backward_stats(stats, stream);
+}
+
+// After the backward: zero gradients where no score contributes, and varlen
+// rows after the last sequence (they belong to none, yet the backward writes
+// every gradient element).
+Status finish_backward(const Problem& p, const SdpaPlan& plan, const DeviceLengths& lengths, cudaStream_t stream) {
+  BackwardFixArgs fix;
+  fix.lengths = lengths;
+  fix.window_left = p.window_left;
+  fix.window_right = p.window_right;
+  fix.head_dim = p.head_dim;
+  if (plan.fix_empty_rows) {
+    fix.rows = q_rows(p);
+    fix.side = Side::q;
+    fix.first = rows_of(p.dq);
+    CUFLASH_TRY(launch_backward_fix(fix, stream));
+  }
+  if (plan.fix_unseen_keys) {
+    fix.rows = kv_rows(p);
+    fix.side = Side::kv;
+    fix.first = rows_of(p.dk);
+    fix.second = rows_of(p.dv);
+    CUFLASH_TRY(launch_backward_fix(fix, stream));
+  }
+  if (p.layout != Layout::varlen) return {};
+  CUFLASH_TRY(zero_rows_after_sequences(p.dq, p.cu_seqlens_q.data, p.batch, stream));
+  CUFLASH_TRY(zero_rows_after_sequences(p.dk, p.cu_seqlens_k.data, p.batch, stream));
+  return zero_rows_after_sequences(p.dv, p.cu_seqlens_k.data, p.batch, stream);
+}
+
+// One call on the caller's stream: index tensors, (backward: stats), the graph, fix-ups.
+Status run(const Problem& p, const Prepared& prepared, const RunContext& context) {
   const SdpaPlan& plan = prepared.plan;
   DeviceGuard guard(p.device.index);
   CUFLASH_TRY(guard.status());
@@ -232,44 +265,10 @@ Status run_backward(const Problem& p, const Prepared& prepared, const RunContext
   CUFLASH_TRY(call.acquire(context, stream));
   const DeviceLengths lengths = lengths_of(p);
   CUFLASH_TRY(call.write_indices(lengths));
-  if (plan.stats == StatsPlace::scratch_dense || plan.stats == StatsPlace::scratch_ragged) {
-    BackwardStatsArgs stats;
-    stats.rows = q_rows(p);
-    stats.lengths = lengths;
-    stats.lse = lse_rows(p.lse);
-    stats.stats = scratch_stats_rows(plan, call.at(plan.scratch.stats));
-    CUFLASH_TRY(launch_backward_stats(stats, stream));
-  }
+  if (p.pass == Pass::backward) CUFLASH_TRY(prepare_backward(p, plan, call, lengths, stream));
   CUFLASH_TRY(call.execute());
-
-  if (plan.fix_empty_rows) {
-    BackwardFixArgs fix;
-    fix.rows = q_rows(p);
-    fix.lengths = lengths;
-    fix.side = Side::q;
-    fix.window_left = p.window_left;
-    fix.window_right = p.window_right;
-    fix.head_dim = p.head_dim;
-    fix.first = rows_of(p.dq);
-    CUFLASH_TRY(launch_backward_fix(fix, stream));
-  }
-  if (plan.fix_unseen_keys) {
-    BackwardFixArgs fix;
-    fix.rows = kv_rows(p);
-    fix.lengths = lengths;
-    fix.side = Side::kv;
-    fix.window_left = p.window_left;
-    fix.window_right = p.window_right;
-    fix.head_dim = p.head_dim;
-    fix.first = rows_of(p.dk);
-    fix.second = rows_of(p.dv);
-    CUFLASH_TRY(launch_backward_fix(fix, stream));
-  }
-  if (p.layout != Layout::varlen) return {};
-  // Packed rows after the last sequence belong to none, yet the backward writes every gradient element.
-  CUFLASH_TRY(zero_rows_after_sequences(p.dq, p.cu_seqlens_q.data, p.batch, stream));
-  CUFLASH_TRY(zero_rows_after_sequences(p.dk, p.cu_seqlens_k.data, p.batch, stream));
-  return zero_rows_after_sequences(p.dv, p.cu_seqlens_k.data, p.batch, stream);
+  return p.pass == Pass::forward ? finish_forward(p, plan, call, lengths, stream)
+                                 : finish_backward(p, plan, lengths, stream);
 }
 
 class CudnnBackend final : public BackendImpl {
@@ -310,13 +309,13 @@ class CudnnBackend final : public BackendImpl {
   Status forward(const Problem& problem, const RunContext& context) override {
     Prepared prepared;
     CUFLASH_TRY(prepare(problem, &prepared));
-    return run_forward(problem, prepared, context);
+    return run(problem, prepared, context);
   }
 
   Status backward(const Problem& problem, const RunContext& context) override {
     Prepared prepared;
     CUFLASH_TRY(prepare(problem, &prepared));
-    return run_backward(problem, prepared, context);
+    return run(problem, prepared, context);
   }
 
   Status merge_states(const MergeProblem& problem, const RunContext& context) override {

@@ -78,19 +78,30 @@ __global__ void index_kernel(IndexArgs args) {
   }
 }
 
-// Heads vary fastest: neighbouring threads touch neighbouring token-major stats.
-__global__ void forward_fix_kernel(ForwardFixArgs args) {
-  const std::int64_t rows = args.rows.packed ? args.rows.total_rows : args.rows.batch * args.rows.rows_per_sequence;
-  const std::int64_t items = rows * args.rows.heads;
+__host__ __device__ std::int64_t items_of(const RowSpace& rows) {
+  return (rows.packed ? rows.total_rows : rows.batch * rows.rows_per_sequence) * rows.heads;
+}
+
+// visit(b, i, r, h) for every head h of every row that belongs to a sequence:
+// row i of sequence b, row r of the tensor. Grid-stride, heads varying
+// fastest, so that neighbouring threads touch neighbouring token-major stats.
+template <typename Visit>
+__device__ void for_each_row(const RowSpace& space, const std::int32_t* cu, Visit visit) {
+  const std::int64_t items = items_of(space);
   for (std::int64_t idx = blockIdx.x * static_cast<std::int64_t>(blockDim.x) + threadIdx.x; idx < items;
        idx += static_cast<std::int64_t>(gridDim.x) * blockDim.x) {
-    const std::int64_t r = idx / args.rows.heads;
-    const int h = static_cast<int>(idx % args.rows.heads);
+    const std::int64_t r = idx / space.heads;
+    const int h = static_cast<int>(idx % space.heads);
     int b = 0;
     std::int64_t i = 0;
-    if (!locate(args.rows, args.lengths.cu_q, r, &b, &i)) continue;
+    if (locate(space, cu, r, &b, &i)) visit(b, i, r, h);
+  }
+}
+
+__global__ void forward_fix_kernel(ForwardFixArgs args) {
+  for_each_row(args.rows, args.lengths.cu_q, [&](int b, std::int64_t i, std::int64_t r, int h) {
     const int q_len = q_length(args.lengths, b), kv_len = kv_length(args.lengths, b);
-    if (i >= q_len) continue;
+    if (i >= q_len) return;
     const bool empty = args.fix_empty_rows && row_is_empty(i, q_len, kv_len, args.window_right);
     if (args.lse.data != nullptr && (empty || args.stats.data != nullptr)) {
       const float value =
@@ -98,36 +109,20 @@ __global__ void forward_fix_kernel(ForwardFixArgs args) {
       static_cast<float*>(args.lse.data)[element(args.lse, b, i, r, h)] = value;
     }
     if (empty) zero_row(args.out, element(args.out, b, i, r, h), args.head_dim);
-  }
+  });
 }
 
 __global__ void backward_stats_kernel(BackwardStatsArgs args) {
-  const std::int64_t rows = args.rows.packed ? args.rows.total_rows : args.rows.batch * args.rows.rows_per_sequence;
-  const std::int64_t items = rows * args.rows.heads;
-  for (std::int64_t idx = blockIdx.x * static_cast<std::int64_t>(blockDim.x) + threadIdx.x; idx < items;
-       idx += static_cast<std::int64_t>(gridDim.x) * blockDim.x) {
-    const std::int64_t r = idx / args.rows.heads;
-    const int h = static_cast<int>(idx % args.rows.heads);
-    int b = 0;
-    std::int64_t i = 0;
-    if (!locate(args.rows, args.lengths.cu_q, r, &b, &i)) continue;
-    if (i >= q_length(args.lengths, b)) continue;
+  for_each_row(args.rows, args.lengths.cu_q, [&](int b, std::int64_t i, std::int64_t r, int h) {
+    if (i >= q_length(args.lengths, b)) return;
     const float value = static_cast<const float*>(args.lse.data)[element(args.lse, b, i, r, h)];
     static_cast<float*>(args.stats.data)[element(args.stats, b, i, r, h)] = value == -INFINITY ? INFINITY : value;
-  }
+  });
 }
 
 __global__ void backward_fix_kernel(BackwardFixArgs args) {
-  const std::int64_t rows = args.rows.packed ? args.rows.total_rows : args.rows.batch * args.rows.rows_per_sequence;
-  const std::int64_t items = rows * args.rows.heads;
   const std::int32_t* cu = args.side == Side::q ? args.lengths.cu_q : args.lengths.cu_kv;
-  for (std::int64_t idx = blockIdx.x * static_cast<std::int64_t>(blockDim.x) + threadIdx.x; idx < items;
-       idx += static_cast<std::int64_t>(gridDim.x) * blockDim.x) {
-    const std::int64_t r = idx / args.rows.heads;
-    const int h = static_cast<int>(idx % args.rows.heads);
-    int b = 0;
-    std::int64_t i = 0;
-    if (!locate(args.rows, cu, r, &b, &i)) continue;
+  for_each_row(args.rows, cu, [&](int b, std::int64_t i, std::int64_t r, int h) {
     const int q_len = q_length(args.lengths, b), kv_len = kv_length(args.lengths, b);
     if (args.side == Side::q) {
       if (i < q_len && row_is_empty(i, q_len, kv_len, args.window_right))
@@ -136,11 +131,7 @@ __global__ void backward_fix_kernel(BackwardFixArgs args) {
       zero_row(args.first, element(args.first, b, i, r, h), args.head_dim);
       zero_row(args.second, element(args.second, b, i, r, h), args.head_dim);
     }
-  }
-}
-
-std::int64_t items_of(const RowSpace& rows) {
-  return (rows.packed ? rows.total_rows : rows.batch * rows.rows_per_sequence) * rows.heads;
+  });
 }
 
 }  // namespace

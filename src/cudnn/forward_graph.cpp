@@ -23,10 +23,7 @@ fe::AttentionImplementation_t implementation(SdpaNode node) {
 Status build_forward_graph(const SdpaPlan& plan, cudnnHandle_t handle, BuiltGraph* built) {
   try {
     const std::shared_ptr<FeGraph> graph = new_graph(plan);
-    const fe::DataType_t io = io_data_type(plan.dtype);
-    const FeTensor q = add_input(*graph, plan, Slot::q, io);
-    const FeTensor k = add_input(*graph, plan, Slot::k, io);
-    const FeTensor v = add_input(*graph, plan, Slot::v, io);
+    const QkvTensors qkv = add_qkv(*graph, plan);
     auto attributes = fe::graph::SDPA_attributes()
                           .set_name("cuflash_sdpa_forward")
                           .set_generate_stats(plan.generate_stats)
@@ -34,8 +31,8 @@ Status build_forward_graph(const SdpaPlan& plan, cudnnHandle_t handle, BuiltGrap
     attributes.set_implementation(implementation(plan.node));
     apply_mask(*graph, plan, attributes);
     if (plan.paged) add_page_tables(*graph, plan, attributes);
-    const auto [o, stats] = graph->sdpa(q, k, v, attributes);
-    describe_output(*graph, o, plan, Slot::o, io);
+    const auto [o, stats] = graph->sdpa(qkv.q, qkv.k, qkv.v, attributes);
+    describe_output(*graph, o, plan, Slot::o, io_data_type(plan.dtype));
     if (plan.generate_stats) describe_output(*graph, stats, plan, Slot::stats, fe::DataType_t::FLOAT);
     return finish_build(graph, plan, handle, built);
   } catch (const std::exception& error) {

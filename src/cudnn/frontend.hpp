@@ -26,6 +26,10 @@ std::shared_ptr<FeGraph> new_graph(const SdpaPlan& plan);
 
 // Input tensors (with their ragged offsets); outputs get the plan's dims/strides.
 FeTensor add_input(FeGraph& graph, const SdpaPlan& plan, Slot slot, fe::DataType_t type);
+struct QkvTensors {
+  FeTensor q, k, v;
+};
+QkvTensors add_qkv(FeGraph& graph, const SdpaPlan& plan);
 void describe_output(FeGraph& graph, const FeTensor& tensor, const SdpaPlan& plan, Slot slot, fe::DataType_t type);
 // The softmax scale, passed by value at each launch (so it is not in the key).
 FeTensor add_attn_scale(FeGraph& graph);

@@ -57,6 +57,11 @@ FeTensor add_input(FeGraph& graph, const SdpaPlan& plan, Slot slot, fe::DataType
   return tensor;
 }
 
+QkvTensors add_qkv(FeGraph& graph, const SdpaPlan& plan) {
+  const fe::DataType_t io = io_data_type(plan.dtype);
+  return {add_input(graph, plan, Slot::q, io), add_input(graph, plan, Slot::k, io), add_input(graph, plan, Slot::v, io)};
+}
+
 void describe_output(FeGraph& graph, const FeTensor& tensor, const SdpaPlan& plan, Slot slot, fe::DataType_t type) {
   const TensorDesc& t = plan.tensor(slot);
   tensor->set_output(true)

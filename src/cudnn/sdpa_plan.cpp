@@ -79,16 +79,9 @@ TensorDesc packed_stats(std::int64_t batch, std::int64_t heads, std::int64_t seq
 // Token-major [total_q, Hq] stats, ragged by cu_seqlens_q: the layout cuDNN
 // documents for packed (THD) stats.
 TensorDesc ragged_stats(std::int64_t batch, std::int64_t heads, std::int64_t seq) {
-  TensorDesc t;
-  t.used = true;
-  t.dim[0] = batch;
-  t.dim[1] = heads;
-  t.dim[2] = seq;
-  t.dim[3] = 1;
-  t.stride[0] = heads * seq;
+  TensorDesc t = packed_stats(batch, heads, seq);
   t.stride[1] = 1;
   t.stride[2] = heads;
-  t.stride[3] = 1;
   t.ragged = true;
   t.side = Side::q;
   t.token_stride = heads;

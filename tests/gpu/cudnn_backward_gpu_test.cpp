@@ -20,15 +20,7 @@ class CudnnBackward : public ::testing::TestWithParam<CaseSpec> {};
 
 TEST_P(CudnnBackward, MatchesOracleOrRefused) {
   SKIP_WITHOUT_CUDNN();
-  CUFLASH_TEST_RNG(rng);
-  AttentionCase c(GetParam(), rng.engine());
-  DeviceRunner runner(Backend::cudnn);
-  const std::vector<std::string> refusal = cudnn_refusal(c.spec(), TestPass::backward);
-  if (!refusal.empty()) {
-    expect_refused(c, runner, TestPass::backward, refusal, Backend::cudnn);
-    return;
-  }
-  check_backward_gpu(c, runner);
+  check_cudnn_case(GetParam(), TestPass::backward);
 }
 
 std::vector<CaseSpec> kv_cases() {
@@ -71,14 +63,7 @@ TEST_P(CudnnBackwardDeterministic, TwoRunsBitwiseEqualOrRefused) {
   SKIP_WITHOUT_CUDNN();
   CaseSpec spec = GetParam();
   spec.options.deterministic = true;
-  const std::vector<std::string> refusal = cudnn_refusal(spec, TestPass::backward);
-  if (!refusal.empty()) {
-    CUFLASH_TEST_RNG(rng);
-    AttentionCase c(spec, rng.engine());
-    DeviceRunner runner(Backend::cudnn);
-    expect_refused(c, runner, TestPass::backward, refusal, Backend::cudnn);
-    return;
-  }
+  if (!cudnn_refusal(spec, TestPass::backward).empty()) return check_cudnn_case(spec, TestPass::backward);
   check_deterministic_backward(spec, Backend::cudnn);
 }
 

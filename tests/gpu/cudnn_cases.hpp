@@ -27,6 +27,26 @@ inline std::vector<std::string> cudnn_refusal(const CaseSpec& s, TestPass pass) 
   return {};
 }
 
+// backend=cudnn on a case: it must match the oracle where cuDNN runs it (and
+// leave varlen rows after the last sequence alone), else be refused with the
+// words cudnn_refusal gives and nothing written.
+inline void check_cudnn_case(const CaseSpec& spec, TestPass pass) {
+  CUFLASH_TEST_RNG(rng);
+  AttentionCase c(spec, rng.engine());
+  DeviceRunner runner(Backend::cudnn);
+  const std::vector<std::string> refusal = cudnn_refusal(spec, pass);
+  if (!refusal.empty()) {
+    expect_refused(c, runner, pass, refusal, Backend::cudnn);
+    return;
+  }
+  if (pass == TestPass::forward) {
+    check_forward_gpu(c, runner);
+    expect_unowned_out_rows_untouched(c);
+  } else {
+    check_backward_gpu(c, runner);
+  }
+}
+
 inline std::vector<CaseSpec> gpu_kv_cache_cases() {
   std::vector<CaseSpec> cases;
   auto add = [&](CaseSpec s) { cases.push_back(std::move(s)); };

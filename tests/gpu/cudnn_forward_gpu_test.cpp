@@ -19,16 +19,7 @@ class CudnnForward : public ::testing::TestWithParam<CaseSpec> {};
 
 TEST_P(CudnnForward, MatchesOracleOrRefused) {
   SKIP_WITHOUT_CUDNN();
-  CUFLASH_TEST_RNG(rng);
-  AttentionCase c(GetParam(), rng.engine());
-  DeviceRunner runner(Backend::cudnn);
-  const std::vector<std::string> refusal = cudnn_refusal(c.spec(), TestPass::forward);
-  if (!refusal.empty()) {
-    expect_refused(c, runner, TestPass::forward, refusal, Backend::cudnn);
-    return;
-  }
-  check_forward_gpu(c, runner);
-  expect_unowned_out_rows_untouched(c);
+  check_cudnn_case(GetParam(), TestPass::forward);
 }
 
 std::vector<CaseSpec> kv_cases() {
