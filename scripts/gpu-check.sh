@@ -107,7 +107,7 @@ if wants ctest; then
   say '```'
   if grep -qF '[ note ]' "$logs/ctest.log"; then
     say ""
-    say "Notes (views off 16-byte rows: refused or computed):"
+    say "Notes (views off 16-byte rows: refused or computed; cuDNN graph build against a cached call):"
     say ""
     grep -F '[ note ]' "$logs/ctest.log" | sed 's/^.*\[ note \] */- /' | sort -u >>"$summary"
   fi
