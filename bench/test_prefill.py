@@ -169,6 +169,22 @@ class SmallShapes(unittest.TestCase):
         self.assertEqual(section.count("S=512: 0.95"), 8)
 
 
+def captured_commands(run) -> tuple[list, object]:
+    """The command lines `run()` hands to subprocess.Popen (which runs nothing), and run's result."""
+    captured = []
+    real_popen = subprocess.Popen
+
+    def spy(command, **kwargs):
+        captured.append(command)
+        raise OSError("not run")
+    subprocess.Popen = spy
+    try:
+        result = run()
+    finally:
+        subprocess.Popen = real_popen
+    return captured, result
+
+
 class CuflashProcess(unittest.TestCase):
     def test_rows_from_a_fake_cuflash_and_missing_points(self):
         args = prefill.parse_args(["--passes", "fwd", "--head-dims", "64", "--seqlens", "512,1024"])
@@ -194,17 +210,7 @@ class CuflashProcess(unittest.TestCase):
 
     def test_small_sweep_command(self):
         args = prefill.parse_args(["--passes", "fwd"])
-        captured = []
-        real_popen = subprocess.Popen
-
-        def spy(command, **kwargs):
-            captured.append(command)
-            raise OSError("not run")
-        subprocess.Popen = spy
-        try:
-            results = prefill.run_cuflash(args, ["cuflash_cudnn"], "small")
-        finally:
-            subprocess.Popen = real_popen
+        captured, results = captured_commands(lambda: prefill.run_cuflash(args, ["cuflash_cudnn"], "small"))
         command = " ".join(captured[0])
         self.assertIn("--batch 1 --heads 16 --seqlen 128,512", command)
         self.assertNotIn("--sweep", command)
@@ -221,20 +227,13 @@ class CuflashProcess(unittest.TestCase):
     @unittest.skipUnless(os.environ.get("CUFLASH_CLI"), "set CUFLASH_CLI to the cuflash command")
     def test_the_real_parser_accepts_the_command_line(self):
         args = prefill.parse_args([])
-        captured = []
-        real_popen = subprocess.Popen
-
-        def spy(command, **kwargs):
-            captured.append(command)
-            raise OSError("not run")
-        subprocess.Popen = spy
-        try:
-            prefill.run_cuflash(args, ["cuflash_cuda", "cuflash_cudnn"])
-        finally:
-            subprocess.Popen = real_popen
-        command = [os.environ["CUFLASH_CLI"]] + captured[0][1:] + ["--help"]  # --help last: every flag is parsed first
-        done = subprocess.run(command, capture_output=True, text=True)
-        self.assertEqual(done.returncode, 0, done.stderr)
+        captured, _ = captured_commands(lambda: prefill.run_cuflash(args, ["cuflash_cuda", "cuflash_cudnn"]))
+        captured += captured_commands(lambda: prefill.run_cuflash(args, ["cuflash_cuda", "cuflash_cudnn"], "small"))[0]
+        self.assertEqual(len(captured), 2)
+        for sweep_command in captured:
+            command = [os.environ["CUFLASH_CLI"]] + sweep_command[1:] + ["--help"]  # --help last: every flag parsed first
+            done = subprocess.run(command, capture_output=True, text=True)
+            self.assertEqual(done.returncode, 0, done.stderr)
         bad = subprocess.run([os.environ["CUFLASH_CLI"], "bench", "--rep-ms", "x"], capture_output=True, text=True)
         self.assertEqual(bad.returncode, 2)
         self.assertEqual(bad.stderr.count("\n"), 1)

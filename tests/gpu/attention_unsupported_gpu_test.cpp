@@ -13,6 +13,7 @@
 #include <string>
 #include <vector>
 
+#include "common/kv_cache_cases.hpp"
 #include "device_runner.hpp"
 #include "gpu_cases.hpp"
 
@@ -72,17 +73,7 @@ TEST(CudaUnsupported, HeadDimAbove256) {
 // ----- KV caches: not in this backend yet ---------------------------------------------
 
 CaseSpec cache_case(std::string label, int page_size, int q_len, int new_len, DType dtype) {
-  CaseSpec s;
-  s.label = std::move(label);
-  s.layout = CaseLayout::kv_cache;
-  s.cached_lens = {37, 0, 70};
-  s.page_size = page_size;
-  s.q_len = q_len;
-  s.new_len = new_len;
-  s.heads_q = 4;
-  s.heads_kv = 2;
-  s.head_dim = 64;
-  s.options.causal = true;
+  CaseSpec s = kv_cache_case(std::move(label), page_size, q_len, new_len);
   s.dtype = dtype;
   return s;
 }
