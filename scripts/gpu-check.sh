@@ -82,10 +82,10 @@ if wants ctest; then
     sed -n '/The following tests FAILED/,$p' "$logs/ctest.log" | grep -E '\((Failed|Timeout|Exception|SEGFAULT|Subprocess)' |
       head -40 | sed 's/^[[:space:]]*/    - /' >>"$summary"
   fi
-  # Largest error against the float64 oracle per dtype and quantity over the
+  # Largest error against the float64 oracle per dtype, backend and quantity over the
   # GPU tests (each prints its ledger), with the test that reached it.
   say ""
-  say "Largest errors of the GPU tests against the float64 oracle:"
+  say "Largest errors of the GPU tests against the float64 oracle (dtype, backend, quantity):"
   say ""
   say '```'
   awk 'NR == FNR {

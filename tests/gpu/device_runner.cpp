@@ -284,37 +284,38 @@ MaxAbsBound gpu_max_abs_bound(DType dtype) {
 
 namespace {
 
-void expect_max_abs_of(const ErrorStats& e, double bound, DType dtype, const char* name, const char* quantity) {
+void expect_max_abs_of(const ErrorStats& e, double bound, DType dtype, const char* name, const char* quantity,
+                       Backend backend) {
   if (e.compared == 0 || e.mismatches > 0 || !(e.ref_max_abs > 0.0)) return;  // already failed, or nothing to scale by
   const double ratio = e.max_abs / e.ref_max_abs;
   EXPECT_LE(ratio, bound) << name << ": max |got - ref| / max |ref| = " << ratio << " over " << bound << "; "
                           << e.describe();
-  record_error(dtype, quantity, ratio);
+  record_error(dtype, quantity, ratio, backend);
 }
 
 }  // namespace
 
-void expect_max_abs(const ForwardErrors& errors, DType dtype) {
+void expect_max_abs(const ForwardErrors& errors, DType dtype, Backend backend) {
   if (dtype == DType::f32) return;  // default_tolerance bounds f32 out by max-abs already
-  expect_max_abs_of(errors.out, gpu_max_abs_bound(dtype).out, dtype, "out", "out max_abs/scale");
+  expect_max_abs_of(errors.out, gpu_max_abs_bound(dtype).out, dtype, "out", "out max_abs/scale", backend);
 }
 
-void expect_max_abs(const BackwardErrors& errors, DType dtype) {
+void expect_max_abs(const BackwardErrors& errors, DType dtype, Backend backend) {
   const double bound = gpu_max_abs_bound(dtype).grad;
-  expect_max_abs_of(errors.dq, bound, dtype, "dq", "dq max_abs/scale");
-  expect_max_abs_of(errors.dk, bound, dtype, "dk", "dk max_abs/scale");
-  expect_max_abs_of(errors.dv, bound, dtype, "dv", "dv max_abs/scale");
+  expect_max_abs_of(errors.dq, bound, dtype, "dq", "dq max_abs/scale", backend);
+  expect_max_abs_of(errors.dk, bound, dtype, "dk", "dk max_abs/scale", backend);
+  expect_max_abs_of(errors.dv, bound, dtype, "dv", "dv max_abs/scale", backend);
 }
 
 ForwardErrors check_forward_gpu(AttentionCase& c, Runner& runner) {
   const ForwardErrors errors = check_forward(c, runner);
-  expect_max_abs(errors, c.spec().dtype);
+  expect_max_abs(errors, c.spec().dtype, runner.backend());
   return errors;
 }
 
 BackwardErrors check_backward_gpu(AttentionCase& c, Runner& runner) {
   const BackwardErrors errors = check_backward(c, runner);
-  expect_max_abs(errors, c.spec().dtype);
+  expect_max_abs(errors, c.spec().dtype, runner.backend());
   return errors;
 }
 

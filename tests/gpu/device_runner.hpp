@@ -95,8 +95,8 @@ struct MaxAbsBound {
   double grad = 0.0;
 };
 MaxAbsBound gpu_max_abs_bound(DType dtype);
-void expect_max_abs(const ForwardErrors& errors, DType dtype);
-void expect_max_abs(const BackwardErrors& errors, DType dtype);
+void expect_max_abs(const ForwardErrors& errors, DType dtype, Backend backend);
+void expect_max_abs(const BackwardErrors& errors, DType dtype, Backend backend);
 
 // check_forward / check_backward with the default tolerances plus the bounds above.
 ForwardErrors check_forward_gpu(AttentionCase& c, Runner& runner);
