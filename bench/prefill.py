@@ -9,8 +9,11 @@ CUDA contexts compete), then the PyTorch peers on the same shapes, timed the
 same way: per point one checked call, a warm-up (>= --warmup-ms and >= 3
 calls), then calls timed one by one between CUDA events with the L2 cache
 overwritten before each (as triton.testing.do_bench does), median reported.
-Writes prefill.json, prefill.md and prefill.png into --out-dir (see
-bench/plot_prefill.py; bench/README.md says what is measured).
+Then the small shapes (B=1, H=16, S=128 and 512: `"sweep": "small"` rows),
+where the per-call time is mostly overhead; for every point also the first
+call's host wall time (cudnn builds its graphs then) and the median host time
+to launch a call. Writes prefill.json, prefill.md and prefill.png into
+--out-dir (see bench/plot_prefill.py; bench/README.md says what is measured).
 """
 
 from __future__ import annotations
@@ -36,7 +39,9 @@ MASKS = ["none", "causal"]
 CUFLASH_BACKENDS = {"cuflash_cuda": "cuda", "cuflash_cudnn": "cudnn"}
 TORCH_BACKENDS = {"torch_flash": "FLASH_ATTENTION", "torch_cudnn": "CUDNN_ATTENTION",
                   "torch_efficient": "EFFICIENT_ATTENTION"}
-DEFAULT_BACKENDS = ["cuflash_cuda", "torch_flash", "torch_cudnn", "torch_efficient"]
+DEFAULT_BACKENDS = ["cuflash_cuda", "cuflash_cudnn", "torch_flash", "torch_cudnn", "torch_efficient"]
+# The small shapes: one sequence of 16 heads, where a call is mostly overhead.
+SMALL_BATCH, SMALL_HEADS, SMALL_SEQLENS = 1, 16, [128, 512]
 
 
 def log(message: str) -> None:
@@ -52,18 +57,27 @@ def flops(pass_name: str, batch: int, heads: int, seqlen: int, head_dim: int, ca
     return count
 
 
-def points(args) -> list[dict]:
+def points(args, sweep: str = "prefill") -> list[dict]:
+    if sweep == "small":
+        return [dict(pass_name=p, head_dim=d, causal=m == "causal", seqlen=s, batch=SMALL_BATCH, heads=SMALL_HEADS,
+                     sweep="small")
+                for p in args.passes for d in args.head_dims for m in args.masks for s in args.small_seqlens]
     return [dict(pass_name=p, head_dim=d, causal=m == "causal", seqlen=s, batch=TOKENS // s, heads=HIDDEN // d)
             for p in args.passes for d in args.head_dims for m in args.masks for s in args.seqlens]
 
 
-def run_cuflash(args, backends: list[str]) -> list[dict]:
+def run_cuflash(args, backends: list[str], sweep: str = "prefill") -> list[dict]:
     """All cuflash backends in one `cuflash bench` process; a point it does
     not report gets an error row, so the merge still shows it."""
-    command = [args.cuflash, "bench", "--sweep", "prefill", "--json",
+    if sweep == "small":
+        shape = ["--batch", str(SMALL_BATCH), "--heads", str(SMALL_HEADS),
+                 "--seqlen", ",".join(map(str, args.small_seqlens))]
+    else:
+        shape = ["--sweep", "prefill", "--seqlen", ",".join(map(str, args.seqlens))]
+    command = [args.cuflash, "bench", *shape, "--json",
                "--backend", ",".join(CUFLASH_BACKENDS[b] for b in backends),
                "--pass", ",".join(args.passes), "--head-dim", ",".join(map(str, args.head_dims)),
-               "--mask", ",".join(args.masks), "--seqlen", ",".join(map(str, args.seqlens)),
+               "--mask", ",".join(args.masks),
                "--warmup-ms", str(args.warmup_ms), "--rep-ms", str(args.rep_ms),
                "--min-reps", str(args.min_reps), "--max-reps", str(args.max_reps)]
     log("running " + " ".join(command))
@@ -81,6 +95,8 @@ def run_cuflash(args, backends: list[str]) -> list[dict]:
                     log(f"cuflash printed a line that is not JSON: {line}")
                     continue
                 row["backend"] = "cuflash_" + row["backend"]
+                if sweep != "prefill":
+                    row["sweep"] = sweep
                 results.append(row)
                 log(progress(row))
         exit_code = process.returncode
@@ -89,15 +105,17 @@ def run_cuflash(args, backends: list[str]) -> list[dict]:
     if exit_code not in (0, None):
         log(f"cuflash bench exited with {exit_code} (1: some point failed, see the rows)")
     seen = {(r["backend"], r["pass"], r["head_dim"], r["causal"], r["seqlen"]) for r in results}
-    for point in points(args):
+    for point in points(args, sweep):
         for backend in backends:
             if (backend, point["pass_name"], point["head_dim"], point["causal"], point["seqlen"]) not in seen:
                 results.append(result_row(point, backend, error=f"no result from `cuflash bench` (exit code {exit_code})"))
     return results
 
 
-def result_row(point: dict, backend: str, *, median_ms=None, reps=0, error=None) -> dict:
+def result_row(point: dict, backend: str, *, median_ms=None, reps=0, error=None, first_call_ms=None,
+               host_us=None) -> dict:
     row = dict(backend=backend, reps=reps, error=error, median_ms=median_ms, tflops=None,
+               first_call_ms=first_call_ms, host_us=host_us,
                **{("pass" if k == "pass_name" else k): v for k, v in point.items()})
     if median_ms is not None and error is None:
         row["tflops"] = flops(point["pass_name"], point["batch"], point["heads"], point["seqlen"],
@@ -181,22 +199,26 @@ class TorchBench:
                         result.pop("out", None)
                     outputs = lambda: [result["out"]]  # noqa: E731
                 try:
+                    torch.cuda.synchronize()
+                    first_start = time.perf_counter()
                     before()
                     call()
+                    torch.cuda.synchronize()
+                    first_call_ms = (time.perf_counter() - first_start) * 1e3
                 except (RuntimeError, NotImplementedError, ValueError) as error:
                     # "No available kernel": PyTorch says why in warnings.
                     reasons = list(dict.fromkeys(str(w.message).strip() for w in caught))
                     message = str(error).strip().splitlines()[0] if str(error).strip() else type(error).__name__
                     return result_row(point, backend, error=" | ".join([message] + reasons)[:600])
-                torch.cuda.synchronize()
                 if not all(bool(torch.isfinite(x).all()) for x in outputs()):
                     return result_row(point, backend, error="outputs not finite after the call")
-                median_ms, reps = self.time_calls(call, before)
-                return result_row(point, backend, median_ms=median_ms, reps=reps)
+                median_ms, reps, host_us = self.time_calls(call, before)
+                return result_row(point, backend, median_ms=median_ms, reps=reps, first_call_ms=first_call_ms,
+                                  host_us=host_us)
         except torch.cuda.OutOfMemoryError as error:
             return result_row(point, backend, error=f"out of memory: {str(error).splitlines()[0]}")
 
-    def time_calls(self, call, before) -> tuple[float, int]:
+    def time_calls(self, call, before) -> tuple[float, int, float]:
         torch, args = self.torch, self.args
         start, stop = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
         warm_ms, warm_calls = 0.0, 0
@@ -212,17 +234,23 @@ class TorchBench:
         reps = min(max(math.ceil(args.rep_ms / max(warm_ms / warm_calls, 1e-3)), args.min_reps), args.max_reps)
         starts = [torch.cuda.Event(enable_timing=True) for _ in range(reps)]
         stops = [torch.cuda.Event(enable_timing=True) for _ in range(reps)]
+        host = []
         for i in range(reps):
             before()
             self.flush_buffer.zero_()
             starts[i].record()
+            launch = time.perf_counter()
             call()
+            host.append((time.perf_counter() - launch) * 1e6)
             stops[i].record()
         torch.cuda.synchronize()
-        times = sorted(a.elapsed_time(b) for a, b in zip(starts, stops))
-        middle = reps // 2
-        median = times[middle] if reps % 2 else 0.5 * (times[middle - 1] + times[middle])
-        return median, reps
+        return median(a.elapsed_time(b) for a, b in zip(starts, stops)), reps, median(host)
+
+
+def median(values) -> float:
+    values = sorted(values)
+    middle = len(values) // 2
+    return values[middle] if len(values) % 2 else 0.5 * (values[middle - 1] + values[middle])
 
 
 def git_commit() -> str:
@@ -236,7 +264,7 @@ def git_commit() -> str:
 
 def parse_args(argv=None):
     def int_list(text):
-        return [int(x) for x in text.split(",")]
+        return [int(x) for x in text.split(",") if x]
 
     def name_list(choices):
         def parse(text):
@@ -260,6 +288,8 @@ def parse_args(argv=None):
     parser.add_argument("--head-dims", type=int_list, default=HEAD_DIMS)
     parser.add_argument("--masks", type=name_list(MASKS), default=MASKS)
     parser.add_argument("--seqlens", type=int_list, default=SEQLENS)
+    parser.add_argument("--small-seqlens", type=int_list, default=SMALL_SEQLENS,
+                        help=f"the small shapes' lengths (B={SMALL_BATCH}, H={SMALL_HEADS}); '' for none")
     parser.add_argument("--dtype", choices=["bf16"], default="bf16")
     parser.add_argument("--torch-layout", choices=["bshd", "bhsd"], default="bshd",
                         help="PyTorch inputs: [B,H,S,D] views of [B,S,H,D] memory (as cuflash), or contiguous")
@@ -268,7 +298,10 @@ def parse_args(argv=None):
     parser.add_argument("--min-reps", type=int, default=10)
     parser.add_argument("--max-reps", type=int, default=1000)
     parser.add_argument("--seed", type=int, default=0)
+    parser.add_argument("--no-small", action="store_true", help="skip the small shapes")
     args = parser.parse_args(argv)
+    if args.no_small:
+        args.small_seqlens = []
     for s in args.seqlens:
         if s <= 0 or TOKENS % s:
             parser.error(f"--seqlens: {s} does not divide {TOKENS} tokens")
@@ -286,8 +319,11 @@ def main(argv=None) -> int:
     cuflash_backends = [b for b in args.backends if b in CUFLASH_BACKENDS]
     torch_backends = [b for b in args.backends if b in TORCH_BACKENDS]
 
-    # cuflash first, in its own process, before this one creates a CUDA context.
-    results = run_cuflash(args, cuflash_backends) if cuflash_backends else []
+    # cuflash first, in its own processes, before this one creates a CUDA context.
+    sweeps = ["prefill"] + (["small"] if args.small_seqlens else [])
+    results = []
+    for sweep in sweeps:
+        results += run_cuflash(args, cuflash_backends, sweep) if cuflash_backends else []
     cuflash_device = next((r["device"] for r in results if r.get("device")), None)
 
     import torch
@@ -299,7 +335,7 @@ def main(argv=None) -> int:
         log(f"note: cuflash reported device '{cuflash_device}', PyTorch '{device}'")
     if torch_backends:
         bench = TorchBench(args)
-        for point in points(args):
+        for point in [p for sweep in sweeps for p in points(args, sweep)]:
             for backend in torch_backends:
                 row = bench.measure(point, backend)
                 torch.cuda.empty_cache()  # the point's tensors died with measure()'s frame

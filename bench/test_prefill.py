@@ -117,6 +117,74 @@ class MergeAndReport(unittest.TestCase):
             plot_prefill.merge_rows(results, META)
 
 
+def fake_small_results() -> list[dict]:
+    args = prefill.parse_args([])
+    results = []
+    for point in prefill.points(args, "small"):
+        for backend, ms in (("torch_cudnn", 0.0110), ("cuflash_cudnn", 0.0105), ("cuflash_cuda", 0.0150)):
+            results.append(prefill.result_row(point, backend, median_ms=ms, reps=100, first_call_ms=120.0,
+                                              host_us=6.5))
+    return results
+
+
+class SmallShapes(unittest.TestCase):
+    def test_points(self):
+        args = prefill.parse_args([])
+        small = prefill.points(args, "small")
+        self.assertEqual(len(small), 16)  # 2 passes x 2 head dims x 2 masks x S=128,512
+        self.assertTrue(all(p["batch"] == 1 and p["heads"] == 16 and p["sweep"] == "small" for p in small))
+        self.assertEqual(prefill.points(prefill.parse_args(["--no-small"]), "small"), [])
+
+    def test_rows_stay_apart_and_get_their_own_section(self):
+        rows = plot_prefill.merge_rows(fake_results() + fake_small_results(), META)
+        self.assertEqual(len(rows), 48 + 16)
+        small = [row for row in rows if plot_prefill.is_small(row)]
+        self.assertEqual(len(small), 16)
+        self.assertEqual(small[0]["host_us"]["cuflash_cudnn"], 6.5)
+        self.assertEqual(small[0]["first_call_ms"]["torch_cudnn"], 120.0)
+        text = plot_prefill.render_markdown(rows)
+        self.assertIn("## Small problems (B=1, H=16): time per call, µs", text)
+        # 10.5 µs against 11.0: torch_cudnn time / cuflash_cudnn time.
+        self.assertIn("| fwd | 64 | none | 128 | 15.0 | 10.5 | 11.0 | 0.73 | 1.05 |", text)
+        self.assertIn("6.50 / 120.000", text.replace("6.5 / 120.0", "6.50 / 120.000"))
+        # The main tables and the shortfall list know nothing of them.
+        main = text.split("## Small problems")[0]
+        self.assertNotIn("| 128 | 1×16 |", main)
+        with tempfile.TemporaryDirectory() as out:
+            plot_prefill.write_report(rows, out)
+            with open(os.path.join(out, "prefill.json")) as f:
+                self.assertEqual(json.load(f), rows)
+
+    def test_the_cudnn_target_lists_its_shortfalls(self):
+        results = fake_results(with_failures=False)
+        for row in [r for r in results if r["backend"] == "torch_cudnn"]:
+            cudnn = dict(row, backend="cuflash_cudnn")
+            factor = 0.95 if row["seqlen"] == 512 else 1.0
+            cudnn["tflops"] = row["tflops"] * factor
+            cudnn["median_ms"] = row["median_ms"] / factor
+            results.append(cudnn)
+        text = plot_prefill.render_markdown(plot_prefill.merge_rows(results, META))
+        self.assertIn("## Points where cuflash_cudnn / torch_cudnn < 0.97", text)
+        section = text.split("## Points where cuflash_cudnn / torch_cudnn < 0.97")[1].split("##")[0]
+        self.assertEqual(section.count("S=512: 0.95"), 8)
+
+
+def captured_commands(run) -> tuple[list, object]:
+    """The command lines `run()` hands to subprocess.Popen (which runs nothing), and run's result."""
+    captured = []
+    real_popen = subprocess.Popen
+
+    def spy(command, **kwargs):
+        captured.append(command)
+        raise OSError("not run")
+    subprocess.Popen = spy
+    try:
+        result = run()
+    finally:
+        subprocess.Popen = real_popen
+    return captured, result
+
+
 class CuflashProcess(unittest.TestCase):
     def test_rows_from_a_fake_cuflash_and_missing_points(self):
         args = prefill.parse_args(["--passes", "fwd", "--head-dims", "64", "--seqlens", "512,1024"])
@@ -140,6 +208,15 @@ class CuflashProcess(unittest.TestCase):
         self.assertEqual(results[0]["tflops"], 275.0)
         self.assertTrue(all("exit code 1" in r["error"] for r in results[1:]))
 
+    def test_small_sweep_command(self):
+        args = prefill.parse_args(["--passes", "fwd"])
+        captured, results = captured_commands(lambda: prefill.run_cuflash(args, ["cuflash_cudnn"], "small"))
+        command = " ".join(captured[0])
+        self.assertIn("--batch 1 --heads 16 --seqlen 128,512", command)
+        self.assertNotIn("--sweep", command)
+        self.assertEqual(len(results), 8)
+        self.assertTrue(all(r["sweep"] == "small" and r["tflops"] is None for r in results))
+
     def test_missing_command(self):
         args = prefill.parse_args(["--passes", "fwd", "--head-dims", "64", "--seqlens", "512", "--masks", "none",
                                    "--cuflash", "/nonexistent/cuflash"])
@@ -150,20 +227,13 @@ class CuflashProcess(unittest.TestCase):
     @unittest.skipUnless(os.environ.get("CUFLASH_CLI"), "set CUFLASH_CLI to the cuflash command")
     def test_the_real_parser_accepts_the_command_line(self):
         args = prefill.parse_args([])
-        captured = []
-        real_popen = subprocess.Popen
-
-        def spy(command, **kwargs):
-            captured.append(command)
-            raise OSError("not run")
-        subprocess.Popen = spy
-        try:
-            prefill.run_cuflash(args, ["cuflash_cuda", "cuflash_cudnn"])
-        finally:
-            subprocess.Popen = real_popen
-        command = [os.environ["CUFLASH_CLI"]] + captured[0][1:] + ["--help"]  # --help last: every flag is parsed first
-        done = subprocess.run(command, capture_output=True, text=True)
-        self.assertEqual(done.returncode, 0, done.stderr)
+        captured, _ = captured_commands(lambda: prefill.run_cuflash(args, ["cuflash_cuda", "cuflash_cudnn"]))
+        captured += captured_commands(lambda: prefill.run_cuflash(args, ["cuflash_cuda", "cuflash_cudnn"], "small"))[0]
+        self.assertEqual(len(captured), 2)
+        for sweep_command in captured:
+            command = [os.environ["CUFLASH_CLI"]] + sweep_command[1:] + ["--help"]  # --help last: every flag parsed first
+            done = subprocess.run(command, capture_output=True, text=True)
+            self.assertEqual(done.returncode, 0, done.stderr)
         bad = subprocess.run([os.environ["CUFLASH_CLI"], "bench", "--rep-ms", "x"], capture_output=True, text=True)
         self.assertEqual(bad.returncode, 2)
         self.assertEqual(bad.stderr.count("\n"), 1)

@@ -1,7 +1,9 @@
 #!/usr/bin/env bash
 # Builds everything (library, cuflash command, tests) into build/: Release,
 # Ninja, all cores, after installing missing build tools (scripts/setup-deps.sh).
-# The CUDA targets are built when nvcc is found, on PATH or in /usr/local/cuda/bin.
+# The CUDA targets are built when nvcc is found, on PATH or in /usr/local/cuda/bin;
+# with them the cuDNN backend, when cuDNN 9 is found (cmake/cudnn.cmake) and the
+# cuDNN frontend headers are in .deps/ (fetched here by scripts/fetch-cudnn-frontend.sh).
 set -euo pipefail
 cd "$(dirname "${BASH_SOURCE[0]}")/.."
 
@@ -12,6 +14,10 @@ if ! command -v nvcc >/dev/null && [ -x /usr/local/cuda/bin/nvcc ]; then
 fi
 cuda=OFF
 if command -v nvcc >/dev/null; then cuda=ON; fi
+# Without the headers (no network, say) the build goes on without the cuDNN backend.
+if [ "$cuda" = ON ] && ! ./scripts/fetch-cudnn-frontend.sh; then
+  echo "build.sh: could not fetch the cuDNN frontend headers; building without the cuDNN backend" >&2
+fi
 
 # A build/ configured for another generator cannot be reused with Ninja.
 if [ -f build/CMakeCache.txt ] && ! grep -qx 'CMAKE_GENERATOR:INTERNAL=Ninja' build/CMakeCache.txt; then
@@ -22,7 +28,9 @@ fi
 start=$(date +%s)
 configure_log=$(mktemp)
 trap 'rm -f "$configure_log"' EXIT
-cmake -S . -B build -G Ninja -DCMAKE_BUILD_TYPE=Release -DCUFLASH_ENABLE_CUDA="$cuda" | tee "$configure_log"
+# CUFLASH_REQUIRE_CUDNN=ON (.ci/run sets it): with CUDA, a build without the cuDNN backend is an error.
+cmake -S . -B build -G Ninja -DCMAKE_BUILD_TYPE=Release -DCUFLASH_ENABLE_CUDA="$cuda" \
+  -DCUFLASH_REQUIRE_CUDNN="${CUFLASH_REQUIRE_CUDNN:-OFF}" | tee "$configure_log"
 cmake --build build -j "$(nproc)"
 
 # CMakeLists.txt reports "cuflash: CUDA backend ON|OFF (architectures: ...)".
@@ -34,4 +42,5 @@ elif [ "$cuda" = ON ]; then
 else
   echo "cuflash: CUDA targets OFF (architectures none: no nvcc found)"
 fi
+grep -h 'cuflash: cuDNN backend' "$configure_log" | tail -n 1 | sed 's/^-- //'
 echo "cuflash: build took $(($(date +%s) - start)) s"

@@ -16,11 +16,14 @@
 #                            (every kernel once with small shapes: forward bf16/fp16 at
 #                            head dims 32..256, causal, window/softcap/ALiBi, varlen,
 #                            split-KV, backward atomic and deterministic, the f32
-#                            path) and merge_states
+#                            path; backend cudnn's dense, varlen and KV-cache calls
+#                            and fix-up kernels) and merge_states
 #   CUFLASH_SANITIZE_TIMEOUT seconds per sanitizer run, default 300
 #   CUFLASH_BUILD_DIR        build directory, default build-gpu
-# GoogleTest: the system's if installed, else the sources carried in .deps/googletest
-# (scripts/stage-gpu-deps.sh puts them there; pass carry [".deps"]).
+# GoogleTest: the system's if installed, else the sources carried in .deps/googletest;
+# the cuDNN backend: the frontend headers carried in .deps/cudnn-frontend and
+# PyTorch's cuDNN (cmake/cudnn.cmake finds /opt/torch/.venv's wheel first)
+# (scripts/stage-gpu-deps.sh puts both in .deps/; pass carry [".deps"]).
 set -uo pipefail
 cd "$(dirname "$0")/.."
 build=${CUFLASH_BUILD_DIR:-build-gpu}
@@ -54,6 +57,7 @@ if wants build; then
       cmake --build "$build" -j "$(nproc)"; } >"$logs/build.log" 2>&1
   build_status=$?
   say "- build: status $build_status in $(( $(now) - start )) s"
+  say "- $(grep -h 'cuflash: cuDNN backend' "$logs/build.log" | tail -n 1 | sed 's/^-- //')"
   if [ $build_status -ne 0 ]; then
     say ""
     say '```'
@@ -78,10 +82,10 @@ if wants ctest; then
     sed -n '/The following tests FAILED/,$p' "$logs/ctest.log" | grep -E '\((Failed|Timeout|Exception|SEGFAULT|Subprocess)' |
       head -40 | sed 's/^[[:space:]]*/    - /' >>"$summary"
   fi
-  # Largest error against the float64 oracle per dtype and quantity over the
+  # Largest error against the float64 oracle per dtype, backend and quantity over the
   # GPU tests (each prints its ledger), with the test that reached it.
   say ""
-  say "Largest errors of the GPU tests against the float64 oracle:"
+  say "Largest errors of the GPU tests against the float64 oracle (dtype, backend, quantity):"
   say ""
   say '```'
   awk 'NR == FNR {
@@ -103,7 +107,7 @@ if wants ctest; then
   say '```'
   if grep -qF '[ note ]' "$logs/ctest.log"; then
     say ""
-    say "Notes (views off 16-byte rows: refused or computed):"
+    say "Notes (views off 16-byte rows: refused or computed; cuDNN graph build against a cached call):"
     say ""
     grep -F '[ note ]' "$logs/ctest.log" | sed 's/^.*\[ note \] */- /' | sort -u >>"$summary"
   fi

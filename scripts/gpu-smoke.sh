@@ -1,8 +1,9 @@
 #!/usr/bin/env bash
 # Developer's quick look on the GPU machine: builds the library and the
 # `cuflash` command only (no tests), then runs a handful of `cuflash run`
-# problems on backend=cuda, each checked against the float64 oracle, and a few
-# timing-only points. For the full suite use scripts/gpu-check.sh.
+# problems on backend=cuda (CUFLASH_SMOKE_BACKEND=cudnn: on cuDNN), each checked
+# against the float64 oracle, and a few timing-only points. For the full suite
+# use scripts/gpu-check.sh.
 #   scripts/gpu-smoke.sh [extra cuflash-run lines file]
 set -uo pipefail
 cd "$(dirname "$0")/.."
@@ -19,7 +20,7 @@ echo "build: $(( $(date +%s) - start )) s"
 cases=${1:-}
 run() {
   local out
-  out=$("$build/bin/cuflash" run --backend cuda "$@" 2>&1)
+  out=$("$build/bin/cuflash" run --backend "${CUFLASH_SMOKE_BACKEND:-cuda}" "$@" 2>&1)
   local status=$?
   printf '%-4s %s\n' "$([ $status -eq 0 ] && echo ok || echo FAIL)" "$*"
   echo "== $* (status $status)" >>"$logs/smoke.log"

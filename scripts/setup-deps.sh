@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
 # Installs from Debian what building and testing cuflash needs, when it is
-# missing: cmake, ninja-build, g++, libgtest-dev and python3. Idempotent: with
+# missing: cmake, ninja-build, g++, libgtest-dev, python3 and pip (which
+# scripts/fetch-cudnn-frontend.sh uses to fetch the cuDNN frontend). Idempotent: with
 # everything present it installs nothing and says what it found. The CUDA
 # toolkit is not installed here; scripts/build.sh uses nvcc when it finds one.
 set -euo pipefail
@@ -30,6 +31,11 @@ check_command ninja ninja-build
 check_command g++ g++
 check_command python3 python3
 check_package libgtest-dev
+if command -v python3 >/dev/null && python3 -m pip --version >/dev/null 2>&1; then
+  echo "setup-deps: found pip: $(python3 -m pip --version 2>&1 | head -n 1)"
+else
+  missing+=(python3-pip)
+fi
 
 if ((${#missing[@]} > 0)); then
   if ! command -v apt-get >/dev/null; then

@@ -1,6 +1,7 @@
 #include "bench_command.hpp"
 
 #include <algorithm>
+#include <chrono>
 #include <cmath>
 #include <cstdint>
 #include <cstdio>
@@ -30,6 +31,12 @@ struct BenchRow {
   Backend backend;
   int reps = 0;
   double median_ms = 0.0, min_ms = 0.0, max_ms = 0.0;
+  // Host wall time of the point's workspace queries and first call, up to GPU
+  // idle: for a backend that builds something per shape (cudnn's graphs) the
+  // build is in it.
+  double first_call_ms = 0.0;
+  // Median host time to launch one timed call (the per-call overhead the host pays).
+  double host_us = 0.0;
   std::optional<std::string> error;
 
   double tflops() const { return point.flops() / (median_ms * 1e-3) / 1e12; }
@@ -61,18 +68,19 @@ void print_json_row(const BenchRow& row, const BenchConfig& config, const std::s
               p.causal ? "true" : "false", dtype_name(config.dtype), config.deterministic ? "true" : "false",
               json_string(device).c_str(), p.flops());
   if (row.error)
-    std::printf("\"reps\": 0, \"median_ms\": null, \"min_ms\": null, \"max_ms\": null, \"tflops\": null, \"error\": %s}\n",
+    std::printf("\"reps\": 0, \"median_ms\": null, \"min_ms\": null, \"max_ms\": null, \"tflops\": null, "
+                "\"first_call_ms\": null, \"host_us\": null, \"error\": %s}\n",
                 json_string(*row.error).c_str());
   else
     std::printf("\"reps\": %d, \"median_ms\": %.6g, \"min_ms\": %.6g, \"max_ms\": %.6g, \"tflops\": %.6g, "
-                "\"error\": null}\n",
-                row.reps, row.median_ms, row.min_ms, row.max_ms, row.tflops());
+                "\"first_call_ms\": %.6g, \"host_us\": %.6g, \"error\": null}\n",
+                row.reps, row.median_ms, row.min_ms, row.max_ms, row.tflops(), row.first_call_ms, row.host_us);
   std::fflush(stdout);
 }
 
 void print_text_header() {
-  std::printf("%-6s %4s %5s %5s %6s %-6s %-7s %10s %10s %10s %5s %8s\n", "pass", "D", "heads", "batch", "seqlen",
-              "mask", "backend", "median ms", "min ms", "max ms", "reps", "TFLOP/s");
+  std::printf("%-6s %4s %5s %5s %6s %-6s %-7s %10s %10s %10s %5s %8s %9s %8s\n", "pass", "D", "heads", "batch",
+              "seqlen", "mask", "backend", "median ms", "min ms", "max ms", "reps", "TFLOP/s", "first ms", "host us");
 }
 
 void print_text_row(const BenchRow& row) {
@@ -82,7 +90,8 @@ void print_text_row(const BenchRow& row) {
   if (row.error)
     std::printf("failed: %s\n", row.error->c_str());
   else
-    std::printf("%10.4f %10.4f %10.4f %5d %8.1f\n", row.median_ms, row.min_ms, row.max_ms, row.reps, row.tflops());
+    std::printf("%10.4f %10.4f %10.4f %5d %8.1f %9.2f %8.1f\n", row.median_ms, row.min_ms, row.max_ms, row.reps,
+                row.tflops(), row.first_call_ms, row.host_us);
   std::fflush(stdout);
 }
 
@@ -248,12 +257,16 @@ void measure(const BenchConfig& config, BenchMemory& memory, std::deque<Event>& 
   }
 
   auto fail = [&row](const Status& status) { row.error = status.to_string(); };
+  using Clock = std::chrono::steady_clock;
+  // The workspace queries are part of a shape's first call: cudnn builds its graphs in the first of them.
+  const auto query_start = Clock::now();
   std::size_t bytes = 0, backward_bytes = 0;
   if (Status status = forward_workspace_size(forward, options, &bytes); !status.ok()) return fail(status);
   if (backward) {
     if (Status status = backward_workspace_size(grad, options, &backward_bytes); !status.ok()) return fail(status);
     bytes = std::max(bytes, backward_bytes);
   }
+  const double query_ms = std::chrono::duration<double, std::milli>(Clock::now() - query_start).count();
   const RunContext context{nullptr, memory.workspace(bytes), bytes};
   auto call = [&]() -> Status {
     CUFLASH_TRY(attention_forward(forward, options, context));
@@ -270,8 +283,11 @@ void measure(const BenchConfig& config, BenchMemory& memory, std::deque<Event>& 
   for (const auto& [name, buffer] : outputs)
     check_cuda(cudaMemset(buffer->data(), 0xff, elements * dtype_size(config.dtype)), "cudaMemset");
   check_cuda(cudaMemset(memory.lse.data(), 0xff, rows * sizeof(float)), "cudaMemset");
+  check_cuda(cudaDeviceSynchronize(), "cudaDeviceSynchronize before the first call");
+  const auto first_start = Clock::now();
   if (Status status = call(); !status.ok()) return fail(status);
   check_cuda(cudaDeviceSynchronize(), "cudaDeviceSynchronize after the first call");
+  row.first_call_ms = query_ms + std::chrono::duration<double, std::milli>(Clock::now() - first_start).count();
   std::string bad;
   for (const auto& [name, buffer] : outputs)
     if (const std::size_t n = count_nonfinite(*buffer, elements, config.dtype); n > 0)
@@ -307,10 +323,13 @@ void measure(const BenchConfig& config, BenchMemory& memory, std::deque<Event>& 
 
   // Timed calls, queued back to back (the host stays ahead of the GPU), each
   // between its own pair of events, the L2 overwritten before each.
+  std::vector<double> host_us(reps);
   for (int i = 0; i < reps; ++i) {
     memory.flush_l2();
     starts[i].record();
+    const auto launch = Clock::now();
     if (Status status = call(); !status.ok()) return fail(status);
+    host_us[i] = std::chrono::duration<double, std::micro>(Clock::now() - launch).count();
     stops[i].record();
   }
   check_cuda(cudaDeviceSynchronize(), "cudaDeviceSynchronize after the timed calls");
@@ -321,6 +340,8 @@ void measure(const BenchConfig& config, BenchMemory& memory, std::deque<Event>& 
   row.median_ms = reps % 2 ? times[reps / 2] : 0.5 * (times[reps / 2 - 1] + times[reps / 2]);
   row.min_ms = times.front();
   row.max_ms = times.back();
+  std::sort(host_us.begin(), host_us.end());
+  row.host_us = reps % 2 ? host_us[reps / 2] : 0.5 * (host_us[reps / 2 - 1] + host_us[reps / 2]);
 }
 
 #endif  // CUFLASH_WITH_CUDA
@@ -358,6 +379,8 @@ int bench_command(const BenchConfig& config) {
     std::printf("timing: CUDA-event median per call after a %g ms warm-up%s; TFLOP/s = 4*B*H*S*S*D"
                 " (/2 causal, x3.5 fwdbwd) / median\n",
                 config.warmup_ms, config.flush_l2 ? ", L2 overwritten before each call" : "");
+    std::printf("first ms: host wall time of the point's first call (cudnn builds its graphs then); host us: median"
+                " host time to launch one call\n");
     print_text_header();
   }
   int failed = 0;

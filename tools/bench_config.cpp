@@ -270,6 +270,9 @@ void print_bench_help(std::FILE* stream) {
                "H = hidden/head-dim unless given). Per point: one checked call (outputs must be finite),\n"
                "a warm-up, then calls timed one by one with CUDA events (L2 overwritten before each);\n"
                "the median is reported. TFLOP/s: 4*B*H*S*S*D, halved when causal, x3.5 for fwdbwd.\n"
+               "Also per point: the host wall time of its first call (first ms: a backend that builds\n"
+               "per shape, like cudnn's graphs, builds then) and the median host time to launch one call\n"
+               "(host us: the per-call overhead).\n"
                "A point that fails prints its Status and the sweep goes on. Exit code 0: every point\n"
                "ran; 1: some point failed, or no GPU; 2: a bad flag.\n\n"
                "flags:\n");

@@ -2,6 +2,7 @@
 
 #include <string>
 
+#include "auto_table.hpp"
 #include "tensor_checks.hpp"
 
 namespace cuflash::detail {
@@ -33,9 +34,10 @@ Status explicit_backend(Backend requested, Device device, const char* first_tens
   return {};
 }
 
+// `first_gpu`: the GPU backend auto tries first; the other is tried when it cannot run the call.
 template <typename ProblemT, typename Supports>
 Status choose(Backend requested, const ProblemT& problem, const char* first_tensor, Supports supports,
-              BackendImpl** chosen) {
+              Backend first_gpu, BackendImpl** chosen) {
   if (requested != Backend::automatic) {
     CUFLASH_TRY(explicit_backend(requested, problem.device, first_tensor, chosen));
     return supports(**chosen);
@@ -45,7 +47,8 @@ Status choose(Backend requested, const ProblemT& problem, const char* first_tens
     return supports(**chosen);
   }
   std::string reasons;
-  for (Backend candidate : {Backend::cuda, Backend::cudnn}) {
+  const Backend second_gpu = first_gpu == Backend::cuda ? Backend::cudnn : Backend::cuda;
+  for (Backend candidate : {first_gpu, second_gpu}) {
     BackendImpl* impl = nullptr;
     Status status = explicit_backend(candidate, problem.device, first_tensor, &impl);
     if (status.ok()) status = supports(*impl);
@@ -61,12 +64,18 @@ Status choose(Backend requested, const ProblemT& problem, const char* first_tens
 }  // namespace
 
 Status choose_backend(Backend requested, const Problem& problem, BackendImpl** chosen) {
-  return choose(requested, problem, "q", [&](const BackendImpl& impl) { return impl.supports(problem); }, chosen);
+  // The measured table is consulted only for auto on the GPU.
+  const Backend first_gpu = requested == Backend::automatic && problem.device.kind == DeviceKind::cuda
+                                ? preferred_gpu_backend(problem)
+                                : Backend::cuda;
+  return choose(requested, problem, "q", [&](const BackendImpl& impl) { return impl.supports(problem); }, first_gpu,
+                chosen);
 }
 
 Status choose_merge_backend(Backend requested, const MergeProblem& problem, BackendImpl** chosen) {
+  // Both GPU backends merge with the same kernel.
   return choose(requested, problem, "out_a", [&](const BackendImpl& impl) { return impl.supports_merge(problem); },
-                chosen);
+                Backend::cuda, chosen);
 }
 
 }  // namespace cuflash::detail

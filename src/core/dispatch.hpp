@@ -1,6 +1,8 @@
 // Choosing the backend for a validated call: the one asked for, or for
-// `auto` the first that supports it (host memory: cpu; GPU memory: cuda,
-// then cudnn). A backend that cannot run the call says why; nothing falls
+// `auto` the first that supports it (host memory: cpu; GPU memory: the
+// faster of cuda and cudnn for the call's shape by the measured table in
+// auto_table.hpp, then the other). Both GPU backends compute the same
+// function; a backend that cannot run the call says why, and nothing falls
 // back silently to a different function.
 #pragma once
 

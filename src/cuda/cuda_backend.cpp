@@ -7,6 +7,7 @@
 
 #include "backend.hpp"
 #include "common/cuda_check.hpp"
+#include "common/scratch.hpp"
 #include "common/varlen_tail.hpp"
 #include "simt/attention_f32.hpp"
 #include "sm80/flash_bwd.hpp"
@@ -16,36 +17,6 @@
 namespace cuflash::detail {
 
 namespace {
-
-// The caller's workspace, or (when it gave none) stream-ordered scratch from
-// the CUDA memory pool, freed on the same stream after the kernels.
-class Scratch {
- public:
-  Status acquire(const RunContext& context, std::size_t bytes, cudaStream_t stream) {
-    stream_ = stream;
-    if (bytes == 0) return {};
-    if (context.workspace != nullptr) {
-      if (context.workspace_bytes < bytes)
-        return Status::invalid("workspace: this call needs " + std::to_string(bytes) + " bytes, RunContext gives " +
-                               std::to_string(context.workspace_bytes) +
-                               " (ask forward_workspace_size/backward_workspace_size, or pass none)");
-      pointer_ = context.workspace;
-      return {};
-    }
-    CUFLASH_TRY(cuda_status(cudaMallocAsync(&pointer_, bytes, stream), "cudaMallocAsync(workspace)"));
-    owned_ = true;
-    return {};
-  }
-  ~Scratch() {
-    if (owned_) (void)cudaFreeAsync(pointer_, stream_);
-  }
-  void* get() const { return pointer_; }
-
- private:
-  void* pointer_ = nullptr;
-  bool owned_ = false;
-  cudaStream_t stream_ = nullptr;
-};
 
 class CudaBackend final : public BackendImpl {
  public:

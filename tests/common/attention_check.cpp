@@ -104,9 +104,10 @@ bool within(const ErrorStats& e, double max_abs_rel, double rel_l2) {
 
 }  // namespace
 
-void record_error(DType dtype, const char* quantity, double value) {
+void record_error(DType dtype, const char* quantity, double value, Backend backend) {
   std::lock_guard<std::mutex> lock(ledger().mutex);
-  double& worst = ledger().worst[std::string(dtype_label(dtype)) + " " + quantity];
+  const std::string where = backend == Backend::automatic ? "" : std::string(backend_name(backend)) + " ";
+  double& worst = ledger().worst[std::string(dtype_label(dtype)) + " " + where + quantity];
   if (!(value <= worst)) worst = value;  // NaN/inf stick
 }
 
@@ -147,12 +148,13 @@ ForwardErrors check_forward(AttentionCase& c, Runner& runner, const Tolerance& t
   EXPECT_TRUE(within(errors.out, tol.out_max_abs_rel, tol.out_rel_l2)) << "out: " << errors.out.describe();
   record_error(s.dtype, s.dtype == DType::f32 ? "out max_abs/scale" : "out rel_l2",
                s.dtype == DType::f32 ? errors.out.max_abs / std::max(errors.out.ref_max_abs, 1e-300)
-                                     : errors.out.rel_l2);
+                                     : errors.out.rel_l2,
+               runner.backend());
   if (!c.lse.empty()) {
     errors.lse = compare(c.lse, ref.lse);
     EXPECT_TRUE(errors.lse.mismatches == 0 && errors.lse.max_abs_floor1 <= tol.lse_max_abs)
         << "lse: " << errors.lse.describe();
-    record_error(s.dtype, "lse max_abs/max(1,|lse|)", errors.lse.max_abs_floor1);
+    record_error(s.dtype, "lse max_abs/max(1,|lse|)", errors.lse.max_abs_floor1, runner.backend());
   }
 
   expect_unchanged(q_before, c.q, "q");
@@ -202,9 +204,9 @@ BackwardErrors check_backward(AttentionCase& c, Runner& runner, const Tolerance&
   EXPECT_TRUE(all_written(c.dq, "dq"));
   EXPECT_TRUE(all_written(c.dk, "dk"));
   EXPECT_TRUE(all_written(c.dv, "dv"));
-  record_error(s.dtype, "dq rel_l2", errors.dq.rel_l2);
-  record_error(s.dtype, "dk rel_l2", errors.dk.rel_l2);
-  record_error(s.dtype, "dv rel_l2", errors.dv.rel_l2);
+  record_error(s.dtype, "dq rel_l2", errors.dq.rel_l2, runner.backend());
+  record_error(s.dtype, "dk rel_l2", errors.dk.rel_l2, runner.backend());
+  record_error(s.dtype, "dv rel_l2", errors.dv.rel_l2, runner.backend());
 
   expect_unchanged(q_before, c.q, "q");
   expect_unchanged(k_before, c.k, "k");

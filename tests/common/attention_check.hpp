@@ -63,8 +63,9 @@ ForwardErrors check_forward(AttentionCase& c, Runner& runner);
 BackwardErrors check_backward(AttentionCase& c, Runner& runner, const Tolerance& tolerance);
 BackwardErrors check_backward(AttentionCase& c, Runner& runner);
 
-// Largest error seen so far per dtype and quantity, printed when the test
-// program ends (for reports on how much margin the tolerances leave).
-void record_error(DType dtype, const char* quantity, double value);
+// Largest error seen so far per dtype, backend and quantity, printed when the
+// test program ends (for reports on how much margin the tolerances leave).
+// Backend::automatic: no backend in the key.
+void record_error(DType dtype, const char* quantity, double value, Backend backend = Backend::automatic);
 
 }  // namespace cuflash::test

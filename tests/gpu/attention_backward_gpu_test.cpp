@@ -1,20 +1,18 @@
 // backend=cuda backward against the oracle's analytic float64 gradients (dq,
-// dk, dv), fed the oracle's exact forward (out rounded to the dtype, lse to
-// f32): the CPU suite's dense and varlen cases plus head dims, lengths 1, 63,
-// 65, 1000, 4097, GQA/MQA, windows, softcap, ALiBi and strided views. The
-// default backward accumulates dq with atomics; deterministic = true must give
-// the same bits twice. Gradients start as NaN on the device.
+// dk, dv) over the GPU backward matrix (backward_matrix.hpp), fed the
+// oracle's exact forward (out rounded to the dtype, lse to f32). The default
+// backward accumulates dq with atomics; deterministic = true must give the
+// same bits twice. Gradients start as NaN on the device.
 #include <gtest/gtest.h>
 
-#include <string>
-#include <tuple>
-#include <vector>
-
+#include "backward_matrix.hpp"
 #include "device_runner.hpp"
 #include "gpu_cases.hpp"
 
 namespace cuflash::test {
 namespace {
+
+namespace matrix = backward_matrix;
 
 class CudaBackward : public ::testing::TestWithParam<CaseSpec> {};
 
@@ -26,299 +24,29 @@ TEST_P(CudaBackward, MatchesOracle) {
   check_backward_gpu(c, runner);
 }
 
-// 2 sequences, 4 query heads over 2 KV heads of dimension 64 unless said otherwise.
-CaseSpec dense(std::string label, int q_len, int kv_len, int heads_q = 4, int heads_kv = 2, int head_dim = 64,
-               int batch = 2) {
-  return dense_case(std::move(label), q_len, kv_len, heads_q, heads_kv, head_dim, batch);
-}
-
-// ----- the CPU suite's dense cases ------------------------------------------------
-
-std::vector<CaseSpec> cpu_dense_cases() {
-  std::vector<CaseSpec> cases;
-  auto add = [&](CaseSpec s) { cases.push_back(std::move(s)); };
-  CaseSpec s;
-  add(dense("plain", 33, 33));
-  add(dense("q_shorter", 17, 70));
-  add(causal(dense("causal", 33, 33)));
-  add(causal(dense("causal_q_longer", 40, 17)));  // rows that see nothing: dq = 0 there
-  add(causal(dense("causal_q_shorter", 17, 40)));
-  const CaseSpec base = dense("", 33, 41);
-  add(variant(base, "window_5_3", [](CaseSpec& s) {
-    s.options.window_left = 5;
-    s.options.window_right = 3;
-  }));
-  add(variant(base, "causal_window_left_7", [](CaseSpec& s) {
-    s.options.causal = true;
-    s.options.window_left = 7;
-  }));
-  add(variant(base, "softcap_2", [](CaseSpec& s) { s.options.softcap = 2.0f; }));
-  add(variant(base, "softcap_10_scale_0_5", [](CaseSpec& s) {
-    s.options.softcap = 10.0f;
-    s.options.softmax_scale = 0.5f;
-  }));
-  add(variant(base, "alibi_per_head", [](CaseSpec& s) { s.alibi = AlibiKind::per_head; }));
-  add(variant(base, "alibi_per_batch_causal", [](CaseSpec& s) {
-    s.alibi = AlibiKind::per_batch;
-    s.options.causal = true;
-  }));
-  add(dense("gqa8", 25, 31, 8, 1));
-  s = dense("bhsd", 25, 31);
-  s.bhsd = true;
-  add(s);
-  s = causal(dense("combined_gqa8_causal_softcap_alibi_padded", 29, 37, 8, 1));
-  s.options.softcap = 3.0f;
-  s.alibi = AlibiKind::per_batch;
-  s.row_padding = 3;
-  add(s);
-  return cases;
-}
-
-std::vector<CaseSpec> dense_cases() {
-  std::vector<CaseSpec> f32;
-  for (const CaseSpec& s : cpu_dense_cases())
-    for (const char* keep : {"plain", "causal_q_longer", "window_5_3", "softcap_2", "alibi_per_batch_causal", "gqa8",
-                             "bhsd", "combined_gqa8_causal_softcap_alibi_padded"})
-      if (s.label == keep) f32.push_back(s);
-  return concat(for_gpu_dtypes(cpu_dense_cases(), kHalfDtypes), for_gpu_dtypes(f32, kF32));
-}
-
-// ----- head dims ------------------------------------------------------------------
-
-std::vector<CaseSpec> head_dim_cases() {
-  std::vector<CaseSpec> half, f32;
-  for (int d : kTensorCoreHeadDims) {
-    const std::string l = "d" + std::to_string(d);
-    half.push_back(dense(l, 13, 19, 2, 1, d));  // the CPU suite's shape
-    half.push_back(causal(dense(l + "_q65_k300_causal", 65, 300, 2, 1, d, 1)));
-  }
-  for (int d : {32, 40, 64, 80, 128, 160, 256}) f32.push_back(dense("d" + std::to_string(d), 13, 19, 2, 1, d));
-  return concat(for_gpu_dtypes(half, kHalfDtypes), for_gpu_dtypes(f32, kF32));
-}
-
-// ----- lengths 1, 63, 65, 1000, 4097 -----------------------------------------------
-// (Not kv_len 1: then dq = dk = 0 exactly, by cancellation, and a relative error means nothing.)
-
-std::vector<CaseSpec> length_cases() {
-  std::vector<CaseSpec> half = {
-      dense("q1_k63", 1, 63, 2, 1),
-      dense("q1_k4097_d128", 1, 4097, 2, 1, 128, 1),
-      dense("q63_k65", 63, 65, 2, 1),
-      dense("q65_k63", 65, 63, 2, 1),
-      dense("q255_k2", 255, 2, 2, 1),
-      dense("q1_k255", 1, 255, 2, 1),
-      dense("q1024_k1024", 1024, 1024, 1, 1, 64, 1),
-      dense("q63_k1000", 63, 1000, 2, 1, 64, 1),
-      dense("q1000_k63", 1000, 63, 2, 1, 64, 1),
-      causal(dense("q255_k255_causal", 255, 255, 1, 1, 64, 1)),
-      causal(dense("q1000_k1000_causal_d128", 1000, 1000, 2, 1, 128, 1)),
-      dense("q65_k4097_d128", 65, 4097, 2, 1, 128, 1),
-      causal(dense("q4097_k65_causal", 4097, 65, 1, 1, 64, 1)),  // 4032 rows see nothing
-  };
-  std::vector<CaseSpec> cases = for_gpu_dtypes(half, kHalfDtypes);
-  // The largest: 4097 x 4097 for one head (the float64 backward oracle takes seconds).
-  cases.push_back(causal(dense("q4097_k4097_causal", 4097, 4097, 1, 1, 64, 1)));
-  cases.back().dtype = DType::bf16;
-  cases.push_back(causal(dense("q4097_k4097_causal_d128", 4097, 4097, 1, 1, 128, 1)));
-  cases.back().dtype = DType::f16;
-  cases.push_back(causal(dense("q4097_k4097_causal_window_256_d128", 4097, 4097, 1, 1, 128, 1)));
-  cases.back().options.window_left = 256;
-  cases.back().dtype = DType::bf16;
-  for (DType dtype : kHalfDtypes) {
-    cases.push_back(causal(dense("q1000_k1000_causal_d256", 1000, 1000, 1, 1, 256, 1)));
-    cases.back().dtype = dtype;
-  }
-  return concat(cases, for_gpu_dtypes({dense("q1_k63", 1, 63, 2, 1), dense("q63_k65", 63, 65, 2, 1),
-                                       causal(dense("q255_k255_causal", 255, 255, 1, 1, 64, 1)),
-                                       causal(dense("q1000_k1000_causal", 1000, 1000, 1, 1, 64, 1))},
-                                      kF32));
-}
-
-// ----- GQA / MQA ---------------------------------------------------------------
-
-std::vector<CaseSpec> gqa_cases() {
-  std::vector<CaseSpec> half;
-  for (auto [hq, hk, name] : std::vector<std::tuple<int, int, const char*>>{
-           {4, 2, "gqa2_h4_k2"}, {6, 2, "gqa3_h6_k2"}, {4, 1, "mqa_h4_k1"}, {8, 1, "mqa_h8_k1"}}) {
-    half.push_back(dense(name, 63, 65, hq, hk));
-    half.push_back(causal(dense(std::string(name) + "_q65_k300_causal_d128", 65, 300, hq, hk, 128, 1)));
-  }
-  return concat(for_gpu_dtypes(half, kHalfDtypes),
-                for_gpu_dtypes({dense("gqa3_h6_k2", 63, 65, 6, 2), dense("mqa_h8_k1", 63, 65, 8, 1)}, kF32));
-}
-
-// ----- windows, softcap, ALiBi, strides over several tiles: B=2, Sq=129, Sk=200 ----------
-
-std::vector<CaseSpec> option_cases() {
-  std::vector<CaseSpec> cases;
-  auto add = [&](CaseSpec s) { cases.push_back(std::move(s)); };
-  const CaseSpec base = dense("", 129, 200, 4, 2, 64);
-  add(variant(base, "window_left_32", [](CaseSpec& s) { s.options.window_left = 32; }));
-  add(variant(base, "window_right_16", [](CaseSpec& s) { s.options.window_right = 16; }));
-  add(variant(base, "window_40_24", [](CaseSpec& s) {
-    s.options.window_left = 40;
-    s.options.window_right = 24;
-  }));
-  add(variant(base, "causal_window_left_64", [](CaseSpec& s) {
-    s.options.causal = true;
-    s.options.window_left = 64;
-  }));
-  // (Not window (0, 0): every query would see one key, and dq = dk = 0 by cancellation.)
-  add(variant(base, "window_1_0_q_longer", [](CaseSpec& s) {
-    s.q_len = 200;
-    s.kv_len = 129;
-    s.options.window_left = 1;
-    s.options.window_right = 0;
-  }));
-  add(variant(base, "softcap_5", [](CaseSpec& s) { s.options.softcap = 5.0f; }));
-  add(variant(base, "softcap_2_causal_d128", [](CaseSpec& s) {
-    s.options.softcap = 2.0f;
-    s.options.causal = true;
-    s.head_dim = 128;
-  }));
-  add(variant(base, "alibi_per_head", [](CaseSpec& s) { s.alibi = AlibiKind::per_head; }));
-  add(variant(base, "alibi_per_batch_causal", [](CaseSpec& s) {
-    s.alibi = AlibiKind::per_batch;
-    s.options.causal = true;
-  }));
-  add(variant(base, "bhsd_padded", [](CaseSpec& s) {
-    s.bhsd = true;
-    s.row_padding = 8;
-  }));
-  add(variant(base, "scale_0_3", [](CaseSpec& s) { s.options.softmax_scale = 0.3f; }));
-  return for_gpu_dtypes(cases, kHalfDtypes);
-}
-
-// ----- varlen ----------------------------------------------------------------------
-
-// Query lengths 1, 63, 0, 65, 1000. (No sequence of one query over one key:
-// with GQA its dv is a sum of the group's dout rows that can cancel to an exact
-// 0, which check_backward would take for "no query sees this key" while dk
-// there is 0 only up to rounding.)
-const std::vector<int> kLongQ = {1, 63, 0, 65, 1000};
-const std::vector<int> kLongK = {7, 63, 0, 65, 1000};
-
-std::vector<CaseSpec> varlen_cases() {
-  std::vector<CaseSpec> cases;
-  auto add = [&](CaseSpec s) { cases.push_back(std::move(s)); };
-  // The CPU suite's: an empty sequence, a query sequence with no keys, and
-  // packed rows after cu_seqlens[B] (their dq, dk, dv must be written as 0).
-  add(causal(varlen_case("varlen_causal", {5, 0, 35, 7}, {12, 3, 20, 0}, 4, 2, 64)));
-  CaseSpec s = varlen_case("varlen_window_softcap_gqa", {5, 0, 35, 7}, {12, 3, 20, 0}, 8, 1, 64);
-  s.options.window_left = 4;
-  s.options.window_right = 6;
-  s.options.softcap = 2.0f;
-  add(s);
-  add(causal(varlen_case("long_causal_d128", kLongQ, kLongK, 4, 2, 128)));
-  const std::vector<CaseSpec> f32 = cases;
-  add(varlen_case("long_cross_mqa", {1000, 65, 1, 0, 63}, {63, 1000, 4097, 5, 0}, 4, 1, 64, 5));
-  s = causal(varlen_case("long_causal_unchecked_indices", kLongQ, kLongK, 4, 2, 64));
-  s.options.check_index_contents = false;
-  add(s);
-  s = varlen_case("bhsd_padded_gqa3", {63, 65, 0, 300}, {63, 65, 0, 300}, 6, 2, 96);
-  s.bhsd = true;
-  s.row_padding = 8;
-  add(s);
-  s = varlen_case("alibi_per_batch_window", {63, 65, 0, 300}, {100, 65, 7, 300}, 4, 2, 64);
-  s.alibi = AlibiKind::per_batch;
-  s.options.window_left = 50;
-  s.options.window_right = 10;
-  add(s);
-  for (int d : {32, 256})
-    add(causal(varlen_case("d" + std::to_string(d) + "_causal", {1, 130, 0, 65}, {65, 130, 9, 65}, 2, 1, d)));
-  std::vector<CaseSpec> all = concat(for_gpu_dtypes(cases, kHalfDtypes), for_gpu_dtypes(f32, kF32));
-  all.push_back(causal(varlen_case("long_4097_causal_gqa2", {4097, 65, 0, 1}, {4097, 65, 3, 70}, 2, 1, 64)));
-  all.back().dtype = DType::bf16;
-  return all;
-}
-
-INSTANTIATE_TEST_SUITE_P(Dense, CudaBackward, ::testing::ValuesIn(dense_cases()), CaseSpecName());
-INSTANTIATE_TEST_SUITE_P(HeadDims, CudaBackward, ::testing::ValuesIn(head_dim_cases()), CaseSpecName());
-INSTANTIATE_TEST_SUITE_P(Lengths, CudaBackward, ::testing::ValuesIn(length_cases()), CaseSpecName());
-INSTANTIATE_TEST_SUITE_P(Gqa, CudaBackward, ::testing::ValuesIn(gqa_cases()), CaseSpecName());
-INSTANTIATE_TEST_SUITE_P(Options, CudaBackward, ::testing::ValuesIn(option_cases()), CaseSpecName());
-INSTANTIATE_TEST_SUITE_P(Varlen, CudaBackward, ::testing::ValuesIn(varlen_cases()), CaseSpecName());
-
+INSTANTIATE_TEST_SUITE_P(Dense, CudaBackward, ::testing::ValuesIn(matrix::dense_cases()), CaseSpecName());
+INSTANTIATE_TEST_SUITE_P(HeadDims, CudaBackward, ::testing::ValuesIn(matrix::head_dim_cases()), CaseSpecName());
+INSTANTIATE_TEST_SUITE_P(Lengths, CudaBackward, ::testing::ValuesIn(matrix::length_cases()), CaseSpecName());
+INSTANTIATE_TEST_SUITE_P(Gqa, CudaBackward, ::testing::ValuesIn(matrix::gqa_cases()), CaseSpecName());
+INSTANTIATE_TEST_SUITE_P(Options, CudaBackward, ::testing::ValuesIn(matrix::option_cases()), CaseSpecName());
+INSTANTIATE_TEST_SUITE_P(Varlen, CudaBackward, ::testing::ValuesIn(matrix::varlen_cases()), CaseSpecName());
 // The compute-sanitizer subset: each backward kernel (atomic dq) once, small shapes.
-std::vector<CaseSpec> sanitize_cases() {
-  std::vector<CaseSpec> cases;
-  auto add = [&](CaseSpec s, DType dtype) {
-    s.dtype = dtype;
-    cases.push_back(std::move(s));
-  };
-  add(causal(dense("bwd_gqa_causal_d64", 65, 130, 4, 2, 64, 1)), DType::bf16);
-  add(dense("bwd_d128", 63, 65, 2, 1, 128, 1), DType::f16);
-  add(dense("bwd_d256", 33, 65, 2, 1, 256, 1), DType::bf16);
-  CaseSpec s = dense("bwd_window_softcap_alibi_d96_padded", 40, 70, 2, 2, 96, 1);
-  s.options.window_left = 16;
-  s.options.window_right = 8;
-  s.options.softcap = 5.0f;
-  s.alibi = AlibiKind::per_head;
-  s.row_padding = 8;
-  add(s, DType::f16);
-  add(causal(varlen_case("bwd_varlen_causal_d32", {5, 0, 70, 7}, {12, 3, 70, 0}, 4, 2, 32)), DType::bf16);
-  s = dense("bwd_d192_bhsd", 30, 40, 2, 1, 192, 1);
-  s.bhsd = true;
-  add(s, DType::f16);
-  add(causal(dense("bwd_f32_d64_causal", 17, 40, 4, 2, 64)), DType::f32);
-  add(varlen_case("bwd_f32_varlen_d80", {5, 0, 35, 7}, {12, 3, 20, 0}, 4, 2, 80), DType::f32);
-  return cases;
-}
+INSTANTIATE_TEST_SUITE_P(Sanitize, CudaBackward, ::testing::ValuesIn(matrix::sanitize_cases()), CaseSpecName());
 
-INSTANTIATE_TEST_SUITE_P(Sanitize, CudaBackward, ::testing::ValuesIn(sanitize_cases()), CaseSpecName());
-
-// ----- deterministic = true ------------------------------------------------------------
-// Two runs on the same inputs, each into fresh NaN-poisoned gradients, give the
-// same bits; several key blocks and a GQA group make many contributions meet
-// in one dq (over key blocks) and one dk/dv element (over the group's heads).
-
+// deterministic = true: several key blocks and a GQA group make many
+// contributions meet in one dq (over key blocks) and one dk/dv element (over
+// the group's heads).
 class CudaBackwardDeterministic : public ::testing::TestWithParam<CaseSpec> {};
 
 TEST_P(CudaBackwardDeterministic, TwoRunsBitwiseEqual) {
   SKIP_WITHOUT_GPU();
-  CUFLASH_TEST_RNG(rng);
-  CaseSpec spec = GetParam();
-  spec.options.deterministic = true;
-  AttentionCase c(spec, rng.engine());
-  DeviceRunner runner;
-  check_backward_gpu(c, runner);
-  if (HasFailure()) return;
-  const HostTensor dq = c.dq, dk = c.dk, dv = c.dv;
-  c.dq.poison();
-  c.dk.poison();
-  c.dv.poison();
-  const Status status = runner.backward(c, c.options(Backend::cuda));
-  ASSERT_TRUE(status.ok()) << status.to_string();
-  EXPECT_TRUE(same_bytes(dq, c.dq)) << "dq differs between two deterministic runs";
-  EXPECT_TRUE(same_bytes(dk, c.dk)) << "dk differs between two deterministic runs";
-  EXPECT_TRUE(same_bytes(dv, c.dv)) << "dv differs between two deterministic runs";
+  check_deterministic_backward(GetParam(), Backend::cuda);
 }
 
-std::vector<CaseSpec> deterministic_cases() {
-  std::vector<CaseSpec> cases;
-  auto add = [&](CaseSpec s, DType dtype) {
-    s.dtype = dtype;
-    cases.push_back(std::move(s));
-  };
-  add(causal(dense("s1000_gqa4_causal_d64", 1000, 1000, 4, 1, 64, 1)), DType::bf16);
-  add(causal(dense("s1000_gqa4_causal_d128", 1000, 1000, 4, 1, 128, 1)), DType::bf16);
-  add(dense("s1000_gqa4_d128", 1000, 1000, 4, 1, 128, 1), DType::f16);
-  add(causal(varlen_case("varlen_gqa4_causal", {5, 0, 300, 65}, {5, 0, 300, 65}, 4, 1, 64)), DType::f16);
-  add(causal(dense("s300_gqa4_causal_d64", 300, 300, 4, 1, 64, 1)), DType::f32);
-  return cases;
-}
-
-std::vector<CaseSpec> sanitize_deterministic_cases() {
-  std::vector<CaseSpec> cases = {causal(dense("det_s300_gqa4_causal_d64", 300, 300, 4, 1, 64, 1)),
-                                 dense("det_s200_gqa2_d128", 200, 200, 4, 2, 128, 1)};
-  cases[0].dtype = DType::bf16;
-  cases[1].dtype = DType::f16;
-  return cases;
-}
-
-INSTANTIATE_TEST_SUITE_P(Gqa, CudaBackwardDeterministic, ::testing::ValuesIn(deterministic_cases()), CaseSpecName());
-INSTANTIATE_TEST_SUITE_P(Sanitize, CudaBackwardDeterministic, ::testing::ValuesIn(sanitize_deterministic_cases()),
+INSTANTIATE_TEST_SUITE_P(Gqa, CudaBackwardDeterministic, ::testing::ValuesIn(matrix::deterministic_cases()),
                          CaseSpecName());
+INSTANTIATE_TEST_SUITE_P(Sanitize, CudaBackwardDeterministic,
+                         ::testing::ValuesIn(matrix::sanitize_deterministic_cases()), CaseSpecName());
 
 }  // namespace
 }  // namespace cuflash::test

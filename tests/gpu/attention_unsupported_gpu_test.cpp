@@ -8,59 +8,19 @@
 // the default stream.
 #include <gtest/gtest.h>
 
-#include <algorithm>
-#include <cctype>
 #include <cstdio>
 #include <ostream>
 #include <string>
 #include <vector>
 
+#include "common/kv_cache_cases.hpp"
 #include "device_runner.hpp"
 #include "gpu_cases.hpp"
 
 namespace cuflash::test {
 namespace {
 
-enum class Pass { forward, backward };
-
-const char* pass_name(Pass pass) { return pass == Pass::forward ? "forward" : "backward"; }
-
-std::string lowercase(std::string s) {
-  std::transform(s.begin(), s.end(), s.begin(), [](unsigned char ch) { return static_cast<char>(std::tolower(ch)); });
-  return s;
-}
-
-// Every tensor of the case, byte for byte.
-void expect_case_unchanged(const AttentionCase& before, const AttentionCase& after) {
-  const std::pair<const HostTensor AttentionCase::*, const char*> tensors[] = {
-      {&AttentionCase::q, "q"},         {&AttentionCase::k, "k"},         {&AttentionCase::v, "v"},
-      {&AttentionCase::out, "out"},     {&AttentionCase::lse, "lse"},     {&AttentionCase::dout, "dout"},
-      {&AttentionCase::dq, "dq"},       {&AttentionCase::dk, "dk"},       {&AttentionCase::dv, "dv"},
-      {&AttentionCase::k_new, "k_new"}, {&AttentionCase::v_new, "v_new"}, {&AttentionCase::alibi, "alibi"},
-  };
-  for (const auto& [member, name] : tensors)
-    EXPECT_TRUE(same_bytes(before.*member, after.*member)) << name << " was written by a call that failed";
-}
-
-Status run_pass(DeviceRunner& runner, AttentionCase& c, Pass pass, Backend backend = Backend::cuda) {
-  return pass == Pass::forward ? runner.forward(c, c.options(backend)) : runner.backward(c, c.options(backend));
-}
-
-// The call answers `unsupported`, its message contains every one of
-// `must_mention`, and no tensor changed.
-void expect_refused(AttentionCase& c, DeviceRunner& runner, Pass pass, const std::vector<std::string>& must_mention,
-                    Backend backend = Backend::cuda) {
-  SCOPED_TRACE(pass_name(pass));
-  const AttentionCase before = c;
-  const Status status = run_pass(runner, c, pass, backend);
-  EXPECT_EQ(status.code(), StatusCode::unsupported) << status.to_string();
-  for (const std::string& word : must_mention)
-    EXPECT_NE(lowercase(status.message()).find(lowercase(word)), std::string::npos)
-        << "the message should mention \"" << word << "\": " << status.message();
-  EXPECT_EQ(runner.last_workspace_status.code(), StatusCode::unsupported)
-      << "workspace query: " << runner.last_workspace_status.to_string();
-  expect_case_unchanged(before, c);
-}
+using Pass = TestPass;
 
 // ----- head dims the tensor-core kernels do not have ------------------------------
 
@@ -113,17 +73,7 @@ TEST(CudaUnsupported, HeadDimAbove256) {
 // ----- KV caches: not in this backend yet ---------------------------------------------
 
 CaseSpec cache_case(std::string label, int page_size, int q_len, int new_len, DType dtype) {
-  CaseSpec s;
-  s.label = std::move(label);
-  s.layout = CaseLayout::kv_cache;
-  s.cached_lens = {37, 0, 70};
-  s.page_size = page_size;
-  s.q_len = q_len;
-  s.new_len = new_len;
-  s.heads_q = 4;
-  s.heads_kv = 2;
-  s.head_dim = 64;
-  s.options.causal = true;
+  CaseSpec s = kv_cache_case(std::move(label), page_size, q_len, new_len);
   s.dtype = dtype;
   return s;
 }

@@ -1,8 +1,12 @@
 #include "device_runner.hpp"
 
+#include "gpu_cases.hpp"
+
 #include <cuda_runtime_api.h>
 
 #include <algorithm>
+#include <cctype>
+#include <cmath>
 #include <cstdlib>
 #include <memory>
 #include <string>
@@ -280,38 +284,128 @@ MaxAbsBound gpu_max_abs_bound(DType dtype) {
 
 namespace {
 
-void expect_max_abs_of(const ErrorStats& e, double bound, DType dtype, const char* name, const char* quantity) {
+void expect_max_abs_of(const ErrorStats& e, double bound, DType dtype, const char* name, const char* quantity,
+                       Backend backend) {
   if (e.compared == 0 || e.mismatches > 0 || !(e.ref_max_abs > 0.0)) return;  // already failed, or nothing to scale by
   const double ratio = e.max_abs / e.ref_max_abs;
   EXPECT_LE(ratio, bound) << name << ": max |got - ref| / max |ref| = " << ratio << " over " << bound << "; "
                           << e.describe();
-  record_error(dtype, quantity, ratio);
+  record_error(dtype, quantity, ratio, backend);
 }
 
 }  // namespace
 
-void expect_max_abs(const ForwardErrors& errors, DType dtype) {
+void expect_max_abs(const ForwardErrors& errors, DType dtype, Backend backend) {
   if (dtype == DType::f32) return;  // default_tolerance bounds f32 out by max-abs already
-  expect_max_abs_of(errors.out, gpu_max_abs_bound(dtype).out, dtype, "out", "out max_abs/scale");
+  expect_max_abs_of(errors.out, gpu_max_abs_bound(dtype).out, dtype, "out", "out max_abs/scale", backend);
 }
 
-void expect_max_abs(const BackwardErrors& errors, DType dtype) {
+void expect_max_abs(const BackwardErrors& errors, DType dtype, Backend backend) {
   const double bound = gpu_max_abs_bound(dtype).grad;
-  expect_max_abs_of(errors.dq, bound, dtype, "dq", "dq max_abs/scale");
-  expect_max_abs_of(errors.dk, bound, dtype, "dk", "dk max_abs/scale");
-  expect_max_abs_of(errors.dv, bound, dtype, "dv", "dv max_abs/scale");
+  expect_max_abs_of(errors.dq, bound, dtype, "dq", "dq max_abs/scale", backend);
+  expect_max_abs_of(errors.dk, bound, dtype, "dk", "dk max_abs/scale", backend);
+  expect_max_abs_of(errors.dv, bound, dtype, "dv", "dv max_abs/scale", backend);
 }
 
 ForwardErrors check_forward_gpu(AttentionCase& c, Runner& runner) {
   const ForwardErrors errors = check_forward(c, runner);
-  expect_max_abs(errors, c.spec().dtype);
+  expect_max_abs(errors, c.spec().dtype, runner.backend());
   return errors;
 }
 
 BackwardErrors check_backward_gpu(AttentionCase& c, Runner& runner) {
   const BackwardErrors errors = check_backward(c, runner);
-  expect_max_abs(errors, c.spec().dtype);
+  expect_max_abs(errors, c.spec().dtype, runner.backend());
   return errors;
+}
+
+// ----- checks the backends' suites share -----------------------------------------
+
+const char* test_pass_name(TestPass pass) { return pass == TestPass::forward ? "forward" : "backward"; }
+
+Status run_pass(DeviceRunner& runner, AttentionCase& c, TestPass pass, Backend backend) {
+  return pass == TestPass::forward ? runner.forward(c, c.options(backend)) : runner.backward(c, c.options(backend));
+}
+
+void expect_case_unchanged(const AttentionCase& before, const AttentionCase& after) {
+  const std::pair<const HostTensor AttentionCase::*, const char*> tensors[] = {
+      {&AttentionCase::q, "q"},         {&AttentionCase::k, "k"},         {&AttentionCase::v, "v"},
+      {&AttentionCase::out, "out"},     {&AttentionCase::lse, "lse"},     {&AttentionCase::dout, "dout"},
+      {&AttentionCase::dq, "dq"},       {&AttentionCase::dk, "dk"},       {&AttentionCase::dv, "dv"},
+      {&AttentionCase::k_new, "k_new"}, {&AttentionCase::v_new, "v_new"}, {&AttentionCase::alibi, "alibi"},
+  };
+  for (const auto& [member, name] : tensors)
+    EXPECT_TRUE(same_bytes(before.*member, after.*member)) << name << " was written by a call that failed";
+}
+
+namespace {
+
+std::string lowercase(std::string s) {
+  std::transform(s.begin(), s.end(), s.begin(), [](unsigned char ch) { return static_cast<char>(std::tolower(ch)); });
+  return s;
+}
+
+}  // namespace
+
+void expect_refused(AttentionCase& c, DeviceRunner& runner, TestPass pass, const std::vector<std::string>& must_mention,
+                    Backend backend) {
+  SCOPED_TRACE(test_pass_name(pass));
+  const AttentionCase before = c;
+  const Status status = run_pass(runner, c, pass, backend);
+  EXPECT_EQ(status.code(), StatusCode::unsupported) << status.to_string();
+  for (const std::string& word : must_mention)
+    EXPECT_NE(lowercase(status.message()).find(lowercase(word)), std::string::npos)
+        << "the message should mention \"" << word << "\": " << status.message();
+  EXPECT_EQ(runner.last_workspace_status.code(), StatusCode::unsupported)
+      << "workspace query: " << runner.last_workspace_status.to_string();
+  expect_case_unchanged(before, c);
+}
+
+void expect_unowned_out_rows_untouched(const AttentionCase& c) {
+  if (c.spec().layout != CaseLayout::varlen) return;
+  const std::vector<bool> owned = c.q_rows_owned();
+  std::int64_t written = 0;
+  for (std::int64_t i = 0; i < c.out.numel(); ++i) written += !owned[i] && !std::isnan(c.out.get(i)) ? 1 : 0;
+  EXPECT_EQ(written, 0) << "out elements after cu_seqlens_q[B] were written";
+}
+
+void check_masked_rows(DType dtype, Backend backend) {
+  CUFLASH_TEST_RNG(rng);
+  CaseSpec s = causal(dense_case("masked", 9, 4, 2, 1, 32, 1));  // offset -5: queries 0..4 see nothing
+  s.dtype = dtype;
+  AttentionCase c(s, rng.engine());
+  DeviceRunner runner(backend);
+  check_forward_gpu(c, runner);
+  const std::int64_t row = 2 * 32;
+  for (int i = 0; i < 9; ++i)
+    for (int h = 0; h < 2; ++h) {
+      const double lse = c.lse.get(h * 9 + i);
+      if (i >= 5) {
+        EXPECT_TRUE(std::isfinite(lse)) << "query " << i << " head " << h;
+        continue;
+      }
+      EXPECT_EQ(lse, -INFINITY) << "query " << i << " head " << h;
+      for (int d = 0; d < 32; ++d)
+        EXPECT_EQ(c.out.get(i * row + h * 32 + d), 0.0) << "query " << i << " head " << h << " dim " << d;
+    }
+}
+
+void check_deterministic_backward(CaseSpec spec, Backend backend) {
+  CUFLASH_TEST_RNG(rng);
+  spec.options.deterministic = true;
+  AttentionCase c(spec, rng.engine());
+  DeviceRunner runner(backend);
+  check_backward_gpu(c, runner);
+  if (::testing::Test::HasFailure()) return;
+  const HostTensor dq = c.dq, dk = c.dk, dv = c.dv;
+  c.dq.poison();
+  c.dk.poison();
+  c.dv.poison();
+  const Status status = runner.backward(c, c.options(backend));
+  ASSERT_TRUE(status.ok()) << status.to_string();
+  EXPECT_TRUE(same_bytes(dq, c.dq)) << "dq differs between two deterministic runs";
+  EXPECT_TRUE(same_bytes(dk, c.dk)) << "dk differs between two deterministic runs";
+  EXPECT_TRUE(same_bytes(dv, c.dv)) << "dv differs between two deterministic runs";
 }
 
 }  // namespace cuflash::test

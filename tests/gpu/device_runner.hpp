@@ -18,6 +18,7 @@
 
 #include <cstddef>
 #include <string>
+#include <vector>
 
 #include "common/attention_check.hpp"
 #include "cuflash/cuflash.hpp"
@@ -28,6 +29,13 @@
   do {                                                                  \
     if (!::cuflash::backend_available(::cuflash::Backend::cuda))        \
       GTEST_SKIP() << "no CUDA GPU visible (backend cuda unavailable)"; \
+  } while (0)
+
+// The same for the cuDNN backend's suites.
+#define SKIP_WITHOUT_CUDNN()                                                                            \
+  do {                                                                                                  \
+    if (!::cuflash::backend_available(::cuflash::Backend::cudnn))                                       \
+      GTEST_SKIP() << "backend cudnn unavailable (no CUDA GPU visible, or built without cuDNN)";          \
   } while (0)
 
 namespace cuflash::test {
@@ -87,11 +95,38 @@ struct MaxAbsBound {
   double grad = 0.0;
 };
 MaxAbsBound gpu_max_abs_bound(DType dtype);
-void expect_max_abs(const ForwardErrors& errors, DType dtype);
-void expect_max_abs(const BackwardErrors& errors, DType dtype);
+void expect_max_abs(const ForwardErrors& errors, DType dtype, Backend backend);
+void expect_max_abs(const BackwardErrors& errors, DType dtype, Backend backend);
 
 // check_forward / check_backward with the default tolerances plus the bounds above.
 ForwardErrors check_forward_gpu(AttentionCase& c, Runner& runner);
 BackwardErrors check_backward_gpu(AttentionCase& c, Runner& runner);
+
+// ----- checks the backends' suites share -----------------------------------------
+
+enum class TestPass { forward, backward };
+const char* test_pass_name(TestPass pass);
+Status run_pass(DeviceRunner& runner, AttentionCase& c, TestPass pass, Backend backend = Backend::cuda);
+
+// Every tensor of the case, byte for byte (a failed call writes nothing).
+void expect_case_unchanged(const AttentionCase& before, const AttentionCase& after);
+
+// The call answers `unsupported`, its message contains every one of
+// `must_mention` (case-insensitive), the workspace query agrees, and no
+// tensor changed.
+void expect_refused(AttentionCase& c, DeviceRunner& runner, TestPass pass, const std::vector<std::string>& must_mention,
+                    Backend backend = Backend::cuda);
+
+// Varlen: packed rows after cu_seqlens_q[B] belong to no sequence, so out
+// there keeps the NaN poison.
+void expect_unowned_out_rows_untouched(const AttentionCase& c);
+
+// Rows that see no key get out exactly 0 and lse exactly -inf, spelled out
+// rather than left to the generic comparison (causal, 9 queries over 4 keys).
+void check_masked_rows(DType dtype, Backend backend);
+
+// deterministic = true: two runs on the same inputs, each into fresh
+// NaN-poisoned gradients, give the same bits (and the first matches the oracle).
+void check_deterministic_backward(CaseSpec spec, Backend backend);
 
 }  // namespace cuflash::test

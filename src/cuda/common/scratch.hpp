@@ -1,0 +1,50 @@
+// Scratch memory of a GPU call: the caller's workspace or (when it gives
+// none) stream-ordered memory from the CUDA pool, freed on the same stream
+// after the call's kernels. Shared by the cuda and cudnn backends.
+#pragma once
+
+#include <cuda_runtime_api.h>
+
+#include <cstddef>
+#include <string>
+
+#include "common/cuda_check.hpp"
+#include "cuflash/options.hpp"
+#include "cuflash/status.hpp"
+
+namespace cuflash::detail {
+
+class Scratch {
+ public:
+  Scratch() = default;
+  Scratch(const Scratch&) = delete;
+  Scratch& operator=(const Scratch&) = delete;
+  ~Scratch() {
+    if (owned_) (void)cudaFreeAsync(pointer_, stream_);
+  }
+
+  // A workspace smaller than `bytes` is the caller's mistake: invalid_argument, nothing written.
+  Status acquire(const RunContext& context, std::size_t bytes, cudaStream_t stream) {
+    stream_ = stream;
+    if (bytes == 0) return {};
+    if (context.workspace != nullptr) {
+      if (context.workspace_bytes < bytes)
+        return Status::invalid("workspace: this call needs " + std::to_string(bytes) + " bytes, RunContext gives " +
+                               std::to_string(context.workspace_bytes) +
+                               " (ask forward_workspace_size/backward_workspace_size, or pass none)");
+      pointer_ = context.workspace;
+      return {};
+    }
+    CUFLASH_TRY(cuda_status(cudaMallocAsync(&pointer_, bytes, stream), "cudaMallocAsync(workspace)"));
+    owned_ = true;
+    return {};
+  }
+  void* get() const { return pointer_; }
+
+ private:
+  void* pointer_ = nullptr;
+  bool owned_ = false;
+  cudaStream_t stream_ = nullptr;
+};
+
+}  // namespace cuflash::detail

@@ -1,0 +1,383 @@
+#include "forward_matrix.hpp"
+
+#include <string>
+#include <tuple>
+#include <utility>
+#include <vector>
+
+namespace cuflash::test::forward_matrix {
+
+// ----- head dims --------------------------------------------------------
+
+std::vector<CaseSpec> head_dim_cases() {
+  std::vector<CaseSpec> half, f32;
+  for (int d : kTensorCoreHeadDims) {
+    const std::string l = "d" + std::to_string(d);
+    half.push_back(dense_case(l, 17, 40, 2, 1, d));  // the CPU suite's shape
+    half.push_back(causal(dense_case(l + "_q65_k1000_causal", 65, 1000, 2, 1, d, 1)));
+  }
+  for (int d : {32, 40, 64, 80, 96, 128, 160, 192, 256})  // f32 (SIMT): any head dim
+    f32.push_back(dense_case("d" + std::to_string(d), 17, 40, 2, 1, d));
+  f32.push_back(causal(dense_case("d80_q65_k1000_causal", 65, 1000, 2, 1, 80, 1)));
+  f32.push_back(causal(dense_case("d256_q65_k1000_causal", 65, 1000, 2, 1, 256, 1)));
+  return concat(for_gpu_dtypes(half, kHalfDtypes), for_gpu_dtypes(f32, kF32));
+}
+
+// ----- lengths 1, 63, 65, 1000, 4097 -------------------------------------
+
+std::vector<CaseSpec> length_cases() {
+  std::vector<CaseSpec> half;
+  for (auto [q, k] : std::vector<std::pair<int, int>>{{1, 1},
+                                                      {1, 63},
+                                                      {1, 65},
+                                                      {1, 1000},
+                                                      {63, 63},
+                                                      {65, 65},
+                                                      {63, 65},
+                                                      {65, 63},
+                                                      {17, 255},
+                                                      {255, 17},
+                                                      {65, 1000},
+                                                      {1000, 65}})
+    half.push_back(dense_case(qk_label(q, k), q, k, 2, 1, 64));
+  // The CPU suite's other lengths.
+  half.push_back(dense_case("q1_k255", 1, 255, 2, 1, 64));
+  half.push_back(dense_case("q17_k17", 17, 17, 2, 1, 64));
+  half.push_back(dense_case("q255_k255", 255, 255, 2, 1, 64, 1));
+  half.push_back(dense_case("q1024_k1024", 1024, 1024, 1, 1, 64, 1));
+  half.push_back(dense_case("q1000_k1000_d128", 1000, 1000, 2, 1, 128, 1));
+  half.push_back(dense_case("q65_k4097_d128", 65, 4097, 2, 1, 128, 1));
+  half.push_back(dense_case("q4097_k65", 4097, 65, 2, 1, 64, 1));
+  std::vector<CaseSpec> cases = for_gpu_dtypes(half, kHalfDtypes);
+  // The two largest: 4097 x 4097 keys for one head (the float64 oracle takes seconds).
+  cases.push_back(dense_case("q4097_k4097_d128", 4097, 4097, 1, 1, 128, 1));
+  cases.back().dtype = DType::bf16;
+  cases.push_back(causal(dense_case("q4097_k4097_d128_causal", 4097, 4097, 1, 1, 128, 1)));
+  cases.back().dtype = DType::f16;
+  cases.push_back(causal(dense_case("q4097_k4097_d256_causal", 4097, 4097, 1, 1, 256, 1)));
+  cases.back().dtype = DType::bf16;
+  cases.push_back(dense_case("q4097_k4097_gqa2_d64_window_256_0", 4097, 4097, 2, 1, 64, 1));
+  cases.back().options.window_left = 256;
+  cases.back().options.window_right = 0;
+  cases.back().dtype = DType::f16;
+  return concat(cases, for_gpu_dtypes(
+                           {
+                               dense_case("q1_k1", 1, 1, 2, 1, 64),
+                               dense_case("q63_k65", 63, 65, 2, 1, 64),
+                               dense_case("q65_k63", 65, 63, 2, 1, 64),
+                               dense_case("q1000_k1000", 1000, 1000, 1, 1, 64, 1),
+                               dense_case("q1_k4097", 1, 4097, 2, 1, 128, 1),
+                               causal(dense_case("q4097_k4097_causal", 4097, 4097, 1, 1, 64, 1)),
+                           },
+                           kF32));
+}
+
+// ----- GQA / MQA ----------------------------------------------------------
+
+std::vector<CaseSpec> gqa_cases() {
+  // The CPU suite's shapes, then GPU ones over one and several key tiles.
+  std::vector<CaseSpec> half = {dense_case("gqa1_h2", 33, 47, 2, 2, 64), dense_case("gqa2_h4", 33, 47, 4, 2, 64),
+                                dense_case("gqa8_h8", 33, 47, 8, 1, 64)};
+  for (auto [hq, hk, name] : std::vector<std::tuple<int, int, const char*>>{
+           {2, 2, "mha_h2"}, {4, 2, "gqa2_h4_k2"}, {6, 2, "gqa3_h6_k2"}, {8, 1, "mqa_h8_k1"}}) {
+    half.push_back(dense_case(name, 65, 63, hq, hk, 64));
+    half.push_back(causal(dense_case(std::string(name) + "_q63_k1000_causal_d128", 63, 1000, hq, hk, 128, 1)));
+  }
+  return concat(
+      for_gpu_dtypes(half, kHalfDtypes),
+      for_gpu_dtypes({dense_case("gqa3_h6_k2", 65, 63, 6, 2, 64), dense_case("mqa_h8_k1", 65, 63, 8, 1, 64)}, kF32));
+}
+
+// ----- causal: Sq = Sk, Sq < Sk, Sq > Sk ---------------------------------------
+
+std::vector<CaseSpec> causal_cases() {
+  std::vector<CaseSpec> half = {
+      dense_case("causal_square_45", 45, 45, 4, 2, 64),
+      dense_case("causal_square_1000_d128", 1000, 1000, 2, 1, 128, 1),
+      dense_case("causal_q_shorter_17_255", 17, 255, 2, 1, 64),
+      dense_case("causal_q_shorter_65_1000", 65, 1000, 2, 1, 64, 1),
+      // Bottom-right alignment with more queries than keys: the first rows see nothing.
+      dense_case("causal_q_longer_255_17", 255, 17, 2, 1, 64),
+      dense_case("causal_q_longer_1000_65", 1000, 65, 2, 1, 96, 1),
+      dense_case("causal_decode_1_255", 1, 255, 4, 1, 64),
+      dense_case("causal_q1_k1", 1, 1, 2, 1, 64),
+  };
+  for (CaseSpec& s : half) s.options.causal = true;
+  std::vector<CaseSpec> f32 = {
+      dense_case("causal_square_65", 65, 65, 2, 1, 64),
+      dense_case("causal_q_shorter_63_1000", 63, 1000, 2, 1, 64, 1),
+      dense_case("causal_q_longer_1000_65", 1000, 65, 2, 1, 64, 1),
+  };
+  for (CaseSpec& s : f32) s.options.causal = true;
+  return concat(for_gpu_dtypes(half, kHalfDtypes), for_gpu_dtypes(f32, kF32));
+}
+
+// ----- options: windows, softcap, ALiBi, scale, lse, strides -------------------
+
+// The CPU suite's option cases, verbatim (paddings made 16-byte for f16/bf16).
+std::vector<CaseSpec> cpu_option_cases() {
+  std::vector<CaseSpec> cases;
+  auto add = [&](CaseSpec s) { cases.push_back(std::move(s)); };
+  const CaseSpec base = dense_case("", 37, 53, 4, 2, 64);
+  add(variant(base, "window_8_4", [](CaseSpec& s) {
+    s.options.window_left = 8;
+    s.options.window_right = 4;
+  }));
+  add(variant(base, "window_left_16", [](CaseSpec& s) { s.options.window_left = 16; }));
+  add(variant(base, "window_right_3", [](CaseSpec& s) { s.options.window_right = 3; }));
+  add(variant(base, "window_0_0", [](CaseSpec& s) {
+    s.options.window_left = 0;
+    s.options.window_right = 0;
+  }));
+  CaseSpec s = dense_case("window_0_0_q_longer", 40, 25, 2, 1, 64);  // rows before the diagonal see nothing
+  s.options.window_left = 0;
+  s.options.window_right = 0;
+  add(s);
+  add(variant(base, "causal_window_left_10", [](CaseSpec& s) {
+    s.options.causal = true;
+    s.options.window_left = 10;
+  }));
+  add(variant(base, "causal_overrides_window_right", [](CaseSpec& s) {
+    s.options.causal = true;
+    s.options.window_right = 7;
+  }));
+  add(variant(base, "softcap_2", [](CaseSpec& s) { s.options.softcap = 2.0f; }));
+  add(variant(base, "softcap_30_scale_1", [](CaseSpec& s) {
+    s.options.softcap = 30.0f;
+    s.options.softmax_scale = 1.0f;
+  }));
+  add(variant(base, "alibi_per_head", [](CaseSpec& s) { s.alibi = AlibiKind::per_head; }));
+  add(variant(base, "alibi_per_batch", [](CaseSpec& s) { s.alibi = AlibiKind::per_batch; }));
+  add(variant(base, "scale_0_3", [](CaseSpec& s) { s.options.softmax_scale = 0.3f; }));
+  add(variant(base, "no_lse", [](CaseSpec& s) { s.with_lse = false; }));
+  add(variant(base, "bhsd_strided", [](CaseSpec& s) { s.bhsd = true; }));
+  add(variant(base, "padded_rows", [](CaseSpec& s) { s.row_padding = 5; }));
+  s = dense_case("combined_causal_softcap_alibi_gqa8_bhsd", 37, 53, 8, 1, 64);
+  s.options.causal = true;
+  s.options.window_left = 20;
+  s.options.softcap = 3.0f;
+  s.alibi = AlibiKind::per_batch;
+  s.bhsd = true;
+  add(s);
+  s = dense_case("combined_window_alibi_scale_padded", 53, 37, 4, 2, 96);
+  s.options.window_left = 6;
+  s.options.window_right = 9;
+  s.options.softmax_scale = 0.2f;
+  s.alibi = AlibiKind::per_head;
+  s.row_padding = 3;
+  add(s);
+  return cases;
+}
+
+// Windows and modifiers over several key tiles: B=2, Sq=300, Sk=1000, Hq=4, Hk=2, D=128.
+std::vector<CaseSpec> long_option_cases() {
+  std::vector<CaseSpec> cases;
+  auto add = [&](CaseSpec s) { cases.push_back(std::move(s)); };
+  const CaseSpec base = dense_case("", 300, 1000, 4, 2, 128);
+  add(variant(base, "long_window_left_100", [](CaseSpec& s) { s.options.window_left = 100; }));
+  add(variant(base, "long_window_right_64", [](CaseSpec& s) { s.options.window_right = 64; }));
+  add(variant(base, "long_window_200_50", [](CaseSpec& s) {
+    s.options.window_left = 200;
+    s.options.window_right = 50;
+  }));
+  add(variant(base, "long_causal_window_left_256", [](CaseSpec& s) {
+    s.options.causal = true;
+    s.options.window_left = 256;
+  }));
+  // Sq > Sk with a window: leading rows see nothing, later ones a band.
+  add(variant(base, "long_q_longer_window_64_0", [](CaseSpec& s) {
+    s.q_len = 1000;
+    s.kv_len = 300;
+    s.batch = 1;
+    s.options.window_left = 64;
+    s.options.window_right = 0;
+  }));
+  add(variant(base, "long_softcap_5_causal", [](CaseSpec& s) {
+    s.options.softcap = 5.0f;
+    s.options.causal = true;
+  }));
+  add(variant(base, "long_alibi_per_head_causal", [](CaseSpec& s) {
+    s.alibi = AlibiKind::per_head;
+    s.options.causal = true;
+  }));
+  add(variant(base, "long_alibi_per_batch_window_softcap", [](CaseSpec& s) {
+    s.alibi = AlibiKind::per_batch;
+    s.options.window_left = 150;
+    s.options.window_right = 30;
+    s.options.softcap = 10.0f;
+  }));
+  add(variant(base, "long_bhsd_padded_no_lse", [](CaseSpec& s) {
+    s.bhsd = true;
+    s.row_padding = 8;
+    s.with_lse = false;
+  }));
+  add(variant(base, "long_scale_0_05_causal", [](CaseSpec& s) {
+    s.options.softmax_scale = 0.05f;
+    s.options.causal = true;
+  }));
+  return cases;
+}
+
+std::vector<CaseSpec> option_cases() {
+  return concat(for_gpu_dtypes(concat(cpu_option_cases(), long_option_cases()), kHalfDtypes),
+                for_gpu_dtypes(cpu_option_cases(), kF32));
+}
+
+// ----- varlen ------------------------------------------------------------
+
+const std::vector<int> kSelfLens = {5, 0, 35, 1};
+const std::vector<int> kCrossQ = {5, 0, 35, 7};  // sequence 3 has queries but no key
+const std::vector<int> kCrossK = {12, 3, 20, 0};
+const std::vector<int> kLongLens = {1, 63, 0, 65, 1000};
+const std::vector<int> kLongCrossQ = {1000, 65, 1, 0, 63};
+const std::vector<int> kLongCrossK = {63, 1000, 4097, 5, 0};
+
+// The CPU suite's varlen cases; `head_dim_40` is 40 for f32 and 32 for the tensor cores.
+std::vector<CaseSpec> cpu_varlen_cases(int head_dim_40) {
+  std::vector<CaseSpec> cases;
+  auto add = [&](CaseSpec s) { cases.push_back(std::move(s)); };
+  CaseSpec s;
+  add(varlen_case("self", kSelfLens, kSelfLens, 4, 2, 64));
+  add(causal(varlen_case("self_causal", kSelfLens, kSelfLens, 4, 2, 64)));
+  add(varlen_case("cross", kCrossQ, kCrossK, 4, 2, 64));
+  add(causal(varlen_case("cross_causal", kCrossQ, kCrossK, 4, 2, 64)));
+  s = varlen_case("cross_window_3_2", kCrossQ, kCrossK, 4, 2, 64);
+  s.options.window_left = 3;
+  s.options.window_right = 2;
+  add(s);
+  s = varlen_case("self_softcap_alibi_per_batch", kSelfLens, kSelfLens, 4, 2, 64);
+  s.options.softcap = 2.0f;
+  s.alibi = AlibiKind::per_batch;
+  add(s);
+  s = causal(varlen_case("self_alibi_per_head_causal", kSelfLens, kSelfLens, 4, 2, 64));
+  s.alibi = AlibiKind::per_head;
+  add(s);
+  s = varlen_case("cross_gqa8_bhsd", kCrossQ, kCrossK, 8, 1, 64);
+  s.bhsd = true;
+  add(s);
+  s = varlen_case("self_padded_scale_d" + std::to_string(head_dim_40), kSelfLens, kSelfLens, 2, 2, head_dim_40);
+  s.row_padding = 7;
+  s.options.softmax_scale = 0.4f;
+  add(s);
+  s = varlen_case("self_d256_no_lse", kSelfLens, kSelfLens, 2, 1, 256);
+  s.with_lse = false;
+  add(s);
+  s = causal(varlen_case("long_mixed_causal", {1, 130, 0, 255}, {200, 130, 17, 255}, 2, 1, 128, 0));
+  add(s);
+  return cases;
+}
+
+std::vector<CaseSpec> gpu_varlen_cases() {
+  std::vector<CaseSpec> cases;
+  auto add = [&](CaseSpec s) { cases.push_back(std::move(s)); };
+  CaseSpec s;
+  add(causal(varlen_case("long_self_causal_d128", kLongLens, kLongLens, 4, 2, 128)));
+  add(varlen_case("long_self_d64", kLongLens, kLongLens, 4, 2, 64, 0));
+  add(varlen_case("long_cross_mqa", kLongCrossQ, kLongCrossK, 4, 1, 64, 5));
+  s = causal(varlen_case("long_cross_causal_window_50", kLongCrossQ, kLongCrossK, 4, 1, 64, 5));
+  s.options.window_left = 50;
+  add(s);
+  // A decode batch: one query per sequence over very different key counts.
+  add(causal(varlen_case("decode_batch_mqa_d128", {1, 1, 1, 1}, {4097, 0, 1000, 63}, 8, 1, 128, 2)));
+  // The kernels must read cu_seqlens from device memory: the API checks nothing on the host.
+  s = causal(varlen_case("long_self_causal_unchecked_indices", kLongLens, kLongLens, 4, 2, 64));
+  s.options.check_index_contents = false;
+  add(s);
+  s = varlen_case("long_bhsd_padded_gqa3", {63, 65, 0, 1000}, {63, 65, 0, 1000}, 6, 2, 96);
+  s.bhsd = true;
+  s.row_padding = 8;
+  add(s);
+  s = varlen_case("long_softcap_alibi_per_batch_window", kLongLens, kLongLens, 4, 2, 64);
+  s.options.softcap = 4.0f;
+  s.alibi = AlibiKind::per_batch;
+  s.options.window_left = 70;
+  s.options.window_right = 20;
+  add(s);
+  for (int d : {32, 192, 256})
+    add(causal(varlen_case("d" + std::to_string(d) + "_causal", {1, 300, 0, 257}, {65, 300, 9, 257}, 2, 1, d)));
+  return cases;
+}
+
+std::vector<CaseSpec> varlen_cases() {
+  std::vector<CaseSpec> longest = {
+      causal(varlen_case("long_4097_causal_d128", {4097, 1, 0, 1000}, {4097, 1, 0, 1000}, 2, 1, 128))};
+  longest[0].dtype = DType::bf16;
+  return concat(
+      concat(longest, for_gpu_dtypes(concat(cpu_varlen_cases(32), gpu_varlen_cases()), kHalfDtypes)),
+      for_gpu_dtypes(
+          concat(cpu_varlen_cases(40),
+                 {causal(varlen_case("long_self_causal_d128", kLongLens, kLongLens, 4, 2, 128)),
+                  causal(varlen_case("decode_batch_mqa_d80", {1, 1, 1, 1}, {4097, 0, 1000, 63}, 8, 1, 80, 2))}),
+          kF32));
+}
+
+// ----- split-KV: few CTAs (batch x heads x query blocks) over long keys ------------
+
+std::vector<CaseSpec> split_kv_cases() {
+  std::vector<CaseSpec> cases;
+  auto add = [&](CaseSpec s) { cases.push_back(std::move(s)); };
+  CaseSpec s;
+  add(dense_case("splitkv_q1_k4097_d128", 1, 4097, 2, 1, 128, 1));
+  add(dense_case("splitkv_q1_k4097_d32", 1, 4097, 2, 1, 32, 1));
+  add(dense_case("splitkv_q1_k4097_d192", 1, 4097, 2, 1, 192, 1));
+  add(dense_case("splitkv_q1_k513_h1", 1, 513, 1, 1, 64, 1));  // just past the few-key-tiles threshold
+  add(causal(dense_case("splitkv_q16_k5000_causal_b2_h4", 16, 5000, 4, 4, 64)));
+  add(causal(dense_case("splitkv_q16_k4097_causal_gqa3_d96", 16, 4097, 6, 2, 96, 1)));
+  add(causal(dense_case("splitkv_q65_k4097_causal", 65, 4097, 1, 1, 128, 1)));
+  s = dense_case("splitkv_q4_k8192_d256_window_alibi_mqa", 4, 8192, 8, 1, 256, 1);
+  s.options.window_left = 3000;
+  s.alibi = AlibiKind::per_head;
+  add(s);
+  s = dense_case("splitkv_q1_k4097_softcap_no_lse", 1, 4097, 2, 1, 128, 1);
+  s.options.softcap = 3.0f;
+  s.with_lse = false;
+  add(s);
+  // Most splits see no key of a row: their partial lse is -inf.
+  s = dense_case("splitkv_q3_k4500_window_left_100", 3, 4500, 2, 1, 64, 1);
+  s.options.window_left = 100;
+  add(s);
+  s = dense_case("splitkv_q2_k4097_alibi_per_batch", 2, 4097, 2, 2, 64);
+  s.alibi = AlibiKind::per_batch;
+  s.options.causal = true;
+  add(s);
+  s = dense_case("splitkv_q1_k4097_bhsd_padded", 1, 4097, 2, 1, 128, 1);
+  s.bhsd = true;
+  s.row_padding = 8;
+  add(s);
+  return for_gpu_dtypes(cases, kHalfDtypes);
+}
+
+// ----- the compute-sanitizer subset: every forward kernel once, small shapes ----------
+
+std::vector<CaseSpec> sanitize_cases() {
+  std::vector<CaseSpec> cases;
+  auto add = [&](CaseSpec s, DType dtype) {
+    s.dtype = dtype;
+    cases.push_back(std::move(s));
+  };
+  CaseSpec s;
+  add(causal(dense_case("fwd_gqa_causal_d64", 65, 130, 4, 2, 64)), DType::bf16);
+  add(dense_case("fwd_d128", 63, 65, 2, 1, 128), DType::f16);
+  add(causal(dense_case("fwd_causal_d256", 65, 129, 2, 1, 256, 1)), DType::bf16);
+  add(dense_case("fwd_d192_q_longer", 70, 33, 2, 1, 192, 1), DType::f16);
+  s = dense_case("fwd_window_softcap_alibi_d32", 65, 100, 4, 2, 32);
+  s.options.window_left = 16;
+  s.options.window_right = 8;
+  s.options.softcap = 5.0f;
+  s.alibi = AlibiKind::per_batch;
+  add(s, DType::f16);
+  s = dense_case("fwd_bhsd_padded_d96", 40, 70, 2, 2, 96, 1);
+  s.bhsd = true;
+  s.row_padding = 8;
+  add(s, DType::bf16);
+  add(causal(varlen_case("fwd_varlen_causal", {5, 0, 70, 1}, {5, 0, 70, 1}, 4, 2, 64)), DType::bf16);
+  add(varlen_case("fwd_varlen_cross_d128", kCrossQ, kCrossK, 4, 1, 128), DType::f16);
+  add(dense_case("fwd_splitkv_q1_k4097", 1, 4097, 2, 1, 128, 1), DType::bf16);
+  add(causal(dense_case("fwd_splitkv_q16_k4097_causal", 16, 4097, 2, 2, 64, 1)), DType::f16);
+  add(causal(dense_case("fwd_f32_d64_causal", 17, 40, 2, 1, 64)), DType::f32);
+  add(dense_case("fwd_f32_d80_gqa", 17, 40, 4, 2, 80), DType::f32);
+  add(causal(varlen_case("fwd_f32_varlen_causal", kCrossQ, kCrossK, 4, 2, 256)), DType::f32);
+  return cases;
+}
+
+}  // namespace cuflash::test::forward_matrix
