@@ -46,6 +46,13 @@ Status check_problem(const Problem& p) {
   if (p.layout == Layout::kv_cache && p.new_len > 0)
     return Status::unsupported(prefix + "KV-cache append (kv_cache.k_new/v_new) is not supported: write the new "
                                         "keys into the cache first, or use backend cpu");
+  // On the H100 with cuDNN 9.19 every KV-cache call with more than one query
+  // per sequence came back with most of `out` unwritten (the lse was right):
+  // refused until the cause is found, rather than returning a wrong answer.
+  if (p.layout == Layout::kv_cache && p.max_q_len > 1)
+    return Status::unsupported(prefix + "KV-cache calls with more than one query per sequence (q_len " +
+                               std::to_string(p.max_q_len) +
+                               ") are not supported yet (decode, q_len 1, is); use backend cpu");
   const DeviceInfo& info = device_info(p.device.index);
   if (!info.valid) return Status::unsupported(prefix + "cannot query the GPU's properties");
   if (info.major < 8)
