@@ -39,7 +39,7 @@ mkdir -p "$logs"
 summary=$logs/gpu-check-summary.md
 steps=" ${CUFLASH_GPU_CHECK_STEPS:-build ctest memcheck racecheck run} "
 sanitize_filter=${CUFLASH_SANITIZE_FILTER:-'Sanitize*:*MergeStatesGpu*'}
-racecheck_filter=${CUFLASH_RACECHECK_FILTER:-"$sanitize_filter:-*Cudnn*"}
+racecheck_filter=${CUFLASH_RACECHECK_FILTER:-"$sanitize_filter-*Cudnn*"}
 export PATH=/usr/local/cuda/bin:$PATH
 gtest_args=()
 [ -d .deps/googletest ] && gtest_args=(-DCUFLASH_GTEST_SOURCE="$PWD/.deps/googletest")
