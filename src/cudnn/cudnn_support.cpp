@@ -46,13 +46,17 @@ Status check_problem(const Problem& p) {
   if (p.layout == Layout::kv_cache && p.new_len > 0)
     return Status::unsupported(prefix + "KV-cache append (kv_cache.k_new/v_new) is not supported: write the new "
                                         "keys into the cache first, or use backend cpu");
-  // On the H100 with cuDNN 9.19 every KV-cache call with more than one query
-  // per sequence came back with most of `out` unwritten (the lse was right):
-  // refused until the cause is found, rather than returning a wrong answer.
+  // cuDNN 9.19's kernels for more than one query per sequence read the cache
+  // slots past seqlens_k and multiply their V rows by zero probabilities:
+  // stale NaN/Inf there (the slots are not the caller's input) turns the
+  // output NaN. Seen on the H100: 22 of 22 such cases wrong with NaN in the
+  // unused slots, 22 of 22 right with finite values there. Decode (one query)
+  // does not read them.
   if (p.layout == Layout::kv_cache && p.max_q_len > 1)
     return Status::unsupported(prefix + "KV-cache calls with more than one query per sequence (q_len " +
                                std::to_string(p.max_q_len) +
-                               ") are not supported yet (decode, q_len 1, is); use backend cpu");
+                               ") are not supported: cuDNN reads the cache slots past seqlens_k, whose stale "
+                               "contents could reach the output; decode (q_len 1) is supported");
   const DeviceInfo& info = device_info(p.device.index);
   if (!info.valid) return Status::unsupported(prefix + "cannot query the GPU's properties");
   if (info.major < 8)
