@@ -29,17 +29,13 @@ from .flash_attn_interface import (
 
 __version__ = _ext.version()
 
+from . import flash_attn_interface as _flash_attn_interface
+
 __all__ = [
     "attention",
     "attention_backward",
     "merge_states",
     "backend_available",
     "set_index_checks",
-    "flash_attn_func",
-    "flash_attn_qkvpacked_func",
-    "flash_attn_kvpacked_func",
-    "flash_attn_varlen_func",
-    "flash_attn_varlen_qkvpacked_func",
-    "flash_attn_varlen_kvpacked_func",
-    "flash_attn_with_kvcache",
+    *_flash_attn_interface.__all__,
 ]
