@@ -243,8 +243,57 @@ Status check_kv_cache_layout(const KvCache& cache, bool forward, Problem* p) {
   return {};
 }
 
-// Cache lengths within capacity (append included) and every page a sequence
-// reads inside the cache.
+// The slots one sequence's append writes in one page: [first_slot, end_slot).
+struct AppendRange {
+  std::int32_t page;
+  int first_slot, end_slot;
+  int b, table_index;
+};
+
+// No two appended keys may land in the same cache slot: two sequences whose
+// block tables share a page both appending into the same slots of it, or one
+// table listing a page twice. On the GPU the writes would race; even where
+// they do not (the CPU), the cache would depend on the order of sequences.
+// Works on page ranges, sorted, so a long chunk costs pages, not keys.
+Status check_append_slots_distinct(const Problem& p) {
+  std::vector<AppendRange> ranges;
+  for (int b = 0; b < p.batch; ++b) {
+    const int end = p.host_seqlens_k[b] + p.new_len;
+    for (int j = p.host_seqlens_k[b]; j < end;) {
+      const int table_index = j / p.page_size;
+      const int stop = std::min(end, (table_index + 1) * p.page_size);
+      ranges.push_back({p.host_block_table[static_cast<std::size_t>(b) * p.max_pages + table_index], j % p.page_size,
+                        (stop - 1) % p.page_size + 1, b, table_index});
+      j = stop;
+    }
+  }
+  std::sort(ranges.begin(), ranges.end(), [](const AppendRange& x, const AppendRange& y) {
+    return x.page != y.page ? x.page < y.page : x.first_slot < y.first_slot;
+  });
+  // Within a page, sorted by first slot: a range overlaps an earlier one iff
+  // it starts before the furthest end seen so far.
+  std::size_t furthest = 0;
+  for (std::size_t r = 1; r < ranges.size(); ++r) {
+    if (ranges[r].page != ranges[r - 1].page) {
+      furthest = r;
+      continue;
+    }
+    const AppendRange& other = ranges[furthest];
+    if (ranges[r].first_slot < other.end_slot) {
+      const auto entry = [](const AppendRange& a) {
+        return "sequence " + str(a.b) + " (block_table[" + str(a.b) + "][" + str(a.table_index) + "])";
+      };
+      return Status::invalid("kv_cache.block_table: " + entry(other) + " and " + entry(ranges[r]) +
+                             " both append into page " + str(ranges[r].page) + " slot " + str(ranges[r].first_slot) +
+                             "; appended keys must go to distinct cache slots");
+    }
+    if (ranges[r].end_slot > other.end_slot) furthest = r;
+  }
+  return {};
+}
+
+// Cache lengths within capacity (append included), every page a sequence
+// reads inside the cache, and appends to distinct slots.
 Status check_kv_cache_contents(const KvCache& cache, void* stream, Problem* p) {
   CUFLASH_TRY(copy_index_tensor(cache.seqlens_k, "kv_cache.seqlens_k", stream, &p->host_seqlens_k));
   if (p->paged) CUFLASH_TRY(copy_index_tensor(cache.block_table, "kv_cache.block_table", stream, &p->host_block_table));
@@ -273,6 +322,7 @@ Status check_kv_cache_contents(const KvCache& cache, void* stream, Problem* p) {
                                " is out of range [0, " + str(p->num_pages) + ") (pages in k)");
     }
   }
+  if (p->paged && p->new_len > 0) CUFLASH_TRY(check_append_slots_distinct(*p));
   p->max_kv_len = longest;
   p->host_indices_valid = true;
   return {};

@@ -17,6 +17,34 @@ RowStrides row_strides(const TensorView& view, Layout layout) {
   return {view.strides[0], view.strides[1], view.strides[2]};
 }
 
+int log2_exact(int value) {
+  int shift = 0;
+  while ((1 << shift) < value) ++shift;
+  return shift;
+}
+
+KvCacheParams make_kv_cache_params(const Problem& problem) {
+  KvCacheParams c;
+  c.seqlens_k = static_cast<const std::int32_t*>(problem.seqlens_k.data);
+  if (problem.paged) {
+    c.block_table = static_cast<const std::int32_t*>(problem.block_table.data);
+    c.block_table_stride = problem.block_table.strides[0];
+    // The backend accepts powers of two only (flash_decode_supports), so
+    // this is exact: page and slot of a key are a shift and a mask.
+    c.page_shift = log2_exact(problem.page_size);
+    c.num_pages = problem.num_pages;
+  }
+  c.capacity = problem.cache_capacity;
+  c.new_len = problem.new_len;
+  if (problem.new_len > 0) {
+    c.k_new = problem.k_new.data;
+    c.v_new = problem.v_new.data;
+    c.k_new_strides = row_strides(problem.k_new, Layout::kv_cache);
+    c.v_new_strides = row_strides(problem.v_new, Layout::kv_cache);
+  }
+  return c;
+}
+
 }  // namespace
 
 AttentionParams make_attention_params(const Problem& problem) {
@@ -53,6 +81,7 @@ AttentionParams make_attention_params(const Problem& problem) {
       p.alibi_head_stride = problem.alibi_slopes.strides[0];
     }
   }
+  if (problem.layout == Layout::kv_cache) p.cache = make_kv_cache_params(problem);
   if (!problem.lse.empty()) {
     p.lse = static_cast<float*>(problem.lse.data);
     if (problem.layout == Layout::varlen) {

@@ -1,6 +1,7 @@
 // backend=cuda: cuflash's own kernels. fp16/bf16 run the FlashAttention-2
-// tensor-core kernels (sm80/), f32 the plain-fp32 SIMT kernels (simt/); the
-// paged/decode kernels (issue 5) plug in behind the same `supports`.
+// tensor-core kernels (sm80/), f32 the plain-fp32 SIMT kernels (simt/); a KV
+// cache (contiguous or paged, any q_len) runs the decode kernel
+// (sm80/flash_decode*) after the append of k_new/v_new, forward only.
 #include <cuda_runtime_api.h>
 
 #include <string>
@@ -11,6 +12,7 @@
 #include "common/varlen_tail.hpp"
 #include "simt/attention_f32.hpp"
 #include "sm80/flash_bwd.hpp"
+#include "sm80/flash_decode.hpp"
 #include "sm80/flash_fwd.hpp"
 #include "sm80/merge_states.cuh"
 
@@ -31,6 +33,11 @@ class CudaBackend final : public BackendImpl {
   }
 
   Status supports(const Problem& problem) const override {
+    if (problem.layout == Layout::kv_cache) {
+      if (problem.pass == Pass::backward)
+        return Status::unsupported("backend cuda backward: KV-cache (paged or contiguous) backward is not implemented");
+      return flash_decode_supports(problem);
+    }
     if (problem.dtype == DType::f32) return f32_attention_supports(problem);
     return problem.pass == Pass::forward ? flash_forward_supports(problem) : flash_backward_supports(problem);
   }
@@ -44,6 +51,7 @@ class CudaBackend final : public BackendImpl {
 
   Status forward(const Problem& problem, const RunContext& context) override {
     return run(problem, context, [&](void* workspace, cudaStream_t stream) {
+      if (problem.layout == Layout::kv_cache) return flash_decode(problem, workspace, stream);
       return problem.dtype == DType::f32 ? f32_forward(problem, workspace, stream)
                                          : flash_forward(problem, workspace, stream);
     });
@@ -67,6 +75,7 @@ class CudaBackend final : public BackendImpl {
 
  private:
   static std::size_t required_bytes(const Problem& problem) {
+    if (problem.layout == Layout::kv_cache) return flash_decode_workspace_bytes(problem);
     if (problem.pass == Pass::forward)
       return problem.dtype == DType::f32 ? f32_forward_workspace_bytes(problem) : flash_forward_workspace_bytes(problem);
     return problem.dtype == DType::f32 ? f32_backward_workspace_bytes(problem) : flash_backward_workspace_bytes(problem);

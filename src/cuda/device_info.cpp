@@ -21,6 +21,7 @@ const DeviceInfo& device_info(int device) {
       info.major = prop.major;
       info.minor = prop.minor;
       info.max_smem_per_block = static_cast<int>(prop.sharedMemPerBlockOptin);
+      info.smem_per_sm = static_cast<int>(prop.sharedMemPerMultiprocessor);
       info.valid = true;
     }
   }

@@ -476,6 +476,23 @@ TEST_F(BadPaged, AppendOverflowsTheCache) {
   expect_cache_untouched();
 }
 
+// Sequence 1's last page becomes sequence 0's page 1: its keys 50..54 go to
+// slots 2..6 of page 1, where sequence 0's keys 20..24 go to slots 4..8.
+TEST_F(BadPaged, TwoAppendsIntoTheSameSlots) {
+  block_table[7] = 1;
+  expect_invalid_forward(paged_args(), {"kv_cache.block_table: sequence 1 (block_table[1][3]) and sequence 0 "
+                                        "(block_table[0][1]) both append into page 1 slot 4; appended keys must go "
+                                        "to distinct cache slots"});
+  expect_cache_untouched();
+}
+
+// A page two sequences share is fine as long as their appends use different slots.
+TEST_F(BadPaged, SharedPageWithDisjointAppendsIsValid) {
+  block_table[7] = 1;
+  seqlens[1] = 57;  // keys 57..61: slots 9..13 of page 1, after sequence 0's 4..8
+  ASSERT_TRUE(attention_forward(paged_args(), cpu_options()).ok());
+}
+
 TEST_F(BadPaged, KeyAppendWithoutValues) {
   ForwardArgs args = paged_args();
   args.kv_cache.v_new = {};

@@ -16,6 +16,27 @@ struct RowStrides {
   std::int64_t batch = 0, row = 0, head = 0;
 };
 
+// A KV cache (Layout::kv_cache) as the decode and append kernels see it; k/v
+// (and their strides) are the cache itself. Key j of sequence b lives in
+//   paged:      page = block_table[b * block_table_stride + (j >> page_shift)],
+//               slot = j & ((1 << page_shift) - 1)
+//   contiguous: page = b, slot = j
+// at k + page * k_strides.batch + slot * k_strides.row + hk * k_strides.head.
+// Lengths are read on the device (seqlens_k), so that a call with
+// check_index_contents off needs no host copy of them.
+struct KvCacheParams {
+  const std::int32_t* seqlens_k = nullptr;    // [B] keys cached before the append
+  const std::int32_t* block_table = nullptr;  // paged: [B, max_pages]; nullptr: contiguous
+  std::int64_t block_table_stride = 0;        // elements between two sequences' rows
+  int page_shift = 0;                         // paged: log2(page_size)
+  int num_pages = 0;                          // paged: pages in k/v (bound of an entry)
+  int capacity = 0;                           // keys one sequence can hold
+  int new_len = 0;                            // rows of k_new/v_new per sequence (0: none)
+  const void* k_new = nullptr;
+  const void* v_new = nullptr;
+  RowStrides k_new_strides, v_new_strides;    // [B, new_len, Hk, D]
+};
+
 struct AttentionParams {
   // Forward inputs (and backward's recomputation inputs). Element type is the
   // kernel's template type; the last dimension is contiguous.
@@ -46,6 +67,9 @@ struct AttentionParams {
 
   // Row range of sequence b: dense [0, max_q_len); varlen [cu[b], cu[b+1]).
   // (Device code uses the equivalent helpers in score_mask.cuh.)
+
+  // KV cache only (layout kv_cache); seqlens_k == nullptr otherwise.
+  KvCacheParams cache;
 };
 
 struct ForwardParams : AttentionParams {
@@ -56,7 +80,7 @@ struct ForwardParams : AttentionParams {
   // and lse (float32, [split, batch*?]) to these workspace buffers, which a
   // combine kernel merges into out/lse. Laid out as
   // out_partial[split][b][h][row][d] and lse_partial[split][b][h][row] with
-  // row < max_q_len (dense only).
+  // row < max_q_len (dense and KV cache; varlen rows by cu_seqlens_q).
   int num_splits = 1;
   float* out_partial = nullptr;
   float* lse_partial = nullptr;

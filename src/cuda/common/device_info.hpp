@@ -7,6 +7,7 @@ struct DeviceInfo {
   int sm_count = 0;
   int major = 0, minor = 0;  // compute capability
   int max_smem_per_block = 0;  // opt-in limit, bytes
+  int smem_per_sm = 0;         // shared memory of one SM, bytes (CTAs per SM)
   bool valid = false;
 };
 

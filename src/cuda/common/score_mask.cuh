@@ -64,9 +64,12 @@ struct ScoreRules {
     *hi = window_right >= 0 ? min(k_len, i + offset + window_right + 1) : k_len;
   }
   // Base-2 logit of a raw dot product (only needed when `transformed`).
-  __device__ __forceinline__ float logit2(float dot, int i, int j) const {
+  __device__ __forceinline__ float logit2(float dot, int i, int j) const { return logit2(dot, i, j, alibi_log2); }
+  // The same with the ALiBi slope (times log2(e)) of another head of the
+  // batch: the decode kernel holds several query heads in one CTA.
+  __device__ __forceinline__ float logit2(float dot, int i, int j, float slope_log2) const {
     float s = cap_log2 != 0.0f ? cap_log2 * tanhf(dot * scale_over_cap) : dot * scale_log2;
-    if (alibi_log2 != 0.0f) s -= alibi_log2 * fabsf(static_cast<float>(i + offset - j));
+    if (slope_log2 != 0.0f) s -= slope_log2 * fabsf(static_cast<float>(i + offset - j));
     return s;
   }
   // Keys [lo, hi) that some row of [row0, row0 + rows) may see.

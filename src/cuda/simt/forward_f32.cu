@@ -64,7 +64,7 @@ Status f32_attention_supports(const Problem& problem) {
   if (problem.dtype != DType::f32)
     return Status::unsupported(std::string("backend cuda: the float32 (SIMT) path got ") + dtype_name(problem.dtype));
   if (problem.layout == Layout::kv_cache)
-    return Status::unsupported("backend cuda: KV-cache / paged attention is not implemented yet");
+    return Status::unsupported("backend cuda: KV caches run on the f16/bf16 kernels only (f32: backend cpu)");
   if (problem.head_dim > kMaxHeadDim)
     return Status::unsupported("backend cuda: float32 attention supports head_dim <= " + std::to_string(kMaxHeadDim) +
                                ", got " + std::to_string(problem.head_dim));

@@ -31,7 +31,7 @@ Status sm80_attention_supports(const Problem& problem, const char* pass) {
     return Status::unsupported(prefix + "head_dim " + std::to_string(problem.head_dim) +
                                " is not supported for f16/bf16 (supported: 32, 64, 96, 128, 192, 256)");
   if (problem.layout == Layout::kv_cache)
-    return Status::unsupported(prefix + "KV-cache / paged attention is not implemented by backend cuda yet");
+    return Status::unsupported(prefix + "KV caches take the decode kernel (flash_decode_supports), not this one");
   const DeviceInfo& info = device_info(problem.device.index);
   if (!info.valid) return Status::unsupported(prefix + "cannot query the GPU's properties");
   if (info.major < 8)

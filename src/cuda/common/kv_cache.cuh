@@ -1,0 +1,47 @@
+// Device-side addressing of a KV cache (KvCacheParams): a sequence's length
+// and where its key j lives, contiguous or paged.
+//
+// Validation normally guarantees every index (seqlens_k within capacity,
+// every block_table entry a sequence reads inside the cache). With
+// check_index_contents off it reads none of them, so these helpers also keep
+// bad indices from becoming out-of-bounds accesses: lengths are clamped into
+// [0, capacity] and a page outside the cache reads as "no key" (its rows are
+// zero-filled, its appends dropped). Results are then wrong, memory is safe.
+#pragma once
+
+#include <cstdint>
+
+#include "common/attention_params.hpp"
+
+namespace cuflash::detail {
+
+// Keys cached before the append, clamped to [0, capacity - new_len].
+__device__ __forceinline__ int cache_cached_len(const KvCacheParams& c, int b) {
+  const int cached = __ldg(c.seqlens_k + b);
+  return max(0, min(cached, c.capacity - c.new_len));
+}
+
+// Keys sequence b attends to: cached plus appended.
+__device__ __forceinline__ int cache_kv_len(const KvCacheParams& c, int b) {
+  return cache_cached_len(c, b) + c.new_len;
+}
+
+// The page (contiguous: the batch row) that holds key j of sequence b, or -1
+// when the block table points outside the cache. j < capacity.
+__device__ __forceinline__ int cache_page(const KvCacheParams& c, int b, int j) {
+  if (c.block_table == nullptr) return b;
+  const int page = __ldg(c.block_table + b * c.block_table_stride + (j >> c.page_shift));
+  return page >= 0 && page < c.num_pages ? page : -1;
+}
+
+__device__ __forceinline__ int cache_slot(const KvCacheParams& c, int j) {
+  return c.block_table == nullptr ? j : j & ((1 << c.page_shift) - 1);
+}
+
+// Element offset of (page, slot, head hk) in a cache tensor with strides st.
+__device__ __forceinline__ std::int64_t cache_offset(const RowStrides& st, int page, int slot, int hk) {
+  return static_cast<std::int64_t>(page) * st.batch + static_cast<std::int64_t>(slot) * st.row +
+         static_cast<std::int64_t>(hk) * st.head;
+}
+
+}  // namespace cuflash::detail

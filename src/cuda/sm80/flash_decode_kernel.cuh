@@ -1,0 +1,395 @@
+// Decode / paged-KV attention on mma.sync (sm80+; the same code runs on sm90).
+//
+// One CTA per (split, kv head x row block, sequence). Its query rows are the
+// group's query heads x the sequence's queries, row r = i * group + head in
+// group (so a GQA decode step of 4 heads is 4 rows), padded to m16 tiles: the
+// K/V of a kv head are read once for all the heads that share them.
+//
+// Decode moves every cache byte once and does ~2 FLOP per byte with 4 of 16
+// mma rows doing real work: it is a copy loop. So, unlike the prefill kernel,
+// the four warps split each 64-key tile's keys between them (16 each) rather
+// than the rows, every warp keeps all rows and a private online softmax, and
+// K/V stream through a cp.async pipeline several tiles deep; the warps'
+// partial (max, sum, O) meet once, through shared memory, at the end.
+//
+// Pages: each cache row is found through the block table when its load is
+// issued (sm80/../common/kv_cache.cuh); a 64-key tile may span several pages
+// (page size < 64) or be part of one (>= 64), either way per-row addressing.
+// Split-KV: split s of a sequence takes its share of the key tiles the rows
+// can see and writes a normalized partial (out, lse) for combine_splits.
+#pragma once
+
+#include <cmath>
+
+#include "common/attention_params.hpp"
+#include "common/kv_cache.cuh"
+#include "common/score_mask.cuh"
+#include "common/tensor_core.cuh"
+#include "sm80/flash_decode_tiles.hpp"
+
+namespace cuflash::detail::sm80 {
+
+template <typename T, int D_, int MT_>
+struct DecodeConfig {
+  using Element = T;
+  static constexpr int D = D_, MT = MT_;
+  static constexpr int NW = kDecodeWarps, kThreads = NW * 32;
+  static constexpr int BN = kDecodeBlockN;
+  static constexpr int KW = BN / NW;  // keys of a tile per warp
+  static constexpr int STAGES = decode_tile(D).stages;
+  static constexpr int BM = 16 * MT;  // query rows per CTA
+  static constexpr int NT = KW / 8;   // n8 tiles of S per warp
+  static constexpr int KQ = D / 16;   // k-steps of Q K^T
+  static constexpr int KP = KW / 16;  // k-steps of P V
+  static constexpr int DT = D / 8;    // n8 tiles of O
+  static constexpr int kRow = D + 8;  // padded shared row (elements): conflict-free ldmatrix
+  static constexpr int kStageElems = 2 * BN * kRow;  // K tile then V tile
+  // Epilogue: each warp's scaled O rows as floats, padded by 8 so that the
+  // float2 fragment stores of a half-warp hit 32 distinct banks.
+  static constexpr int kOutRow = D + 8;
+  static constexpr int kSmemBytes = decode_smem_bytes(D, MT, static_cast<int>(sizeof(T)));
+  static_assert(KW % 16 == 0, "a warp's keys must fill whole k-steps of P V");
+  static_assert(D % 16 == 0, "head_dim must be a multiple of 16");
+  static_assert(STAGES >= 2, "the pipeline needs at least two stages");
+  static_assert(NW * BM * kOutRow * 4 <= STAGES * kStageElems * static_cast<int>(sizeof(T)),
+                "the epilogue's float rows must fit in the stage buffers they reuse");
+};
+
+// K and V rows [n0, n0 + BN) of sequence b, kv head hk, into one stage.
+// Rows at or past k_len (and, with unchecked indices, rows whose page is
+// outside the cache) are zero-filled and never read from global memory.
+template <class C>
+__device__ __forceinline__ void load_kv_tile(typename C::Element* sK, typename C::Element* sV, const ForwardParams& p,
+                                             int b, int hk, int n0, int k_len) {
+  using T = typename C::Element;
+  constexpr int kChunksPerRow = C::D / 8;
+  const T* k = static_cast<const T*>(p.k);
+  const T* v = static_cast<const T*>(p.v);
+  auto load_chunk = [&](int r, int c) {
+    const int j = n0 + r;
+    const int page = j < k_len ? cache_page(p.cache, b, j) : -1;
+    const bool valid = page >= 0;
+    const int slot = cache_slot(p.cache, j);
+    const T* k_src = valid ? k + cache_offset(p.k_strides, page, slot, hk) + c * 8 : k;
+    const T* v_src = valid ? v + cache_offset(p.v_strides, page, slot, hk) + c * 8 : v;
+    cp_async_16(sK + r * C::kRow + c * 8, k_src, valid);
+    cp_async_16(sV + r * C::kRow + c * 8, v_src, valid);
+  };
+  if constexpr (C::kThreads % kChunksPerRow == 0 && C::BN % (C::kThreads / kChunksPerRow) == 0) {
+    // A thread keeps one 16-byte column; its rows are kRowStep apart.
+    constexpr int kRowStep = C::kThreads / kChunksPerRow;
+    const int r0 = threadIdx.x / kChunksPerRow, c = threadIdx.x % kChunksPerRow;
+#pragma unroll
+    for (int it = 0; it < C::BN / kRowStep; ++it) load_chunk(r0 + it * kRowStep, c);
+  } else {  // head dims 96, 192: rows of 12 or 24 chunks
+#pragma unroll
+    for (int idx = threadIdx.x; idx < C::BN * kChunksPerRow; idx += C::kThreads)
+      load_chunk(idx / kChunksPerRow, idx % kChunksPerRow);
+  }
+}
+
+// The CTA's BM query rows into shared memory; rows past the group's
+// heads x q_len are zero-filled (computed on, never stored).
+template <class C>
+__device__ __forceinline__ void load_q_rows(typename C::Element* sQ, const ForwardParams& p, int b, int hk, int row0,
+                                            int rows_total) {
+  using T = typename C::Element;
+  constexpr int kChunksPerRow = C::D / 8;
+  const T* q = static_cast<const T*>(p.q);
+#pragma unroll
+  for (int idx = threadIdx.x; idx < C::BM * kChunksPerRow; idx += C::kThreads) {
+    const int r = idx / kChunksPerRow, c = idx % kChunksPerRow;
+    const int row = row0 + r;
+    const bool valid = row < rows_total;
+    const int i = row / p.group, h = hk * p.group + row % p.group;
+    cp_async_16(sQ + r * C::kRow + c * 8, valid ? q + row_offset(p.q_strides, b, 0, i, h) + c * 8 : q, valid);
+  }
+}
+
+// Transformed: softcap or ALiBi is on (a separate instantiation keeps that
+// code and its registers out of the plain kernel, as in the prefill).
+template <class C, bool Transformed>
+__global__ void __launch_bounds__(C::kThreads) flash_decode_kernel(const ForwardParams p) {
+  using T = typename C::Element;
+  extern __shared__ __align__(16) unsigned char smem_raw[];
+  T* sQ = reinterpret_cast<T*>(smem_raw);
+  T* sStages = sQ + C::BM * C::kRow;
+  float* sRowMax = reinterpret_cast<float*>(sStages + C::STAGES * C::kStageElems);  // [NW][BM], base 2
+  float* sRowSum = sRowMax + C::NW * C::BM;                                         // [NW][BM]
+  float* sOut = reinterpret_cast<float*>(sStages);  // [NW][BM][kOutRow], after the last tile
+
+  const int split = blockIdx.x;
+  const int hk = blockIdx.y % p.heads_kv;
+  const int row0 = static_cast<int>(blockIdx.y / p.heads_kv) * C::BM;
+  const int b = blockIdx.z;
+  const int group = p.group;
+  const int rows_total = group * p.max_q_len;
+  const int rows_here = min(C::BM, rows_total - row0);
+
+  SeqBounds seq;
+  seq.q_len = p.max_q_len;
+  seq.k_len = cache_kv_len(p.cache, b);
+  // Masks depend on the sequence only; the ALiBi slope, on the head, is per row below.
+  const ScoreRules rules = score_rules(p, seq, b, hk * group);
+  const int i_first = row0 / group;
+  const int i_count = (row0 + rows_here - 1) / group - i_first + 1;
+
+  // This split's share of the key tiles the CTA's rows can see.
+  int key_lo, key_hi;
+  rules.key_range(i_first, i_count, &key_lo, &key_hi);
+  const int first_tile = key_lo / C::BN;
+  const long long span = key_hi > key_lo ? (key_hi + C::BN - 1) / C::BN - first_tile : 0;
+  const int t_lo = first_tile + static_cast<int>(span * split / p.num_splits);
+  const int t_hi = first_tile + static_cast<int>(span * (split + 1) / p.num_splits);
+
+  const int tid = threadIdx.x, warp = tid / 32, lane = tid % 32;
+  const int g = lane / 4, t4 = lane % 4;
+
+  // The two rows (g, g + 8) of each m16 tile this lane holds: query position,
+  // visible keys and (Transformed) ALiBi slope.
+  int row_i[C::MT][2], row_lo[C::MT][2], row_hi[C::MT][2];
+  float row_slope[C::MT][2];
+#pragma unroll
+  for (int mt = 0; mt < C::MT; ++mt)
+#pragma unroll
+    for (int half = 0; half < 2; ++half) {
+      const int row = row0 + mt * 16 + g + half * 8;
+      row_i[mt][half] = min(row / group, p.max_q_len - 1);  // padding rows: any valid position
+      rules.row_keys(row_i[mt][half], &row_lo[mt][half], &row_hi[mt][half]);
+      row_slope[mt][half] = 0.0f;
+      if (Transformed && p.alibi_slopes != nullptr) {
+        const int h = hk * group + row % group;
+        row_slope[mt][half] = p.alibi_slopes[b * p.alibi_batch_stride + h * p.alibi_head_stride] * kLog2e;
+      }
+    }
+
+  float o[C::MT][C::DT][4];
+  float row_max[C::MT][2], row_sum[C::MT][2];
+#pragma unroll
+  for (int mt = 0; mt < C::MT; ++mt) {
+#pragma unroll
+    for (int dt = 0; dt < C::DT; ++dt)
+#pragma unroll
+      for (int e = 0; e < 4; ++e) o[mt][dt][e] = 0.0f;
+    row_max[mt][0] = row_max[mt][1] = -INFINITY;
+    row_sum[mt][0] = row_sum[mt][1] = 0.0f;
+  }
+  // Multiplier from the (possibly transformed) score to a base-2 logit.
+  const float mult = Transformed ? 1.0f : rules.scale_log2;
+
+  if (t_lo < t_hi) {
+    // Prologue: Q with the first tile, then STAGES - 1 tiles in flight. A
+    // group is committed even when it is empty, so that the wait count below
+    // is the same in every iteration.
+    load_q_rows<C>(sQ, p, b, hk, row0, rows_total);
+#pragma unroll
+    for (int s = 0; s < C::STAGES - 1; ++s) {
+      if (t_lo + s < t_hi) {
+        T* stage = sStages + s * C::kStageElems;
+        load_kv_tile<C>(stage, stage + C::BN * C::kRow, p, b, hk, (t_lo + s) * C::BN, seq.k_len);
+      }
+      cp_async_commit();
+    }
+
+    for (int tile = t_lo; tile < t_hi; ++tile) {
+      const int it = tile - t_lo;
+      cp_async_wait<C::STAGES - 2>();  // this tile's group (and Q) has landed
+      __syncthreads();                 // ... for every thread; and the previous stage is free
+      if (tile + C::STAGES - 1 < t_hi) {
+        T* stage = sStages + ((it + C::STAGES - 1) % C::STAGES) * C::kStageElems;
+        load_kv_tile<C>(stage, stage + C::BN * C::kRow, p, b, hk, (tile + C::STAGES - 1) * C::BN, seq.k_len);
+      }
+      cp_async_commit();
+
+      const T* sK = sStages + (it % C::STAGES) * C::kStageElems + warp * C::KW * C::kRow;
+      const T* sV = sK + C::BN * C::kRow;
+      const int n0 = tile * C::BN + warp * C::KW;  // this warp's first key
+
+      // S = Q K^T over this warp's keys.
+      float s[C::MT][C::NT][4];
+#pragma unroll
+      for (int mt = 0; mt < C::MT; ++mt)
+#pragma unroll
+        for (int nt = 0; nt < C::NT; ++nt)
+#pragma unroll
+          for (int e = 0; e < 4; ++e) s[mt][nt][e] = 0.0f;
+#pragma unroll
+      for (int ks = 0; ks < C::KQ; ++ks) {
+        std::uint32_t qa[C::MT][4];
+#pragma unroll
+        for (int mt = 0; mt < C::MT; ++mt)
+          ldmatrix_x4(qa[mt], sQ + (mt * 16 + (lane % 16)) * C::kRow + ks * 16 + (lane / 16) * 8);
+#pragma unroll
+        for (int np = 0; np < C::NT / 2; ++np) {
+          std::uint32_t kb[4];
+          ldmatrix_x4(kb, sK + (np * 16 + (lane % 8) + (lane / 16) * 8) * C::kRow + ks * 16 + ((lane / 8) % 2) * 8);
+          const std::uint32_t b0[2] = {kb[0], kb[1]};
+          const std::uint32_t b1[2] = {kb[2], kb[3]};
+#pragma unroll
+          for (int mt = 0; mt < C::MT; ++mt) {
+            mma_16816<T>(s[mt][2 * np], qa[mt], b0);
+            mma_16816<T>(s[mt][2 * np + 1], qa[mt], b1);
+          }
+        }
+      }
+
+      // Scores -> (masked) logits; this warp's online softmax.
+      const bool masked = !rules.tile_unmasked(i_first, i_count, tile * C::BN, C::BN);
+#pragma unroll
+      for (int mt = 0; mt < C::MT; ++mt) {
+#pragma unroll
+        for (int half = 0; half < 2; ++half) {
+          if (Transformed || masked) {
+#pragma unroll
+            for (int nt = 0; nt < C::NT; ++nt)
+#pragma unroll
+              for (int e = 0; e < 2; ++e) {
+                const int j = n0 + nt * 8 + 2 * t4 + e;
+                float& x = s[mt][nt][half * 2 + e];
+                if constexpr (Transformed) x = rules.logit2(x, row_i[mt][half], j, row_slope[mt][half]);
+                if (j < row_lo[mt][half] || j >= row_hi[mt][half]) x = -INFINITY;
+              }
+          }
+          float mx = row_max[mt][half];
+#pragma unroll
+          for (int nt = 0; nt < C::NT; ++nt) mx = fmaxf(mx, fmaxf(s[mt][nt][half * 2], s[mt][nt][half * 2 + 1]));
+          mx = fmaxf(mx, __shfl_xor_sync(0xffffffffu, mx, 1));
+          mx = fmaxf(mx, __shfl_xor_sync(0xffffffffu, mx, 2));
+          const float m_scaled = mx == -INFINITY ? 0.0f : mx * mult;
+          const float correction = fast_exp2(row_max[mt][half] * mult - m_scaled);
+          row_max[mt][half] = mx;
+          float sum = 0.0f;
+#pragma unroll
+          for (int nt = 0; nt < C::NT; ++nt)
+#pragma unroll
+            for (int e = 0; e < 2; ++e) {
+              float& x = s[mt][nt][half * 2 + e];
+              x = fast_exp2(fmaf(x, mult, -m_scaled));
+              sum += x;
+            }
+          row_sum[mt][half] = row_sum[mt][half] * correction + sum;
+#pragma unroll
+          for (int dt = 0; dt < C::DT; ++dt) {
+            o[mt][dt][half * 2] *= correction;
+            o[mt][dt][half * 2 + 1] *= correction;
+          }
+        }
+      }
+
+      // O += P V over this warp's keys, P straight from the S accumulators.
+#pragma unroll
+      for (int kk = 0; kk < C::KP; ++kk) {
+        std::uint32_t pa[C::MT][4];
+#pragma unroll
+        for (int mt = 0; mt < C::MT; ++mt) {
+          pa[mt][0] = pack2<T>(s[mt][2 * kk][0], s[mt][2 * kk][1]);
+          pa[mt][1] = pack2<T>(s[mt][2 * kk][2], s[mt][2 * kk][3]);
+          pa[mt][2] = pack2<T>(s[mt][2 * kk + 1][0], s[mt][2 * kk + 1][1]);
+          pa[mt][3] = pack2<T>(s[mt][2 * kk + 1][2], s[mt][2 * kk + 1][3]);
+        }
+#pragma unroll
+        for (int dp = 0; dp < C::DT / 2; ++dp) {
+          std::uint32_t vb[4];
+          ldmatrix_x4_trans(vb, sV + (kk * 16 + (lane % 8) + ((lane / 8) % 2) * 8) * C::kRow + dp * 16 + (lane / 16) * 8);
+          const std::uint32_t b0[2] = {vb[0], vb[1]};
+          const std::uint32_t b1[2] = {vb[2], vb[3]};
+#pragma unroll
+          for (int mt = 0; mt < C::MT; ++mt) {
+            mma_16816<T>(o[mt][2 * dp], pa[mt], b0);
+            mma_16816<T>(o[mt][2 * dp + 1], pa[mt], b1);
+          }
+        }
+      }
+    }
+    cp_async_wait<0>();  // only empty groups remain, but the stages are reused below
+  }
+
+  // Epilogue 1: each warp's row maxima (base 2) and sums.
+#pragma unroll
+  for (int mt = 0; mt < C::MT; ++mt)
+#pragma unroll
+    for (int half = 0; half < 2; ++half) {
+      float l = row_sum[mt][half];
+      l += __shfl_xor_sync(0xffffffffu, l, 1);
+      l += __shfl_xor_sync(0xffffffffu, l, 2);
+      if (t4 == 0) {
+        const int r = mt * 16 + g + half * 8;
+        sRowMax[warp * C::BM + r] = row_max[mt][half] == -INFINITY ? -INFINITY : row_max[mt][half] * mult;
+        sRowSum[warp * C::BM + r] = l;
+      }
+    }
+  __syncthreads();  // stats visible; every warp is done with the stage buffers
+
+  // The CTA's max and sum of row r over the warps; max -inf: no key seen.
+  auto merged_row = [&](int r, float* m_all, float* l_all) {
+    float m = -INFINITY;
+#pragma unroll
+    for (int w = 0; w < C::NW; ++w) m = fmaxf(m, sRowMax[w * C::BM + r]);
+    float l = 0.0f;
+    if (m != -INFINITY) {
+#pragma unroll
+      for (int w = 0; w < C::NW; ++w) l += sRowSum[w * C::BM + r] * fast_exp2(sRowMax[w * C::BM + r] - m);
+    }
+    *m_all = m;
+    *l_all = l;
+  };
+
+  // Epilogue 2: each warp's O rows, rescaled to the CTA's max and normalized.
+#pragma unroll
+  for (int mt = 0; mt < C::MT; ++mt)
+#pragma unroll
+    for (int half = 0; half < 2; ++half) {
+      const int r = mt * 16 + g + half * 8;
+      if (r >= rows_here) continue;
+      float m_all, l_all;
+      merged_row(r, &m_all, &l_all);
+      const float own = sRowMax[warp * C::BM + r];
+      const float factor = m_all == -INFINITY || l_all == 0.0f ? 0.0f : fast_exp2(own - m_all) / l_all;
+      float* dst = sOut + (warp * C::BM + r) * C::kOutRow + 2 * t4;
+#pragma unroll
+      for (int dt = 0; dt < C::DT; ++dt)
+        *reinterpret_cast<float2*>(dst + dt * 8) =
+            make_float2(o[mt][dt][half * 2] * factor, o[mt][dt][half * 2 + 1] * factor);
+    }
+  __syncthreads();
+
+  // Epilogue 3: sum over the warps, 4 dims per thread; write out (or this
+  // split's partial) and lse.
+  const std::int64_t partial_base = (static_cast<std::int64_t>(split) * p.batch + b) * p.heads_q;
+  constexpr int kQuads = C::D / 4;
+  for (int idx = tid; idx < rows_here * kQuads; idx += C::kThreads) {
+    const int r = idx / kQuads, c4 = idx % kQuads;
+    float4 acc = *reinterpret_cast<const float4*>(sOut + r * C::kOutRow + c4 * 4);
+#pragma unroll
+    for (int w = 1; w < C::NW; ++w) {
+      const float4 x = *reinterpret_cast<const float4*>(sOut + (w * C::BM + r) * C::kOutRow + c4 * 4);
+      acc.x += x.x;
+      acc.y += x.y;
+      acc.z += x.z;
+      acc.w += x.w;
+    }
+    const int row = row0 + r;
+    const int i = row / group, h = hk * group + row % group;
+    if (p.num_splits > 1) {
+      float* dst = p.out_partial + ((partial_base + h) * p.max_q_len + i) * C::D + c4 * 4;
+      *reinterpret_cast<float4*>(dst) = acc;
+    } else {
+      T* dst = static_cast<T*>(p.out) + row_offset(p.out_strides, b, 0, i, h) + c4 * 4;
+      *reinterpret_cast<uint2*>(dst) = make_uint2(pack2<T>(acc.x, acc.y), pack2<T>(acc.z, acc.w));
+    }
+  }
+  for (int r = tid; r < rows_here; r += C::kThreads) {
+    float m_all, l_all;
+    merged_row(r, &m_all, &l_all);
+    const float lse = m_all == -INFINITY || l_all == 0.0f ? -INFINITY : (m_all + __log2f(l_all)) * kLn2;
+    const int row = row0 + r;
+    const int i = row / group, h = hk * group + row % group;
+    if (p.num_splits > 1) {
+      p.lse_partial[(partial_base + h) * p.max_q_len + i] = lse;
+    } else if (p.lse != nullptr) {
+      p.lse[lse_offset(p, b, 0, i, h)] = lse;
+    }
+  }
+}
+
+}  // namespace cuflash::detail::sm80

@@ -1,0 +1,38 @@
+// Launch of the decode kernel for one (element type, head dim); explicitly
+// instantiated once per pair in src/cuda/inst/ so the build parallelizes.
+#pragma once
+
+#include <cuda_runtime_api.h>
+
+#include "common/cuda_check.hpp"
+#include "sm80/flash_decode_kernel.cuh"
+#include "sm80/flash_decode_tiles.hpp"
+
+namespace cuflash::detail::sm80 {
+
+template <typename T, int D, int MT>
+Status launch_flash_decode_rows(const ForwardParams& p, cudaStream_t stream) {
+  using C = DecodeConfig<T, D, MT>;
+  const bool transformed = p.softcap > 0.0f || p.alibi_slopes != nullptr;
+  auto kernel = transformed ? flash_decode_kernel<C, true> : flash_decode_kernel<C, false>;
+  if (C::kSmemBytes > 48 * 1024) {
+    CUFLASH_TRY(cuda_status(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, C::kSmemBytes),
+                            "cudaFuncSetAttribute(flash_decode_kernel)"));
+  }
+  const int rows = p.group * p.max_q_len;
+  const int row_blocks = (rows + C::BM - 1) / C::BM;
+  const dim3 grid(p.num_splits, p.heads_kv * row_blocks, p.batch);
+  kernel<<<grid, C::kThreads, C::kSmemBytes, stream>>>(p);
+  return launch_status("flash_decode_kernel");
+}
+
+// m_tiles: decode_m_tiles(D, group * q_len), which the host used for the split count.
+template <typename T, int D>
+Status launch_flash_decode(const ForwardParams& p, int m_tiles, cudaStream_t stream) {
+  if constexpr (decode_tile(D).max_m_tiles >= 2) {
+    if (m_tiles == 2) return launch_flash_decode_rows<T, D, 2>(p, stream);
+  }
+  return launch_flash_decode_rows<T, D, 1>(p, stream);
+}
+
+}  // namespace cuflash::detail::sm80
