@@ -1,6 +1,7 @@
 // What backend=cuda refuses, and how: valid calls it cannot run answer
 // `unsupported` with the reason (head dims outside the tensor-core kernels'
-// list, KV caches), the workspace query agrees with the call, and nothing is
+// list; KV caches in f32, backward, page sizes that are not powers of two,
+// appends from unaligned rows), the workspace query agrees with the call, and nothing is
 // written: every tensor, outputs (NaN poison) and the KV cache included, comes
 // back byte-identical. Views the kernels may or may not take (rows not
 // 16-byte aligned) must be either refused so or computed right, never silently
@@ -70,7 +71,8 @@ TEST(CudaUnsupported, HeadDimAbove256) {
   }
 }
 
-// ----- KV caches: not in this backend yet ---------------------------------------------
+// ----- KV caches: what the decode kernel does not take ----------------------------------
+// (What it takes is tested against the oracle in decode_gpu_test.cpp.)
 
 CaseSpec cache_case(std::string label, int page_size, int q_len, int new_len, DType dtype) {
   CaseSpec s = kv_cache_case(std::move(label), page_size, q_len, new_len);
@@ -78,22 +80,22 @@ CaseSpec cache_case(std::string label, int page_size, int q_len, int new_len, DT
   return s;
 }
 
-class CudaUnsupportedKvCache : public ::testing::TestWithParam<DtypeParam> {};
-
-TEST_P(CudaUnsupportedKvCache, ForwardRefusedAndCacheUntouched) {
+// f32 caches have no kernel in backend cuda (the f32 path is dense/varlen only).
+TEST(CudaUnsupportedKvCache, F32ForwardRefusedAndCacheUntouched) {
   SKIP_WITHOUT_GPU();
   CUFLASH_TEST_RNG(rng);
-  for (const CaseSpec& s : {cache_case("contiguous_decode", 0, 1, 0, GetParam().dtype),
-                            cache_case("contiguous_append", 0, 4, 4, GetParam().dtype),
-                            cache_case("paged16_decode_append1", 16, 1, 1, GetParam().dtype),
-                            cache_case("paged1_prefill", 1, 3, 0, GetParam().dtype)}) {
+  for (const CaseSpec& s : {cache_case("contiguous_decode", 0, 1, 0, DType::f32),
+                            cache_case("contiguous_append", 0, 4, 4, DType::f32),
+                            cache_case("paged16_decode_append1", 16, 1, 1, DType::f32)}) {
     SCOPED_TRACE(s.label);
     AttentionCase c(s, rng.engine());
     DeviceRunner runner;
     // (An append would have written k_new/v_new into the cache: it must not have.)
-    expect_refused(c, runner, Pass::forward, {"kv"});
+    expect_refused(c, runner, Pass::forward, {"backend cuda", "kv cache", "f16 and bf16", "f32"});
   }
 }
+
+class CudaUnsupportedKvCache : public ::testing::TestWithParam<DtypeParam> {};
 
 TEST_P(CudaUnsupportedKvCache, BackwardRefused) {
   SKIP_WITHOUT_GPU();
@@ -107,17 +109,48 @@ TEST_P(CudaUnsupportedKvCache, BackwardRefused) {
   }
 }
 
-// auto finds no GPU backend for it and says why, naming cuda's reason.
-TEST_P(CudaUnsupportedKvCache, AutoRefusesWithCudasReason) {
+INSTANTIATE_TEST_SUITE_P(Dtypes, CudaUnsupportedKvCache, all_dtype_params(), dtype_param_name);
+
+// Page and slot are a shift and a mask: other page sizes are refused, naming it.
+TEST(CudaUnsupportedKvCache, PageSizeNotAPowerOfTwo) {
   SKIP_WITHOUT_GPU();
   CUFLASH_TEST_RNG(rng);
-  AttentionCase c(cache_case("paged16", 16, 1, 1, GetParam().dtype), rng.engine());
-  DeviceRunner runner(Backend::automatic);
-  expect_refused(c, runner, Pass::forward, {"backend auto: no GPU backend runs this call", "backend cuda", "kv"},
-                 Backend::automatic);
+  AttentionCase c(cache_case("paged24_append2", 24, 2, 2, DType::bf16), rng.engine());
+  DeviceRunner runner;
+  expect_refused(c, runner, Pass::forward, {"backend cuda", "page_size 24", "power of two"});
 }
 
-INSTANTIATE_TEST_SUITE_P(Dtypes, CudaUnsupportedKvCache, all_dtype_params(), dtype_param_name);
+// Head dims outside the tensor-core list, for a cache as for dense inputs.
+TEST(CudaUnsupportedKvCache, HeadDimOutsideTheList) {
+  SKIP_WITHOUT_GPU();
+  CUFLASH_TEST_RNG(rng);
+  CaseSpec s = cache_case("paged16_d40", 16, 3, 2, DType::f16);
+  s.head_dim = 40;
+  AttentionCase c(s, rng.engine());
+  DeviceRunner runner;
+  expect_refused(c, runner, Pass::forward, {"head_dim 40", "32, 64, 96, 128, 192, 256"});
+}
+
+// k_new off its 16-byte boundary: the append's vector copies cannot take it.
+TEST(CudaUnsupportedKvCache, AppendSourceOff16Bytes) {
+  SKIP_WITHOUT_GPU();
+  CUFLASH_TEST_RNG(rng);
+  AttentionCase c(cache_case("paged16_append3", 16, 1, 3, DType::bf16), rng.engine());
+  DeviceRunner runner;
+  runner.misalign_bytes = 4;
+  runner.misalign_only = "k_new";
+  expect_refused(c, runner, Pass::forward, {"backend cuda", "kv_cache.k_new", "16-byte"});
+}
+
+// auto with an f32 cache: neither GPU backend runs it, and it says why for both.
+TEST(CudaUnsupportedKvCache, AutoRefusesF32WithCudasReason) {
+  SKIP_WITHOUT_GPU();
+  CUFLASH_TEST_RNG(rng);
+  AttentionCase c(cache_case("paged16", 16, 1, 1, DType::f32), rng.engine());
+  DeviceRunner runner(Backend::automatic);
+  expect_refused(c, runner, Pass::forward, {"backend auto: no GPU backend runs this call", "backend cuda", "f32"},
+                 Backend::automatic);
+}
 
 // ----- views off 16-byte rows: refused with a reason, or right ----------------------------
 

@@ -1,11 +1,12 @@
 // backend=cudnn forward against the float64 oracle over the same matrix as
 // backend=cuda (forward_matrix.hpp), the KV-cache cases (contiguous and paged)
-// and their GPU-sized additions: every case cuDNN can run must match, every
+// and their GPU-sized and decode-shaped additions (decode_cases.hpp): every case cuDNN can run must match, every
 // other one must be refused as `unsupported` naming the option, with nothing
 // written (cudnn_cases.hpp says which is which).
 #include <gtest/gtest.h>
 
 #include "cudnn_cases.hpp"
+#include "common/decode_cases.hpp"
 #include "device_runner.hpp"
 #include "forward_matrix.hpp"
 #include "gpu_cases.hpp"
@@ -23,7 +24,7 @@ TEST_P(CudnnForward, MatchesOracleOrRefused) {
 }
 
 std::vector<CaseSpec> kv_cases() {
-  return for_gpu_dtypes(concat(kv_cache_cases(), gpu_kv_cache_cases()), kHalfDtypes);
+  return for_gpu_dtypes(concat(concat(kv_cache_cases(), gpu_kv_cache_cases()), decode_cases()), kHalfDtypes);
 }
 
 INSTANTIATE_TEST_SUITE_P(HeadDims, CudnnForward, ::testing::ValuesIn(matrix::head_dim_cases()), CaseSpecName());

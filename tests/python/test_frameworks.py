@@ -54,17 +54,12 @@ def test_jax_arrays_in_jax_arrays_out(platform, dtype):
     tolerance = 2e-5 if dtype == "float32" else 1e-2
     assert ref.rel_l2(np.asarray(out.astype(jnp.float32)), want_out) <= tolerance
     assert ref.max_abs(np.asarray(lse), want_lse) <= (1e-4 if dtype == "float32" else 5e-2)
-    if platform == "cpu" or cuflash.backend_available("cudnn"):
-        # On the GPU a decode step runs on cudnn (the cuda backend has no KV-cache kernels yet).
-        decode = cuflash.flash_attn_with_kvcache(jq[:, :1], jk, jv, cache_seqlens=30)
-        assert isinstance(decode, jax.Array) and decode.shape == (2, 1, 4, 64)
-        upcast_cache = [np.asarray(x.astype(jnp.float32)) for x in (jq[:, :1], jk[:, :30], jv[:, :30])]
-        want_decode, _ = ref.dense(*upcast_cache, causal=False)
-        assert ref.rel_l2(np.asarray(decode.astype(jnp.float32)), want_decode) <= tolerance
-    else:
-        # No GPU backend runs KV caches in this build: the call must say so, not fall back.
-        with pytest.raises(NotImplementedError, match="KV-cache"):
-            cuflash.flash_attn_with_kvcache(jq[:, :1], jk, jv, cache_seqlens=30)
+    # On the GPU a decode step runs on cudnn or cuda, whichever auto picks (both have KV-cache kernels).
+    decode = cuflash.flash_attn_with_kvcache(jq[:, :1], jk, jv, cache_seqlens=30)
+    assert isinstance(decode, jax.Array) and decode.shape == (2, 1, 4, 64)
+    upcast_cache = [np.asarray(x.astype(jnp.float32)) for x in (jq[:, :1], jk[:, :30], jv[:, :30])]
+    want_decode, _ = ref.dense(*upcast_cache, causal=False)
+    assert ref.rel_l2(np.asarray(decode.astype(jnp.float32)), want_decode) <= tolerance
     with pytest.raises(NotImplementedError, match="immutable"):
         cuflash.flash_attn_with_kvcache(jq[:, :1], jk, jv, jk[:, :1], jv[:, :1], cache_seqlens=30)
 

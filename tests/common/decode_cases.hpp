@@ -1,0 +1,87 @@
+// The decode-shaped KV-cache cases the GPU suites run on top of
+// kv_cache_cases() and gpu_kv_cache_cases(): cache lengths 0, 1 and a page
+// boundary +-1 for every page size 16..256, GQA groups processed together
+// (group x q_len from 1 to 64 query rows per kv head: one or several row
+// blocks), speculative decode (q_len 4..16 with as many keys appended),
+// chunked prefill, long single-sequence caches that take split-KV, the score
+// options, every head dim, and calls whose indices are read on the device
+// only (check_index_contents off). No dtype yet: the suites give them theirs.
+#pragma once
+
+#include <string>
+#include <vector>
+
+#include "kv_cache_cases.hpp"
+
+namespace cuflash::test {
+
+inline CaseSpec decode_case(std::string label, int page_size, int q_len, int new_len, std::vector<int> cached,
+                            int heads_q, int heads_kv, int head_dim) {
+  CaseSpec s = kv_cache_case(std::move(label), page_size, q_len, new_len, std::move(cached));
+  s.heads_q = heads_q;
+  s.heads_kv = heads_kv;
+  s.head_dim = head_dim;
+  return s;
+}
+
+inline std::vector<CaseSpec> decode_cases() {
+  std::vector<CaseSpec> cases;
+  auto add = [&](CaseSpec s) { cases.push_back(std::move(s)); };
+  // Lengths at the edges: empty, one key, a page boundary -1/0/+1 (and, for
+  // 16, the kernel's 64-key tile boundary too), with and without an append.
+  for (int page : {0, 16, 32, 64, 128, 256}) {
+    const int edge = page == 0 ? 64 : page;
+    const std::string p = page == 0 ? "contiguous" : "paged" + std::to_string(page);
+    const std::vector<int> lengths = {0, 1, edge - 1, edge, edge + 1, 63, 64, 65};
+    add(decode_case(p + "_lengths_edges_gqa4", page, 1, 0, lengths, 8, 2, 128));
+    add(decode_case(p + "_lengths_edges_gqa4_append1", page, 1, 1, lengths, 8, 2, 128));
+  }
+  // The GQA group and q_len fill 1..64 query rows per kv head.
+  add(decode_case("paged16_mha_decode", 16, 1, 1, {300, 17, 1000}, 4, 4, 128));
+  add(decode_case("paged64_mqa8_decode", 64, 1, 1, {300, 17, 1000}, 8, 1, 128));
+  add(decode_case("paged16_gqa4_spec4_append4", 16, 4, 4, {300, 0, 1000}, 8, 2, 128));
+  add(decode_case("paged32_gqa4_spec8_append8", 32, 8, 8, {300, 0, 1000}, 8, 2, 128));
+  add(decode_case("paged64_gqa4_spec16_append16", 64, 16, 16, {300, 5, 1000}, 8, 2, 128));
+  add(decode_case("paged16_gqa8_q3_rows24", 16, 3, 3, {100, 64, 200}, 8, 1, 64));
+  add(decode_case("paged16_gqa8_q3_rows24_d256", 16, 3, 3, {100, 64, 200}, 8, 1, 256));
+  // Chunked prefill: a 100-token chunk appended and attended causally.
+  add(decode_case("paged32_chunk100_append100", 32, 100, 100, {300, 0, 700}, 4, 2, 64));
+  add(decode_case("contiguous_chunk70_no_append", 0, 70, 0, {300, 70, 500}, 4, 1, 128));
+  // One long sequence: few CTAs, so the keys are split (and combined).
+  add(decode_case("paged16_long_b1_gqa4", 16, 1, 1, {5000}, 8, 2, 128));
+  add(decode_case("contiguous_long_b1_mha", 0, 1, 0, {4097}, 2, 2, 128));
+  add(decode_case("paged256_long_b2_spec4", 256, 4, 4, {3000, 6000}, 8, 2, 64));
+  // Score options on a split, paged cache.
+  CaseSpec s = decode_case("paged16_long_window100", 16, 2, 1, {3000, 40}, 8, 2, 128);
+  s.options.window_left = 100;
+  add(s);
+  s = decode_case("paged64_long_softcap_alibi_heads", 64, 1, 1, {3000, 40}, 8, 2, 128);
+  s.options.softcap = 3.0f;
+  s.alibi = AlibiKind::per_head;
+  add(s);
+  s = decode_case("paged32_alibi_per_batch_spec4", 32, 4, 2, {500, 3, 77}, 8, 2, 64);
+  s.alibi = AlibiKind::per_batch;
+  add(s);
+  s = decode_case("paged16_not_causal_window_right", 16, 5, 0, {200, 9, 64}, 8, 2, 128);
+  s.options.causal = false;
+  s.options.window_left = 20;
+  s.options.window_right = 3;
+  add(s);
+  // Every head dim of the kernels.
+  for (int d : {32, 64, 96, 192, 256})
+    add(decode_case("paged16_d" + std::to_string(d) + "_append1", 16, 1, 1, {300, 0, 65}, 8, 2, d));
+  // Indices read on the device only (no host copy, no content check).
+  for (int page : {0, 16}) {
+    s = decode_case(std::string(page == 0 ? "contiguous" : "paged16") + "_unchecked_indices", page, 2, 2,
+                    {3000, 0, 65}, 8, 2, 128);
+    s.options.check_index_contents = false;
+    add(s);
+  }
+  s = decode_case("paged64_no_lse_bhsd", 64, 1, 1, {300, 0, 1000}, 8, 2, 128);
+  s.with_lse = false;
+  s.bhsd = true;
+  add(s);
+  return cases;
+}
+
+}  // namespace cuflash::test

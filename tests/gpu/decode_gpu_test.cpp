@@ -1,0 +1,288 @@
+// backend=cuda KV-cache forward (the decode kernel: decode, speculative
+// decode and chunked prefill against contiguous and paged caches, with the
+// append) against the float64 oracle: the shared KV-cache lists
+// (kv_cache_cases, gpu_kv_cache_cases, decode_cases) in f16 and bf16, where
+// check_forward also checks that the append wrote exactly its slots and left
+// every other cache row (NaN-poisoned slack, guard pages) bit-identical. Then
+// what the lists cannot say: paged and contiguous caches give the same bits,
+// guard pages and slack filled with a finite sentinel stay so, bad indices
+// are refused with nothing written (or, unchecked, stay in bounds), and the
+// workspace is sized by the capacity so that one query serves a decode loop.
+#include <gtest/gtest.h>
+
+#include <algorithm>
+#include <ostream>
+#include <string>
+#include <vector>
+
+#include "cudnn_cases.hpp"
+#include "common/decode_cases.hpp"
+#include "common/kv_cache_checks.hpp"
+#include "device_runner.hpp"
+#include "gpu_cases.hpp"
+
+namespace cuflash::test {
+namespace {
+
+// Empty when backend=cuda must run the KV-cache case; else what its refusal says.
+std::vector<std::string> cuda_kv_refusal(const CaseSpec& s) {
+  if (s.dtype == DType::f32) return {"backend cuda", "f32"};
+  if (std::find(kTensorCoreHeadDims.begin(), kTensorCoreHeadDims.end(), s.head_dim) == kTensorCoreHeadDims.end())
+    return {"backend cuda", "head_dim " + std::to_string(s.head_dim)};
+  if (s.page_size > 0 && (s.page_size & (s.page_size - 1)) != 0) return {"backend cuda", "power of two"};
+  return {};
+}
+
+void check_cuda_kv_case(const CaseSpec& spec) {
+  CUFLASH_TEST_RNG(rng);
+  AttentionCase c(spec, rng.engine());
+  DeviceRunner runner;
+  const std::vector<std::string> refusal = cuda_kv_refusal(spec);
+  if (!refusal.empty()) {
+    expect_refused(c, runner, TestPass::forward, refusal);
+    return;
+  }
+  check_forward_gpu(c, runner);
+}
+
+class CudaDecode : public ::testing::TestWithParam<CaseSpec> {};
+
+TEST_P(CudaDecode, MatchesOracleOrRefused) {
+  SKIP_WITHOUT_GPU();
+  check_cuda_kv_case(GetParam());
+}
+
+std::vector<CaseSpec> shared_kv_cases() {
+  return for_gpu_dtypes(concat(kv_cache_cases(), gpu_kv_cache_cases()), kHalfDtypes);
+}
+
+INSTANTIATE_TEST_SUITE_P(KvCache, CudaDecode, ::testing::ValuesIn(shared_kv_cases()), CaseSpecName());
+INSTANTIATE_TEST_SUITE_P(Decode, CudaDecode, ::testing::ValuesIn(for_gpu_dtypes(decode_cases(), kHalfDtypes)),
+                         CaseSpecName());
+
+// The compute-sanitizer subset: the decode kernel in each of its shapes
+// (one and two m-tiles, split and unsplit, plain and transformed scores, the
+// generic loader of head dim 96), the append, the combine; small caches.
+std::vector<CaseSpec> sanitize_cases() {
+  std::vector<CaseSpec> cases;
+  auto add = [&](CaseSpec s, DType dtype) {
+    s.dtype = dtype;
+    cases.push_back(std::move(s));
+  };
+  add(decode_case("decode_paged16_gqa4_append1", 16, 1, 1, {37, 0, 70}, 8, 2, 128), DType::bf16);
+  add(decode_case("decode_contiguous_spec8_append8_rows32", 0, 8, 8, {37, 0, 70}, 8, 2, 64), DType::f16);
+  CaseSpec s = decode_case("decode_paged64_split_window_softcap_alibi", 64, 1, 1, {2000}, 8, 2, 128);
+  s.options.window_left = 700;
+  s.options.softcap = 3.0f;
+  s.alibi = AlibiKind::per_batch;
+  add(s, DType::bf16);
+  add(decode_case("decode_paged1_d96_chunk20_append20", 1, 20, 20, {30, 0}, 4, 2, 96), DType::f16);
+  s = decode_case("decode_paged16_d256_unchecked", 16, 2, 1, {40, 0, 17}, 4, 2, 256);
+  s.options.check_index_contents = false;
+  add(s, DType::bf16);
+  return cases;
+}
+
+INSTANTIATE_TEST_SUITE_P(Sanitize, CudaDecode, ::testing::ValuesIn(sanitize_cases()), CaseSpecName());
+
+// ----- paged and contiguous: the same bits ------------------------------------------------
+
+struct LayoutCase {
+  std::string label;
+  DType dtype;
+  int page_size;
+  int q_len, new_len;
+  std::vector<int> cached;
+};
+
+void PrintTo(const LayoutCase& c, std::ostream* os) { *os << c.label; }
+
+class CudaDecodePagedVsContiguous : public ::testing::TestWithParam<LayoutCase> {};
+
+// Tiles sit at multiples of 64 keys whatever the page size, and the split
+// count depends on lengths, not on the layout: the two calls must agree bit for bit.
+TEST_P(CudaDecodePagedVsContiguous, SameBits) {
+  SKIP_WITHOUT_GPU();
+  CUFLASH_TEST_RNG(rng);
+  const LayoutCase& l = GetParam();
+  CaseSpec contiguous_spec = decode_case(l.label + "_contiguous", 0, l.q_len, l.new_len, l.cached, 8, 2, 128);
+  contiguous_spec.dtype = l.dtype;
+  contiguous_spec.alibi = AlibiKind::per_head;
+  CaseSpec paged_spec = contiguous_spec;
+  paged_spec.label = l.label + "_paged";
+  paged_spec.page_size = l.page_size;
+  AttentionCase contiguous(contiguous_spec, rng.engine());
+  AttentionCase paged(paged_spec, rng.engine());
+  copy_logical_contents(contiguous, paged);
+  DeviceRunner runner;
+  {
+    SCOPED_TRACE("contiguous");
+    check_forward_gpu(contiguous, runner);
+  }
+  {
+    SCOPED_TRACE("paged");
+    check_forward_gpu(paged, runner);
+  }
+  EXPECT_EQ(count_output_differences(contiguous, paged), 0)
+      << "elements of out/lse that differ between the paged and the contiguous cache";
+}
+
+INSTANTIATE_TEST_SUITE_P(
+    Layouts, CudaDecodePagedVsContiguous,
+    ::testing::Values(LayoutCase{"page16_decode_append1", DType::bf16, 16, 1, 1, {300, 0, 1000, 64}},
+                      LayoutCase{"page64_spec4_append4", DType::f16, 64, 4, 4, {300, 0, 1000, 63}},
+                      LayoutCase{"page256_long_split", DType::bf16, 256, 1, 1, {5000}},
+                      LayoutCase{"page32_chunk40", DType::f16, 32, 40, 40, {100, 7}}),
+    [](const ::testing::TestParamInfo<LayoutCase>& info) { return info.param.label; });
+
+// ----- the append writes exactly its slots ------------------------------------------------
+
+// Cache rows no sequence owns (guard pages, the slots past each sequence's
+// append) hold a finite sentinel rather than NaN, so that a stray write of
+// any value shows; cached rows are random, append targets are checked by
+// check_forward. The sentinel must come back exactly.
+void check_sentinel_rows(CaseSpec spec) {
+  CUFLASH_TEST_RNG(rng);
+  spec.poison_unused = false;
+  AttentionCase c(spec, rng.engine());
+  constexpr double kSentinel = -3.0;  // exact in f16 and bf16
+  const std::int64_t rows = fill_unowned_cache_rows(c, kSentinel);
+  ASSERT_GT(rows, 0) << "the case has no guard rows";
+  DeviceRunner runner;
+  check_forward_gpu(c, runner);
+  EXPECT_EQ(count_unowned_cache_changes(c, kSentinel), 0) << "sentinel elements of k/v changed, over " << rows
+                                                          << " guard rows";
+}
+
+TEST(CudaDecodeAppend, GuardPagesKeepTheirSentinel) {
+  SKIP_WITHOUT_GPU();
+  CaseSpec s = decode_case("paged16_append40_guards", 16, 5, 40, {10, 0, 33, 16}, 8, 2, 128);
+  s.guard_pages = 5;
+  s.dtype = DType::bf16;
+  check_sentinel_rows(s);
+}
+
+TEST(CudaDecodeAppend, ContiguousSlackKeepsItsSentinel) {
+  SKIP_WITHOUT_GPU();
+  CaseSpec s = decode_case("contiguous_append3_slack", 0, 1, 3, {10, 0, 33, 16}, 8, 2, 64);
+  s.capacity_slack = 9;
+  s.dtype = DType::f16;
+  check_sentinel_rows(s);
+}
+
+// ----- bad indices ---------------------------------------------------------------------------
+
+// A valid paged case whose index tensors (in GPU memory, copied to the host by
+// validation) are then broken: invalid_argument naming the argument, nothing written.
+void expect_invalid_indices(const std::string& label, void (*breaker)(AttentionCase&),
+                            const std::string& must_mention) {
+  SCOPED_TRACE(label);
+  CUFLASH_TEST_RNG(rng);
+  CaseSpec s = decode_case(label, 16, 1, 3, {20, 50}, 8, 2, 128);
+  s.dtype = DType::bf16;
+  AttentionCase c(s, rng.engine());
+  breaker(c);
+  const AttentionCase before = c;
+  DeviceRunner runner;
+  const Status status = runner.forward(c, c.options(Backend::cuda));
+  EXPECT_EQ(status.code(), StatusCode::invalid_argument) << status.to_string();
+  EXPECT_NE(status.message().find(must_mention), std::string::npos) << status.message();
+  expect_case_unchanged(before, c);
+}
+
+TEST(CudaDecodeBadInput, RefusedWithNothingWritten) {
+  SKIP_WITHOUT_GPU();
+  // Sequence 1 holds 50 + 3 keys: pages 0..3 of its row are read.
+  expect_invalid_indices("block_table_entry_past_the_cache",
+                         [](AttentionCase& c) { c.block_table.set(c.max_pages + 3, c.k.shape()[0] + 2); },
+                         "kv_cache.block_table: block_table[1][3]");
+  expect_invalid_indices("cache_length_beyond_capacity",
+                         [](AttentionCase& c) { c.seqlens_k.set(1, c.max_pages * 16 + 1); },
+                         "kv_cache.seqlens_k: seqlens_k[1]");
+  expect_invalid_indices("append_overflows_the_cache",
+                         [](AttentionCase& c) { c.seqlens_k.set(0, c.max_pages * 16 - 2); },
+                         "kv_cache.k_new: appending 3 keys to sequence 0");
+  // Sequence 1's page 3 (its keys 48..63, append at slots 2..4) becomes
+  // sequence 0's page 1 (its keys 16..31, append at slots 4..6).
+  expect_invalid_indices("two_appends_into_one_slot",
+                         [](AttentionCase& c) { c.block_table.set(c.max_pages + 3, c.block_table.get(1)); },
+                         "both append into page");
+}
+
+// With check_index_contents off nothing reads the indices on the host; bad
+// ones give wrong results but no access outside the tensors (the runner's
+// guard bytes, and compute-sanitizer under gpu-check.sh, would show one).
+TEST(SanitizeCudaDecodeUnchecked, BadIndicesStayInBounds) {
+  SKIP_WITHOUT_GPU();
+  CUFLASH_TEST_RNG(rng);
+  CaseSpec s = decode_case("unchecked_bad_indices", 16, 2, 3, {20, 50}, 8, 2, 128);
+  s.dtype = DType::bf16;
+  s.options.check_index_contents = false;
+  AttentionCase c(s, rng.engine());
+  c.block_table.set(1, -7);                       // a negative page
+  c.block_table.set(c.max_pages + 3, 1 << 20);    // a page far past the cache
+  c.seqlens_k.set(0, 1 << 30);                    // a length far past the capacity
+  DeviceRunner runner;
+  const Status status = runner.forward(c, c.options(Backend::cuda));
+  EXPECT_TRUE(status.ok()) << status.to_string();
+}
+
+// ----- workspace ---------------------------------------------------------------------------
+
+// Sized by the cache's capacity, not this call's lengths: a decode loop can
+// query once while its caches grow.
+TEST(CudaDecodeWorkspace, SizedByCapacityNotLengths) {
+  SKIP_WITHOUT_GPU();
+  CUFLASH_TEST_RNG(rng);
+  std::size_t bytes[2] = {0, 0};
+  const int cached[2] = {4000, 10};
+  for (int n = 0; n < 2; ++n) {
+    CaseSpec s = decode_case("workspace_" + std::to_string(cached[n]), 0, 1, 1, {cached[n]}, 8, 2, 128);
+    s.capacity_slack = 4100 - cached[n];  // the same capacity: 4101 keys
+    s.dtype = DType::bf16;
+    AttentionCase c(s, rng.engine());
+    DeviceRunner runner;
+    check_forward_gpu(c, runner);
+    ASSERT_TRUE(runner.last_workspace_status.ok()) << runner.last_workspace_status.to_string();
+    bytes[n] = runner.last_workspace_bytes;
+  }
+  EXPECT_GT(bytes[0], 0u) << "one sequence of 8 heads over 4000 keys should split";
+  EXPECT_EQ(bytes[0], bytes[1]);
+}
+
+TEST(CudaDecodeWorkspace, NoneGivenAndTooSmall) {
+  SKIP_WITHOUT_GPU();
+  CUFLASH_TEST_RNG(rng);
+  CaseSpec s = decode_case("workspace_modes", 16, 1, 1, {3000}, 8, 2, 128);
+  s.dtype = DType::f16;
+  {
+    AttentionCase c(s, rng.engine());
+    DeviceRunner runner;
+    runner.workspace_mode = WorkspaceMode::none;
+    check_forward_gpu(c, runner);
+  }
+  AttentionCase c(s, rng.engine());
+  DeviceRunner runner;
+  runner.workspace_mode = WorkspaceMode::too_small;
+  const AttentionCase before = c;
+  const Status status = runner.forward(c, c.options(Backend::cuda));
+  ASSERT_GT(runner.last_workspace_bytes, 0u);
+  EXPECT_EQ(status.code(), StatusCode::invalid_argument) << status.to_string();
+  expect_case_unchanged(before, c);  // the append did not run either
+}
+
+// ----- auto -------------------------------------------------------------------------------------
+
+// An append: cudnn refuses it (cudnn_support.cpp), so auto must run it on cuda.
+TEST(CudaDecodeAuto, AppendRunsOnCuda) {
+  SKIP_WITHOUT_GPU();
+  CUFLASH_TEST_RNG(rng);
+  CaseSpec s = decode_case("auto_append", 16, 1, 1, {300, 0, 77}, 8, 2, 128);
+  s.dtype = DType::bf16;
+  AttentionCase c(s, rng.engine());
+  DeviceRunner runner(Backend::automatic);
+  check_forward_gpu(c, runner);
+}
+
+}  // namespace
+}  // namespace cuflash::test
