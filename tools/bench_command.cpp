@@ -6,16 +6,13 @@
 #include <cstdint>
 #include <cstdio>
 #include <deque>
-#include <optional>
-#include <random>
-#include <stdexcept>
 #include <string>
-#include <thread>
 #include <vector>
 
 #include "cuflash/cuflash.hpp"
+#include "bench_decode.hpp"
+#include "bench_support.hpp"
 #include "device_buffers.hpp"
-#include "half_convert.hpp"
 
 #ifdef CUFLASH_WITH_CUDA
 #include <cuda_runtime.h>
@@ -23,41 +20,6 @@
 
 namespace cuflash::tool {
 namespace {
-
-// What one (point, backend) gave: times, or the reason it has none.
-struct BenchRow {
-  BenchRow(const BenchPoint& point, Backend backend) : point(point), backend(backend) {}
-  BenchPoint point;
-  Backend backend;
-  int reps = 0;
-  double median_ms = 0.0, min_ms = 0.0, max_ms = 0.0;
-  // Host wall time of the point's workspace queries and first call, up to GPU
-  // idle: for a backend that builds something per shape (cudnn's graphs) the
-  // build is in it.
-  double first_call_ms = 0.0;
-  // Median host time to launch one timed call (the per-call overhead the host pays).
-  double host_us = 0.0;
-  std::optional<std::string> error;
-
-  double tflops() const { return point.flops() / (median_ms * 1e-3) / 1e12; }
-};
-
-std::string json_string(const std::string& text) {
-  std::string quoted = "\"";
-  for (const char c : text) {
-    if (c == '"' || c == '\\') {
-      quoted += '\\';
-      quoted += c;
-    } else if (static_cast<unsigned char>(c) < 0x20) {
-      char escaped[8];
-      std::snprintf(escaped, sizeof escaped, "\\u%04x", static_cast<unsigned>(static_cast<unsigned char>(c)));
-      quoted += escaped;
-    } else {
-      quoted += c;
-    }
-  }
-  return quoted + "\"";
-}
 
 void print_json_row(const BenchRow& row, const BenchConfig& config, const std::string& device) {
   const BenchPoint& p = row.point;
@@ -96,58 +58,6 @@ void print_text_row(const BenchRow& row) {
 }
 
 #ifdef CUFLASH_WITH_CUDA
-
-void check_cuda(cudaError_t result, const char* what) {
-  if (result != cudaSuccess)
-    throw std::runtime_error(std::string(what) + " failed: " + cudaGetErrorName(result) + ": " +
-                             cudaGetErrorString(result));
-}
-
-class Event {
- public:
-  Event() { check_cuda(cudaEventCreate(&event_), "cudaEventCreate"); }
-  ~Event() { cudaEventDestroy(event_); }
-  Event(const Event&) = delete;
-  Event& operator=(const Event&) = delete;
-  void record() { check_cuda(cudaEventRecord(event_, nullptr), "cudaEventRecord"); }
-  void synchronize() const { check_cuda(cudaEventSynchronize(event_), "cudaEventSynchronize"); }
-  double ms_since(const Event& start) const {
-    float ms = 0.0f;
-    check_cuda(cudaEventElapsedTime(&ms, start.event_, event_), "cudaEventElapsedTime");
-    return ms;
-  }
-
- private:
-  cudaEvent_t event_ = nullptr;
-};
-
-// Standard normal values in the 16-bit dtype, drawn in parallel over fixed
-// chunks (each with its own engine), so that a seed gives the same inputs on
-// any number of cores. 16k tokens x 2048 is 33.5M elements per tensor.
-std::vector<std::uint16_t> random_normal(std::size_t count, DType dtype, std::uint64_t seed) {
-  std::vector<std::uint16_t> values(count);
-  constexpr std::size_t kChunk = 1 << 20;
-  const std::size_t chunks = (count + kChunk - 1) / kChunk;
-  const unsigned workers = std::max(1u, std::min<unsigned>(std::thread::hardware_concurrency(), 64));
-  std::vector<std::thread> threads;
-  for (unsigned worker = 0; worker < workers; ++worker)
-    threads.emplace_back([&, worker] {
-      for (std::size_t chunk = worker; chunk < chunks; chunk += workers) {
-        std::mt19937_64 engine(seed * 0x9e3779b97f4a7c15ull + chunk);
-        std::normal_distribution<float> normal(0.0f, 1.0f);
-        const std::size_t end = std::min(count, (chunk + 1) * kChunk);
-        for (std::size_t i = chunk * kChunk; i < end; ++i)
-          values[i] = dtype == DType::bf16 ? detail::float_to_bf16(normal(engine)) : detail::float_to_f16(normal(engine));
-      }
-    });
-  for (std::thread& thread : threads) thread.join();
-  return values;
-}
-
-bool finite_16(std::uint16_t bits, DType dtype) {
-  const std::uint16_t exponent_mask = dtype == DType::bf16 ? 0x7f80 : 0x7c00;
-  return (bits & exponent_mask) != exponent_mask;
-}
 
 // Every buffer of the run, allocated once at the largest point's size: all
 // prefill points hold the same 16k tokens x 2048 elements, so each point uses
@@ -213,19 +123,6 @@ class BenchMemory {
   Buffer workspace_, flush_;
   std::size_t workspace_bytes_ = 0, flush_bytes_ = 0;
 };
-
-// How many of the first `count` elements of a 16-bit buffer are not finite.
-std::size_t count_nonfinite(const Buffer& buffer, std::size_t count, DType dtype) {
-  std::vector<std::uint16_t> host(count);
-  check_cuda(cudaMemcpy(host.data(), buffer.data(), count * 2, cudaMemcpyDeviceToHost), "cudaMemcpy from the GPU");
-  return std::count_if(host.begin(), host.end(), [dtype](std::uint16_t bits) { return !finite_16(bits, dtype); });
-}
-
-std::size_t count_nonfinite_f32(const Buffer& buffer, std::size_t count) {
-  std::vector<float> host(count);
-  check_cuda(cudaMemcpy(host.data(), buffer.data(), count * 4, cudaMemcpyDeviceToHost), "cudaMemcpy from the GPU");
-  return std::count_if(host.begin(), host.end(), [](float value) { return !std::isfinite(value); });
-}
 
 // Times one point on one backend into `row`; a failed Status ends it with row.error.
 void measure(const BenchConfig& config, BenchMemory& memory, std::deque<Event>& starts, std::deque<Event>& stops,
@@ -299,49 +196,7 @@ void measure(const BenchConfig& config, BenchMemory& memory, std::deque<Event>& 
     return;
   }
 
-  // Warm-up, one call at a time, which also estimates a call's time.
-  double warm_ms = 0.0;
-  int warm_calls = 0;
-  while (warm_calls < 3 || warm_ms < config.warmup_ms) {
-    memory.flush_l2();
-    starts[0].record();
-    if (Status status = call(); !status.ok()) return fail(status);
-    stops[0].record();
-    stops[0].synchronize();
-    warm_ms += stops[0].ms_since(starts[0]);
-    ++warm_calls;
-  }
-  const double call_ms = warm_ms / warm_calls;
-  int reps = config.reps;
-  if (reps == 0)
-    reps = std::clamp(static_cast<int>(std::ceil(config.rep_ms / std::max(call_ms, 1e-3))), config.min_reps,
-                      config.max_reps);
-  while (static_cast<int>(starts.size()) < reps) {
-    starts.emplace_back();
-    stops.emplace_back();
-  }
-
-  // Timed calls, queued back to back (the host stays ahead of the GPU), each
-  // between its own pair of events, the L2 overwritten before each.
-  std::vector<double> host_us(reps);
-  for (int i = 0; i < reps; ++i) {
-    memory.flush_l2();
-    starts[i].record();
-    const auto launch = Clock::now();
-    if (Status status = call(); !status.ok()) return fail(status);
-    host_us[i] = std::chrono::duration<double, std::micro>(Clock::now() - launch).count();
-    stops[i].record();
-  }
-  check_cuda(cudaDeviceSynchronize(), "cudaDeviceSynchronize after the timed calls");
-  std::vector<double> times(reps);
-  for (int i = 0; i < reps; ++i) times[i] = stops[i].ms_since(starts[i]);
-  std::sort(times.begin(), times.end());
-  row.reps = reps;
-  row.median_ms = reps % 2 ? times[reps / 2] : 0.5 * (times[reps / 2 - 1] + times[reps / 2]);
-  row.min_ms = times.front();
-  row.max_ms = times.back();
-  std::sort(host_us.begin(), host_us.end());
-  row.host_us = reps % 2 ? host_us[reps / 2] : 0.5 * (host_us[reps / 2 - 1] + host_us[reps / 2]);
+  time_calls(config, starts, stops, call, [&memory] { memory.flush_l2(); }, row);
 }
 
 #endif  // CUFLASH_WITH_CUDA
@@ -369,6 +224,7 @@ int bench_command(const BenchConfig& config) {
   check_cuda(cudaSetDevice(0), "cudaSetDevice");
   check_cuda(cudaGetDeviceProperties(&properties, 0), "cudaGetDeviceProperties");
   const std::string device = properties.name;
+  if (config.mode == BenchMode::decode) return bench_decode(config, device, properties.major * 10 + properties.minor);
   const std::vector<BenchPoint> points = bench_points(config);
 
   BenchMemory memory(config, points);

@@ -13,14 +13,35 @@ namespace cuflash::tool {
 const char* bench_pass_name(BenchPass pass) { return pass == BenchPass::fwd ? "fwd" : "fwdbwd"; }
 
 double BenchPoint::flops() const {
+  if (decode) return 4.0 * batch * heads * static_cast<double>(seqlen) * kv_len * head_dim;
   double count = 4.0 * batch * heads * static_cast<double>(seqlen) * seqlen * head_dim;
   if (causal) count /= 2.0;
   if (pass == BenchPass::fwdbwd) count *= 3.5;
   return count;
 }
 
+double BenchPoint::kv_bytes() const {
+  return decode ? 2.0 * batch * static_cast<double>(kv_len) * heads_kv * head_dim * 2.0 : 0.0;
+}
+
 std::vector<BenchPoint> bench_points(const BenchConfig& config) {
   std::vector<BenchPoint> points;
+  if (config.mode == BenchMode::decode) {
+    for (int head_dim : config.head_dims)
+      for (bool causal : config.masks)
+        for (const HeadPair& heads : config.head_pairs)
+          for (int page_size : config.page_sizes)
+            for (int batch : config.batches)
+              for (int kv_len : config.kv_lens) {
+                BenchPoint p{BenchPass::fwd, head_dim, heads.q, batch, config.q_len, causal};
+                p.decode = true;
+                p.heads_kv = heads.kv;
+                p.kv_len = kv_len;
+                p.page_size = page_size;
+                points.push_back(p);
+              }
+    return points;
+  }
   for (BenchPass pass : config.passes)
     for (int head_dim : config.head_dims)
       for (bool causal : config.masks)
@@ -136,9 +157,40 @@ Setter switch_flag(bool BenchConfig::*field, bool value) {
 
 const std::vector<Flag>& flags() {
   static const std::vector<Flag> table = {
-      {"--sweep", "prefill", "none",
-       "the papers' prefill sweep: fwd,fwdbwd x D 64,128 x none,causal x seqlen 512..16384 (other flags narrow it)",
+      {"--sweep", "prefill|decode", "none",
+       "prefill: the papers' sweep, fwd,fwdbwd x D 64,128 x none,causal x seqlen 512..16384; decode: issue 5's,"
+       " D 128 x 32/8,32/32 x page 0,16,64 x batch 1,8,64,128 x kv_len 1k..128k (other flags narrow either)",
        nullptr},
+      {"--mode", "prefill|decode", "prefill",
+       "prefill: dense q, k, v (--seqlen); decode: --q-len queries against a KV cache of --kv-len keys",
+       [](BenchConfig& config, std::string_view text) -> std::string {
+         if (text == "prefill") config.mode = BenchMode::prefill;
+         else if (text == "decode") config.mode = BenchMode::decode;
+         else return "expected prefill or decode, got '" + std::string(text) + "'";
+         return {};
+       }},
+      {"--batches", "LIST", "1", "decode: sequences per call, comma-separated", int_list_flag(&BenchConfig::batches, 1)},
+      {"--kv-len", "LIST", "4096", "decode: keys in each sequence's cache, comma-separated",
+       int_list_flag(&BenchConfig::kv_lens, 1)},
+      {"--gqa", "LIST", "32/8", "decode: query heads/kv heads pairs, comma-separated (32/32 is MHA)",
+       [](BenchConfig& config, std::string_view text) -> std::string {
+         std::vector<HeadPair> pairs;
+         for (std::string_view item : split_list(text)) {
+           const std::size_t slash = item.find('/');
+           HeadPair pair;
+           if (slash == std::string_view::npos) return "expected HQ/HK pairs like 32/8, got '" + std::string(item) + "'";
+           if (std::string error = parse_int(item.substr(0, slash), 1, &pair.q); !error.empty()) return error;
+           if (std::string error = parse_int(item.substr(slash + 1), 1, &pair.kv); !error.empty()) return error;
+           if (pair.q % pair.kv != 0)
+             return "query heads must be a multiple of kv heads, got '" + std::string(item) + "'";
+           pairs.push_back(pair);
+         }
+         config.head_pairs = std::move(pairs);
+         return {};
+       }},
+      {"--page-size", "LIST", "16", "decode: keys per cache page, comma-separated; 0: a contiguous cache",
+       int_list_flag(&BenchConfig::page_sizes, 0)},
+      {"--q-len", "N", "1", "decode: queries per sequence", int_flag(&BenchConfig::q_len, 1)},
       {"--backend", "LIST", "cuda", "cuda, cudnn or auto, comma-separated",
        choice_list_flag<Backend>(&BenchConfig::backends,
                                  {{"cuda", Backend::cuda}, {"cudnn", Backend::cudnn}, {"auto", Backend::automatic}})},
@@ -204,11 +256,26 @@ void apply_prefill_sweep(const std::set<std::string_view>& given, BenchConfig* c
   if (!given.contains("--seqlen")) config->seqlens = {512, 1024, 2048, 4096, 8192, 16384};
 }
 
+// Applies the decode sweep's lists where no flag gave one.
+void apply_decode_sweep(const std::set<std::string_view>& given, BenchConfig* config) {
+  config->mode = BenchMode::decode;
+  if (!given.contains("--head-dim")) config->head_dims = {128};
+  if (!given.contains("--gqa")) config->head_pairs = {{32, 8}, {32, 32}};
+  if (!given.contains("--page-size")) config->page_sizes = {0, 16, 64};
+  if (!given.contains("--batches")) config->batches = {1, 8, 64, 128};
+  if (!given.contains("--kv-len")) config->kv_lens = {1024, 2048, 4096, 8192, 16384, 32768, 65536, 131072};
+}
+
 // What the flags cannot say one at a time: batch and heads must come out whole.
 std::string check_combination(const BenchConfig& config) {
   if (config.min_reps > config.max_reps)
     return "--min-reps: must be <= --max-reps (" + std::to_string(config.max_reps) + "), got " +
            std::to_string(config.min_reps);
+  if (config.mode == BenchMode::decode) {
+    for (BenchPass pass : config.passes)
+      if (pass != BenchPass::fwd) return "--pass: decode mode times the forward only, got fwdbwd";
+    return {};
+  }
   if (config.heads == 0)
     for (int head_dim : config.head_dims)
       if (config.hidden % head_dim != 0)
@@ -227,7 +294,7 @@ std::string check_combination(const BenchConfig& config) {
 BenchParse parse_bench_flags(const std::vector<std::string_view>& args, BenchConfig* config) {
   auto fail = [](std::string message) { return BenchParse{BenchParse::Kind::error, std::move(message)}; };
   std::set<std::string_view> given;
-  bool sweep = false;
+  std::string_view sweep;
   for (std::size_t i = 0; i < args.size(); ++i) {
     std::string_view arg = args[i];
     std::string_view name = arg;
@@ -250,14 +317,16 @@ BenchParse parse_bench_flags(const std::vector<std::string_view>& args, BenchCon
     }
     given.insert(flag->name);
     if (name == "--sweep") {
-      if (*value != "prefill") return fail("--sweep: expected prefill, got '" + std::string(*value) + "'");
-      sweep = true;
+      if (*value != "prefill" && *value != "decode")
+        return fail("--sweep: expected prefill or decode, got '" + std::string(*value) + "'");
+      sweep = *value;
       continue;
     }
     if (std::string error = flag->set(*config, value.value_or("")); !error.empty())
       return fail(std::string(name) + ": " + error);
   }
-  if (sweep) apply_prefill_sweep(given, config);
+  if (sweep == "prefill") apply_prefill_sweep(given, config);
+  if (sweep == "decode") apply_decode_sweep(given, config);
   if (std::string error = check_combination(*config); !error.empty()) return fail(error);
   return {};
 }
@@ -273,6 +342,11 @@ void print_bench_help(std::FILE* stream) {
                "Also per point: the host wall time of its first call (first ms: a backend that builds\n"
                "per shape, like cudnn's graphs, builds then) and the median host time to launch one call\n"
                "(host us: the per-call overhead).\n"
+               "Decode mode (--mode decode, --sweep decode): --q-len queries per sequence against a KV\n"
+               "cache of --kv-len keys (paged with shuffled block tables, or contiguous for --page-size 0),\n"
+               "no append; GB/s = bytes of K and V read (2*B*kv_len*Hk*D*2) / median; the timed calls\n"
+               "skip the host check of the indices (check_index_contents off, as a decode loop would);\n"
+               "a point whose tensors do not fit in free GPU memory is reported as skipped.\n"
                "A point that fails prints its Status and the sweep goes on. Exit code 0: every point\n"
                "ran; 1: some point failed, or no GPU; 2: a bad flag.\n\n"
                "flags:\n");

@@ -1,0 +1,76 @@
+#include "bench_support.hpp"
+
+#include <cstdio>
+#include <random>
+#include <stdexcept>
+#include <thread>
+
+#include "half_convert.hpp"
+
+namespace cuflash::tool {
+
+std::string json_string(const std::string& text) {
+  std::string quoted = "\"";
+  for (const char c : text) {
+    if (c == '"' || c == '\\') {
+      quoted += '\\';
+      quoted += c;
+    } else if (static_cast<unsigned char>(c) < 0x20) {
+      char escaped[8];
+      std::snprintf(escaped, sizeof escaped, "\\u%04x", static_cast<unsigned>(static_cast<unsigned char>(c)));
+      quoted += escaped;
+    } else {
+      quoted += c;
+    }
+  }
+  return quoted + "\"";
+}
+
+#ifdef CUFLASH_WITH_CUDA
+
+void check_cuda(cudaError_t result, const char* what) {
+  if (result != cudaSuccess)
+    throw std::runtime_error(std::string(what) + " failed: " + cudaGetErrorName(result) + ": " +
+                             cudaGetErrorString(result));
+}
+
+std::vector<std::uint16_t> random_normal(std::size_t count, DType dtype, std::uint64_t seed) {
+  std::vector<std::uint16_t> values(count);
+  constexpr std::size_t kChunk = 1 << 20;
+  const std::size_t chunks = (count + kChunk - 1) / kChunk;
+  const unsigned workers = std::max(1u, std::min<unsigned>(std::thread::hardware_concurrency(), 64));
+  std::vector<std::thread> threads;
+  for (unsigned worker = 0; worker < workers; ++worker)
+    threads.emplace_back([&, worker] {
+      for (std::size_t chunk = worker; chunk < chunks; chunk += workers) {
+        std::mt19937_64 engine(seed * 0x9e3779b97f4a7c15ull + chunk);
+        std::normal_distribution<float> normal(0.0f, 1.0f);
+        const std::size_t end = std::min(count, (chunk + 1) * kChunk);
+        for (std::size_t i = chunk * kChunk; i < end; ++i)
+          values[i] = dtype == DType::bf16 ? detail::float_to_bf16(normal(engine)) : detail::float_to_f16(normal(engine));
+      }
+    });
+  for (std::thread& thread : threads) thread.join();
+  return values;
+}
+
+bool finite_16(std::uint16_t bits, DType dtype) {
+  const std::uint16_t exponent_mask = dtype == DType::bf16 ? 0x7f80 : 0x7c00;
+  return (bits & exponent_mask) != exponent_mask;
+}
+
+std::size_t count_nonfinite(const Buffer& buffer, std::size_t count, DType dtype) {
+  std::vector<std::uint16_t> host(count);
+  check_cuda(cudaMemcpy(host.data(), buffer.data(), count * 2, cudaMemcpyDeviceToHost), "cudaMemcpy from the GPU");
+  return std::count_if(host.begin(), host.end(), [dtype](std::uint16_t bits) { return !finite_16(bits, dtype); });
+}
+
+std::size_t count_nonfinite_f32(const Buffer& buffer, std::size_t count) {
+  std::vector<float> host(count);
+  check_cuda(cudaMemcpy(host.data(), buffer.data(), count * 4, cudaMemcpyDeviceToHost), "cudaMemcpy from the GPU");
+  return std::count_if(host.begin(), host.end(), [](float value) { return !std::isfinite(value); });
+}
+
+#endif  // CUFLASH_WITH_CUDA
+
+}  // namespace cuflash::tool

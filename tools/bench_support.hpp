@@ -1,0 +1,135 @@
+// What the prefill and decode halves of `cuflash bench` share: a result row,
+// JSON quoting, and (with CUDA) events, random inputs, finiteness checks and
+// the warm-up + timed-calls loop.
+#pragma once
+
+#include <algorithm>
+#include <chrono>
+#include <cmath>
+#include <cstddef>
+#include <cstdint>
+#include <deque>
+#include <optional>
+#include <string>
+#include <vector>
+
+#include "bench_config.hpp"
+#include "cuflash/status.hpp"
+#include "device_buffers.hpp"
+
+#ifdef CUFLASH_WITH_CUDA
+#include <cuda_runtime.h>
+#endif
+
+namespace cuflash::tool {
+
+// What one (point, backend) gave: times, or the reason it has none.
+struct BenchRow {
+  BenchRow(const BenchPoint& point, Backend backend) : point(point), backend(backend) {}
+  BenchPoint point;
+  Backend backend;
+  int reps = 0;
+  double median_ms = 0.0, min_ms = 0.0, max_ms = 0.0;
+  // Host wall time of the point's workspace queries and first call, up to GPU
+  // idle: for a backend that builds something per shape (cudnn's graphs) the
+  // build is in it.
+  double first_call_ms = 0.0;
+  // Median host time to launch one timed call (the per-call overhead the host pays).
+  double host_us = 0.0;
+  std::optional<std::string> error;
+  // The point could not be set up here (too large for free memory): not a failure.
+  bool skipped = false;
+
+  double tflops() const { return point.flops() / (median_ms * 1e-3) / 1e12; }
+  double gbps() const { return point.kv_bytes() / (median_ms * 1e-3) / 1e9; }
+};
+
+std::string json_string(const std::string& text);
+
+#ifdef CUFLASH_WITH_CUDA
+
+// Throws std::runtime_error naming the call.
+void check_cuda(cudaError_t result, const char* what);
+
+class Event {
+ public:
+  Event() { check_cuda(cudaEventCreate(&event_), "cudaEventCreate"); }
+  ~Event() { cudaEventDestroy(event_); }
+  Event(const Event&) = delete;
+  Event& operator=(const Event&) = delete;
+  void record() { check_cuda(cudaEventRecord(event_, nullptr), "cudaEventRecord"); }
+  void synchronize() const { check_cuda(cudaEventSynchronize(event_), "cudaEventSynchronize"); }
+  double ms_since(const Event& start) const {
+    float ms = 0.0f;
+    check_cuda(cudaEventElapsedTime(&ms, start.event_, event_), "cudaEventElapsedTime");
+    return ms;
+  }
+
+ private:
+  cudaEvent_t event_ = nullptr;
+};
+
+// Standard normal values in the 16-bit dtype, drawn in parallel over fixed
+// chunks (each with its own engine), so that a seed gives the same inputs on
+// any number of cores.
+std::vector<std::uint16_t> random_normal(std::size_t count, DType dtype, std::uint64_t seed);
+
+bool finite_16(std::uint16_t bits, DType dtype);
+// How many of the first `count` elements of a 16-bit (or f32) buffer are not finite.
+std::size_t count_nonfinite(const Buffer& buffer, std::size_t count, DType dtype);
+std::size_t count_nonfinite_f32(const Buffer& buffer, std::size_t count);
+
+// Warm-up, one call at a time (at least 3 calls and config.warmup_ms), which
+// also estimates a call's time; then the timed calls, queued back to back
+// (the host stays ahead of the GPU), each between its own pair of events,
+// `flush()` (overwriting the L2) before each. Fills row's times, or row.error
+// with the Status of a failed call.
+template <typename Call, typename Flush>
+void time_calls(const BenchConfig& config, std::deque<Event>& starts, std::deque<Event>& stops, Call call,
+                Flush flush, BenchRow& row) {
+  using Clock = std::chrono::steady_clock;
+  auto fail = [&row](const Status& status) { row.error = status.to_string(); };
+  double warm_ms = 0.0;
+  int warm_calls = 0;
+  while (warm_calls < 3 || warm_ms < config.warmup_ms) {
+    flush();
+    starts[0].record();
+    if (Status status = call(); !status.ok()) return fail(status);
+    stops[0].record();
+    stops[0].synchronize();
+    warm_ms += stops[0].ms_since(starts[0]);
+    ++warm_calls;
+  }
+  const double call_ms = warm_ms / warm_calls;
+  int reps = config.reps;
+  if (reps == 0)
+    reps = std::clamp(static_cast<int>(std::ceil(config.rep_ms / std::max(call_ms, 1e-3))), config.min_reps,
+                      config.max_reps);
+  while (static_cast<int>(starts.size()) < reps) {
+    starts.emplace_back();
+    stops.emplace_back();
+  }
+  std::vector<double> host_us(reps);
+  for (int i = 0; i < reps; ++i) {
+    flush();
+    starts[i].record();
+    const auto launch = Clock::now();
+    if (Status status = call(); !status.ok()) return fail(status);
+    host_us[i] = std::chrono::duration<double, std::micro>(Clock::now() - launch).count();
+    stops[i].record();
+  }
+  check_cuda(cudaDeviceSynchronize(), "cudaDeviceSynchronize after the timed calls");
+  std::vector<double> times(reps);
+  for (int i = 0; i < reps; ++i) times[i] = stops[i].ms_since(starts[i]);
+  std::sort(times.begin(), times.end());
+  row.reps = reps;
+  row.median_ms = reps % 2 ? times[reps / 2] : 0.5 * (times[reps / 2 - 1] + times[reps / 2]);
+  row.min_ms = times.front();
+  row.max_ms = times.back();
+  std::sort(host_us.begin(), host_us.end());
+  row.host_us = reps % 2 ? host_us[reps / 2] : 0.5 * (host_us[reps / 2 - 1] + host_us[reps / 2]);
+}
+
+#endif  // CUFLASH_WITH_CUDA
+
+}  // namespace cuflash::tool
