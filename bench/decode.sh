@@ -1,0 +1,21 @@
+#!/usr/bin/env bash
+# The decode benchmark in one command, on the GPU machine: builds the
+# `cuflash` command (Release, sm_90a, all cores, no tests) into build-bench/,
+# then runs bench/decode.py, which writes decode.json and decode.md into $1,
+# else $OUT (the device machine's result folder), else docs/perf. Extra
+# arguments after the folder go to decode.py.
+#   CUFLASH_COMMIT=$(git rev-parse --short HEAD) bench/decode.sh
+set -euo pipefail
+cd "$(dirname "$0")/.."
+out=${1:-${OUT:-docs/perf}}
+shift || true
+export PATH=/usr/local/cuda/bin:$PATH
+build=build-bench
+start=$(date +%s)
+mkdir -p "$out"
+cmake -S . -B "$build" -G Ninja -DCMAKE_BUILD_TYPE=Release -DCMAKE_CUDA_ARCHITECTURES=90a-real \
+  -DCUFLASH_BUILD_TESTS=OFF >"$out/decode-build.log" 2>&1 &&
+  cmake --build "$build" -j "$(nproc)" --target cuflash_cli >>"$out/decode-build.log" 2>&1 ||
+  { tail -30 "$out/decode-build.log"; exit 1; }
+echo "decode.sh: built in $(( $(date +%s) - start )) s" >&2
+python3 bench/decode.py --cuflash "$build/bin/cuflash" --out-dir "$out" "$@" 2>&1 | tee "$out/decode-run.log"
