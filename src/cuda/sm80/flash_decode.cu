@@ -29,7 +29,8 @@ namespace {
 constexpr int kMaxSplits = 64;
 constexpr int kMinTilesPerSplit = 2;
 constexpr int kElementBytes = 2;  // f16 / bf16
-constexpr int kMaxGridYz = 65535;
+constexpr int kMaxGridYz = 65535;       // splits (<= 64) and sequences
+constexpr long long kMaxGridX = 2147483647;  // kv heads x row blocks
 
 // The grid's shape before splitting: CTAs per (sequence, kv head), and how
 // many of them one SM holds (shared memory is what limits them).
@@ -140,11 +141,11 @@ Status flash_decode_supports(const Problem& problem) {
   if (problem.batch > kMaxGridYz)
     return Status::unsupported(prefix + "batch " + std::to_string(problem.batch) + " exceeds " +
                                std::to_string(kMaxGridYz) + " (one grid row per sequence)");
-  if (static_cast<long long>(problem.heads_kv) * grid.row_blocks > kMaxGridYz)
+  if (static_cast<long long>(problem.heads_kv) * grid.row_blocks > kMaxGridX)
     return Status::unsupported(prefix + "heads_kv x ceil(query heads per kv head x q_len / " +
                                std::to_string(16 * grid.m_tiles) + ") = " +
                                std::to_string(static_cast<long long>(problem.heads_kv) * grid.row_blocks) +
-                               " exceeds " + std::to_string(kMaxGridYz));
+                               " exceeds " + std::to_string(kMaxGridX));
   CUFLASH_TRY(check_kernel_view(problem.q, "q"));
   CUFLASH_TRY(check_kernel_view(problem.k, "k"));
   CUFLASH_TRY(check_kernel_view(problem.v, "v"));

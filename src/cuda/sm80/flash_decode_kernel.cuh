@@ -1,6 +1,8 @@
 // Decode / paged-KV attention on mma.sync (sm80+; the same code runs on sm90).
 //
-// One CTA per (split, kv head x row block, sequence). Its query rows are the
+// One CTA per (kv head x row block, split, sequence); the kv heads vary
+// fastest, so CTAs that run together read the same keys' rows of neighbouring
+// heads, which share DRAM pages in a [.., slot, Hk, D] cache. Its query rows are the
 // group's query heads x the sequence's queries, row r = i * group + head in
 // group (so a GQA decode step of 4 heads is 4 rows), padded to m16 tiles: the
 // K/V of a kv head are read once for all the heads that share them.
@@ -118,9 +120,9 @@ __global__ void __launch_bounds__(C::kThreads) flash_decode_kernel(const Forward
   float* sRowSum = sRowMax + C::NW * C::BM;                                         // [NW][BM]
   float* sOut = reinterpret_cast<float*>(sStages);  // [NW][BM][kOutRow], after the last tile
 
-  const int split = blockIdx.x;
-  const int hk = blockIdx.y % p.heads_kv;
-  const int row0 = static_cast<int>(blockIdx.y / p.heads_kv) * C::BM;
+  const int hk = blockIdx.x % p.heads_kv;
+  const int row0 = static_cast<int>(blockIdx.x / p.heads_kv) * C::BM;
+  const int split = blockIdx.y;
   const int b = blockIdx.z;
   const int group = p.group;
   const int rows_total = group * p.max_q_len;

@@ -21,7 +21,7 @@ Status launch_flash_decode_rows(const ForwardParams& p, cudaStream_t stream) {
   }
   const int rows = p.group * p.max_q_len;
   const int row_blocks = (rows + C::BM - 1) / C::BM;
-  const dim3 grid(p.num_splits, p.heads_kv * row_blocks, p.batch);
+  const dim3 grid(p.heads_kv * row_blocks, p.num_splits, p.batch);
   kernel<<<grid, C::kThreads, C::kSmemBytes, stream>>>(p);
   return launch_status("flash_decode_kernel");
 }
