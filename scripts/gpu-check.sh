@@ -16,7 +16,9 @@
 #                            (every kernel once with small shapes: forward bf16/fp16 at
 #                            head dims 32..256, causal, window/softcap/ALiBi, varlen,
 #                            split-KV, backward atomic and deterministic, the f32
-#                            path; backend cudnn's dense, varlen and KV-cache calls
+#                            path, the KV-cache decode kernel in each of its shapes
+#                            with the append and the combine, and with unchecked bad
+#                            indices; backend cudnn's dense, varlen and KV-cache calls
 #                            and fix-up kernels) and merge_states
 #   CUFLASH_RACECHECK_FILTER gtest filter of the racecheck run, default the sanitizer
 #                            filter without the cuDNN tests: cuDNN's own Hopper kernels
