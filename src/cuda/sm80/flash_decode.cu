@@ -26,8 +26,6 @@ Status launch_flash_decode(const ForwardParams& p, int m_tiles, cudaStream_t str
 
 namespace {
 
-constexpr int kMaxSplits = 64;
-constexpr int kMinTilesPerSplit = 2;
 constexpr int kElementBytes = 2;  // f16 / bf16
 constexpr int kMaxGridYz = 65535;       // splits (<= 64) and sequences
 constexpr long long kMaxGridX = 2147483647;  // kv heads x row blocks
@@ -62,23 +60,19 @@ long long visible_tiles(const Problem& problem, long long kv_len) {
   return (keys + sm80::kDecodeBlockN - 1) / sm80::kDecodeBlockN + 1;
 }
 
-// Split-KV when the grid would not fill the GPU: the (sequence, kv head, row
-// block) CTAs get split into equal key ranges until there is about one CTA per
-// free slot (SMs x CTAs that fit an SM), never more than one wave, each split
-// keeping at least two 64-key tiles and at most 64 splits. A grid that already
-// fills 80% of the slots runs unsplit: the combine would cost more than the
-// idle tail saves. Depends on shapes, `kv_len` and the device only.
+// Split-KV when the grid would not fill the GPU (sm80::decode_splits): the
+// (sequence, kv head, row block) CTAs get split into equal key ranges until
+// there is about one CTA per slot (SMs x CTAs that fit an SM by shared
+// memory). A grid that already fills 80% of the slots runs unsplit: the
+// combine would cost more than the idle tail saves. Depends on shapes,
+// `kv_len` and the device only.
 int choose_splits(const Problem& problem, long long kv_len) {
   const DeviceInfo& info = device_info(problem.device.index);
   if (!info.valid || info.sm_count <= 0) return 1;
   const DecodeGrid grid = decode_grid(problem);
   const int per_sm = info.smem_per_sm > 0 ? std::clamp(info.smem_per_sm / (grid.smem_bytes + 1024), 1, 4) : 1;
   const long long slots = static_cast<long long>(info.sm_count) * per_sm;
-  if (grid.ctas * 5 >= slots * 4) return 1;
-  long long splits = slots / grid.ctas;
-  splits = std::min<long long>({splits, std::max<long long>(1, visible_tiles(problem, kv_len) / kMinTilesPerSplit),
-                                static_cast<long long>(kMaxSplits)});
-  return static_cast<int>(std::max<long long>(splits, 1));
+  return sm80::decode_splits(grid.ctas, slots, visible_tiles(problem, kv_len));
 }
 
 constexpr std::size_t align256(std::size_t bytes) { return (bytes + 255) / 256 * 256; }

@@ -48,4 +48,23 @@ constexpr int decode_smem_bytes(int head_dim, int m_tiles, int element_bytes) {
          2 * kDecodeWarps * 16 * m_tiles * 4;
 }
 
+inline constexpr int kDecodeMaxSplits = 64;
+inline constexpr int kDecodeMinTilesPerSplit = 2;
+
+// The split count (flash_decode.cu's choose_splits, here so that the CPU
+// tests can pin the rule down): `ctas` (sequence, kv head, row block) CTAs,
+// `slots` CTAs the GPU holds at once (SMs x CTAs per SM), `tiles` the 64-key
+// tiles a CTA may have to read. No split when the CTAs fill 80% of the
+// slots; else about one CTA per slot, never more than one wave, at most 64
+// splits and at least two tiles per split. Non-decreasing in `tiles`, which
+// the workspace bound relies on.
+constexpr int decode_splits(long long ctas, long long slots, long long tiles) {
+  if (ctas <= 0 || slots <= 0 || ctas * 5 >= slots * 4) return 1;
+  long long splits = slots / ctas;
+  const long long by_tiles = tiles / kDecodeMinTilesPerSplit;
+  if (splits > by_tiles) splits = by_tiles;
+  if (splits > kDecodeMaxSplits) splits = kDecodeMaxSplits;
+  return splits < 1 ? 1 : static_cast<int>(splits);
+}
+
 }  // namespace cuflash::detail::sm80

@@ -1,0 +1,61 @@
+// The host-side plan of backend cuda's KV-cache kernel, pinned down without a
+// GPU (sm80/flash_decode_tiles.hpp is plain C++): shared memory per head dim
+// against the H100 and A100 limits, the m-tile choice, and the split rule on
+// issue 5's shapes.
+#include <gtest/gtest.h>
+
+#include "cuda/sm80/flash_decode_tiles.hpp"
+
+namespace cuflash::detail::sm80 {
+namespace {
+
+constexpr int kHeadDims[] = {32, 64, 96, 128, 192, 256};
+constexpr int kA100OptInBytes = 163 * 1024;      // per block
+constexpr int kH100SmBytes = 228 * 1024;         // per SM, of which 1 KiB per CTA is reserved
+
+TEST(DecodePlan, EveryShapeFitsAnA100Block) {
+  for (int d : kHeadDims)
+    for (int m = 1; m <= decode_tile(d).max_m_tiles; ++m) {
+      SCOPED_TRACE("head_dim " + std::to_string(d) + ", m tiles " + std::to_string(m));
+      EXPECT_LE(decode_smem_bytes(d, m, 2), kA100OptInBytes);
+      EXPECT_GE(decode_tile(d).stages, 2);
+    }
+}
+
+// Two CTAs per H100 SM up to D=128 (more loads in flight, overlapping prologues).
+TEST(DecodePlan, TwoCtasPerH100SmUpToD128) {
+  for (int d : {32, 64, 96, 128})
+    for (int m = 1; m <= 2; ++m)
+      EXPECT_LE(2 * (decode_smem_bytes(d, m, 2) + 1024), kH100SmBytes) << "head_dim " << d << ", m tiles " << m;
+}
+
+TEST(DecodePlan, MTilesFollowTheRows) {
+  EXPECT_EQ(decode_m_tiles(128, 4), 1);    // GQA 4 x 1 query
+  EXPECT_EQ(decode_m_tiles(128, 16), 1);
+  EXPECT_EQ(decode_m_tiles(128, 17), 2);   // two m16 tiles, one row block
+  EXPECT_EQ(decode_m_tiles(256, 64), 1);   // registers: row blocks of 16
+}
+
+// H100: 132 SMs x 2 CTAs (D=128). tiles: 64-key tiles of the cache, +1.
+TEST(DecodePlan, SplitsOnIssueShapes) {
+  constexpr long long kSlots = 132 * 2;
+  const auto tiles = [](long long kv_len) { return (kv_len + 63) / 64 + 1; };
+  EXPECT_EQ(decode_splits(1 * 8, kSlots, tiles(4096)), 32);     // B=1, 32/8, 4k: 33 by slots, 32 by tiles
+  EXPECT_EQ(decode_splits(1 * 8, kSlots, tiles(131072)), 33);   // B=1, 32/8, 128k: one wave
+  EXPECT_EQ(decode_splits(1 * 32, kSlots, tiles(4096)), 8);     // B=1, MHA 32/32
+  EXPECT_EQ(decode_splits(8 * 8, kSlots, tiles(4096)), 4);      // B=8, 32/8
+  EXPECT_EQ(decode_splits(8 * 32, kSlots, tiles(4096)), 1);     // B=8, MHA: 256 CTAs fill the slots
+  EXPECT_EQ(decode_splits(64 * 8, kSlots, tiles(4096)), 1);     // B=64
+  EXPECT_EQ(decode_splits(1 * 8, kSlots, tiles(1024)), 8);      // short cache: two tiles per split
+  EXPECT_EQ(decode_splits(1 * 8, kSlots, tiles(0)), 1);         // empty caches
+  EXPECT_EQ(decode_splits(1, 4 * 132, tiles(1 << 20)), 64);     // capped at 64
+}
+
+TEST(DecodePlan, SplitsNeverShrinkAsTheCacheGrows) {
+  for (long long ctas : {1, 3, 8, 32, 100, 211, 300})
+    for (long long tiles = 0; tiles < 300; ++tiles)
+      EXPECT_LE(decode_splits(ctas, 264, tiles), decode_splits(ctas, 264, tiles + 1)) << ctas << " " << tiles;
+}
+
+}  // namespace
+}  // namespace cuflash::detail::sm80
