@@ -1,11 +1,12 @@
 // Decode / paged-KV attention on mma.sync (sm80+; the same code runs on sm90).
 //
 // One CTA per (kv head x row block, split, sequence); the kv heads vary
-// fastest, so CTAs that run together read the same keys' rows of neighbouring
-// heads, which share DRAM pages in a [.., slot, Hk, D] cache. Its query rows are the
-// group's query heads x the sequence's queries, row r = i * group + head in
-// group (so a GQA decode step of 4 heads is 4 rows), padded to m16 tiles: the
-// K/V of a kv head are read once for all the heads that share them.
+// fastest, so CTAs that run together read the same keys' rows of
+// neighbouring heads, which share DRAM pages in a [.., slot, Hk, D] cache.
+// A CTA's query rows are the group's query heads x the sequence's queries,
+// row r = i * group + head in group (a GQA decode step of 4 heads is 4 rows),
+// padded to m16 tiles: the K/V of a kv head are read once for all the heads
+// that share them.
 //
 // Decode moves every cache byte once and does ~2 FLOP per byte with 4 of 16
 // mma rows doing real work: it is a copy loop. So, unlike the prefill kernel,
@@ -15,7 +16,7 @@
 // partial (max, sum, O) meet once, through shared memory, at the end.
 //
 // Pages: each cache row is found through the block table when its load is
-// issued (sm80/../common/kv_cache.cuh); a 64-key tile may span several pages
+// issued (common/kv_cache.cuh); a 64-key tile may span several pages
 // (page size < 64) or be part of one (>= 64), either way per-row addressing.
 // Split-KV: split s of a sequence takes its share of the key tiles the rows
 // can see and writes a normalized partial (out, lse) for combine_splits.
