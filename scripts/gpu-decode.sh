@@ -1,12 +1,14 @@
 #!/usr/bin/env bash
 # Issue 5 on the GPU machine, in steps that each fit one device call (the
 # machine stays warm between calls, and build-gpu/ is git-ignored, so it is
-# kept): the build, the KV-cache GPU tests alone (fast feedback), the whole
-# check (every test, compute-sanitizer over the Sanitize* subset), and the
-# decode benchmark. Logs and results go to $OUT (else build-gpu/logs).
+# kept): the build (~2 min on 16 cores), the KV-cache GPU tests alone (fast
+# feedback), every test (~4-5 min), compute-sanitizer memcheck and racecheck
+# over the Sanitize* subset plus `cuflash run` (up to 2 x 5 min), and the
+# decode benchmark (~5 min). Logs and results go to $OUT (else build-gpu/logs).
 #   scripts/stage-gpu-deps.sh                       # here, before the device calls (carry [".deps"])
 #   CUFLASH_COMMIT=<sha> scripts/gpu-decode.sh build focus
-#   CUFLASH_COMMIT=<sha> scripts/gpu-decode.sh check
+#   CUFLASH_COMMIT=<sha> scripts/gpu-decode.sh ctest
+#   CUFLASH_COMMIT=<sha> scripts/gpu-decode.sh sanitize
 #   CUFLASH_COMMIT=<sha> scripts/gpu-decode.sh bench
 set -uo pipefail
 cd "$(dirname "$0")/.."
@@ -25,14 +27,16 @@ for step in "$@"; do
         --gtest_filter='*Decode*:*KvCache*:CudaUnsupported*:CudaBackendGpu*:*CudaWorkspace*' \
         >"$logs/decode-focus.log" 2>&1 || status=1
       grep -E '^\[  (PASSED|FAILED|SKIPPED) \]|^\[ cuflash \]' "$logs/decode-focus.log" | head -80 ;;
-    check)
-      CUFLASH_GPU_CHECK_STEPS="ctest memcheck racecheck run" scripts/gpu-check.sh || status=1 ;;
+    ctest)
+      CUFLASH_GPU_CHECK_STEPS="ctest" scripts/gpu-check.sh || status=1 ;;
+    sanitize)
+      CUFLASH_GPU_CHECK_STEPS="memcheck racecheck run" scripts/gpu-check.sh || status=1 ;;
     bench)
       python3 bench/decode.py --cuflash "$build/bin/cuflash" --out-dir "$logs" 2>&1 | tee "$logs/decode-run.log" |
         tail -40 || status=1
       [ -f "$logs/decode.md" ] && sed -n '1,40p' "$logs/decode.md" ;;
     *)
-      echo "gpu-decode.sh: unknown step '$step' (build, focus, check, bench)" >&2
+      echo "gpu-decode.sh: unknown step '$step' (build, focus, ctest, sanitize, bench)" >&2
       exit 2 ;;
   esac
 done
