@@ -11,6 +11,7 @@
 
 #include "cuflash/options.hpp"
 #include "cuflash/tensor.hpp"
+#include "flag_table.hpp"
 
 namespace cuflash::tool {
 
@@ -53,10 +54,7 @@ struct BenchPoint {
 // In the order they run: pass, head dim, mask, seqlen (innermost).
 std::vector<BenchPoint> bench_points(const BenchConfig& config);
 
-struct BenchParse {
-  enum class Kind { run, help, error } kind = Kind::run;
-  std::string error;  // one line naming the flag, when kind == error
-};
+using BenchParse = FlagParse;
 
 // --sweep prefill fills the lists that no other flag gives, in any order.
 BenchParse parse_bench_flags(const std::vector<std::string_view>& args, BenchConfig* config);
