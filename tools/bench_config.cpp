@@ -55,51 +55,7 @@ std::vector<BenchPoint> bench_points(const BenchConfig& config) {
 
 namespace {
 
-// A setter returns an empty string on success, else what was wrong with the value.
-using Setter = std::function<std::string(BenchConfig&, std::string_view)>;
-
-struct Flag {
-  const char* name;
-  const char* value_name;  // nullptr: a switch
-  const char* default_text;
-  const char* help;
-  Setter set;
-};
-
-std::string parse_long(std::string_view text, long long minimum, long long* value) {
-  long long parsed = 0;
-  const auto [end, error] = std::from_chars(text.data(), text.data() + text.size(), parsed);
-  if (error != std::errc() || end != text.data() + text.size())
-    return "expected an integer, got '" + std::string(text) + "'";
-  if (parsed < minimum) return "must be >= " + std::to_string(minimum) + ", got " + std::string(text);
-  if (parsed > (1LL << 31) - 1) return "too large: " + std::string(text);
-  *value = parsed;
-  return {};
-}
-
-std::string parse_int(std::string_view text, int minimum, int* value) {
-  long long parsed = 0;
-  std::string error = parse_long(text, minimum, &parsed);
-  if (error.empty()) *value = static_cast<int>(parsed);
-  return error;
-}
-
-std::vector<std::string_view> split_list(std::string_view text) {
-  std::vector<std::string_view> items;
-  std::size_t start = 0;
-  while (true) {
-    const std::size_t comma = text.find(',', start);
-    items.push_back(text.substr(start, comma == std::string_view::npos ? std::string_view::npos : comma - start));
-    if (comma == std::string_view::npos) return items;
-    start = comma + 1;
-  }
-}
-
-Setter int_flag(int BenchConfig::*field, int minimum) {
-  return [field, minimum](BenchConfig& config, std::string_view text) {
-    return parse_int(text, minimum, &(config.*field));
-  };
-}
+using Setter = FlagSetter<BenchConfig>;
 
 Setter int_list_flag(std::vector<int> BenchConfig::*field, int minimum) {
   return [field, minimum](BenchConfig& config, std::string_view text) -> std::string {
@@ -138,37 +94,29 @@ Setter choice_list_flag(std::vector<Value> BenchConfig::*field, std::vector<std:
           found = true;
         }
       if (found) continue;
-      std::string expected;
-      for (std::size_t i = 0; i < choices.size(); ++i)
-        expected += (i == 0 ? "" : i + 1 == choices.size() ? " or " : ", ") + std::string(choices[i].first);
-      return "expected a comma-separated list of " + expected + ", got '" + std::string(item) + "'";
+      return "expected a comma-separated list of " + choice_names(choices) + ", got '" + std::string(item) + "'";
     }
     config.*field = std::move(values);
     return {};
   };
 }
 
-Setter switch_flag(bool BenchConfig::*field, bool value) {
-  return [field, value](BenchConfig& config, std::string_view) {
-    config.*field = value;
-    return std::string();
-  };
-}
-
-const std::vector<Flag>& flags() {
-  static const std::vector<Flag> table = {
+const std::vector<Flag<BenchConfig>>& flags() {
+  static const std::vector<Flag<BenchConfig>> table = {
       {"--sweep", "prefill|decode", "none",
        "prefill: the papers' sweep, fwd,fwdbwd x D 64,128 x none,causal x seqlen 512..16384; decode: issue 5's,"
        " D 128 x 32/8,32/32 x page 0,16,64 x batch 1,8,64,128 x kv_len 1k..128k (other flags narrow either)",
-       nullptr},
-      {"--mode", "prefill|decode", "prefill",
-       "prefill: dense q, k, v (--seqlen); decode: --q-len queries against a KV cache of --kv-len keys",
+       // Applied after all flags (apply_*_sweep), whatever their order.
        [](BenchConfig& config, std::string_view text) -> std::string {
-         if (text == "prefill") config.mode = BenchMode::prefill;
-         else if (text == "decode") config.mode = BenchMode::decode;
+         if (text == "prefill") config.sweep = BenchSweep::prefill;
+         else if (text == "decode") config.sweep = BenchSweep::decode;
          else return "expected prefill or decode, got '" + std::string(text) + "'";
          return {};
        }},
+      {"--mode", "prefill|decode", "prefill",
+       "prefill: dense q, k, v (--seqlen); decode: --q-len queries against a KV cache of --kv-len keys",
+       choice_flag<BenchConfig, BenchMode>(&BenchConfig::mode,
+                                           {{"prefill", BenchMode::prefill}, {"decode", BenchMode::decode}})},
       {"--batches", "LIST", "1", "decode: sequences per call, comma-separated", int_list_flag(&BenchConfig::batches, 1)},
       {"--kv-len", "LIST", "4096", "decode: keys in each sequence's cache, comma-separated",
        int_list_flag(&BenchConfig::kv_lens, 1)},
@@ -230,22 +178,13 @@ const std::vector<Flag>& flags() {
        switch_flag(&BenchConfig::flush_l2, false)},
       {"--seed", "N", "0", "seed of the random inputs",
        [](BenchConfig& config, std::string_view text) {
-         long long value = 0;
-         std::string error = parse_long(text, 0, &value);
-         if (error.empty()) config.seed = static_cast<std::uint64_t>(value);
-         return error;
+         return parse_int<std::uint64_t>(text, 0, &config.seed);
        }},
       {"--json", nullptr, "off", "one JSON object per point on stdout, nothing else",
        switch_flag(&BenchConfig::json, true)},
       {"--help", nullptr, "", "print this help", nullptr},
   };
   return table;
-}
-
-const Flag* find_flag(std::string_view name) {
-  for (const Flag& flag : flags())
-    if (name == flag.name) return &flag;
-  return nullptr;
 }
 
 // Applies the prefill sweep's lists where no flag gave one.
@@ -292,42 +231,12 @@ std::string check_combination(const BenchConfig& config) {
 }  // namespace
 
 BenchParse parse_bench_flags(const std::vector<std::string_view>& args, BenchConfig* config) {
-  auto fail = [](std::string message) { return BenchParse{BenchParse::Kind::error, std::move(message)}; };
   std::set<std::string_view> given;
-  std::string_view sweep;
-  for (std::size_t i = 0; i < args.size(); ++i) {
-    std::string_view arg = args[i];
-    std::string_view name = arg;
-    std::optional<std::string_view> value;
-    if (const auto equals = arg.find('='); arg.starts_with("--") && equals != std::string_view::npos) {
-      name = arg.substr(0, equals);
-      value = arg.substr(equals + 1);
-    }
-    if (name == "-h" || name == "--help") return {BenchParse::Kind::help, {}};
-    const Flag* flag = find_flag(name);
-    if (flag == nullptr) {
-      if (!arg.starts_with("-")) return fail("unexpected argument '" + std::string(arg) + "' (flags start with --)");
-      return fail(std::string(name) + ": unknown flag (see cuflash bench --help)");
-    }
-    if (flag->value_name == nullptr) {
-      if (value) return fail(std::string(name) + ": takes no value, got '" + std::string(*value) + "'");
-    } else if (!value) {
-      if (i + 1 == args.size()) return fail(std::string(name) + ": missing value (" + flag->value_name + ")");
-      value = args[++i];
-    }
-    given.insert(flag->name);
-    if (name == "--sweep") {
-      if (*value != "prefill" && *value != "decode")
-        return fail("--sweep: expected prefill or decode, got '" + std::string(*value) + "'");
-      sweep = *value;
-      continue;
-    }
-    if (std::string error = flag->set(*config, value.value_or("")); !error.empty())
-      return fail(std::string(name) + ": " + error);
-  }
-  if (sweep == "prefill") apply_prefill_sweep(given, config);
-  if (sweep == "decode") apply_decode_sweep(given, config);
-  if (std::string error = check_combination(*config); !error.empty()) return fail(error);
+  BenchParse parsed = parse_flags(args, flags(), "bench", config, &given);
+  if (parsed.kind != BenchParse::Kind::run) return parsed;
+  if (config->sweep == BenchSweep::prefill) apply_prefill_sweep(given, config);
+  if (config->sweep == BenchSweep::decode) apply_decode_sweep(given, config);
+  if (std::string error = check_combination(*config); !error.empty()) return {BenchParse::Kind::error, error};
   return {};
 }
 
@@ -350,13 +259,7 @@ void print_bench_help(std::FILE* stream) {
                "A point that fails prints its Status and the sweep goes on. Exit code 0: every point\n"
                "ran; 1: some point failed, or no GPU; 2: a bad flag.\n\n"
                "flags:\n");
-  for (const Flag& flag : flags()) {
-    std::string left = flag.name;
-    if (flag.value_name) left += std::string(" ") + flag.value_name;
-    std::fprintf(stream, "  %-24s %s", left.c_str(), flag.help);
-    if (*flag.default_text) std::fprintf(stream, " (default: %s)", flag.default_text);
-    std::fprintf(stream, "\n");
-  }
+  print_flags(stream, flags(), 24);
 }
 
 }  // namespace cuflash::tool

@@ -13,6 +13,7 @@
 
 #include "cuflash/options.hpp"
 #include "cuflash/tensor.hpp"
+#include "flag_table.hpp"
 
 namespace cuflash::tool {
 
@@ -20,6 +21,8 @@ enum class BenchPass { fwd, fwdbwd };
 // prefill: dense q, k, v of one length. decode: q_len queries per sequence
 // against a KV cache (contiguous or paged) of kv_len keys, no append.
 enum class BenchMode { prefill, decode };
+// --sweep: which sweep's lists fill what no other flag gave.
+enum class BenchSweep { none, prefill, decode };
 
 struct HeadPair {
   int q = 0, kv = 0;  // query heads, key/value heads
@@ -41,6 +44,7 @@ struct BenchConfig {
   bool deterministic = false;
 
   BenchMode mode = BenchMode::prefill;
+  BenchSweep sweep = BenchSweep::none;
   // Decode mode: every combination of these (and of head_dims, masks).
   std::vector<int> batches = {1};
   std::vector<int> kv_lens = {4096};
@@ -77,10 +81,7 @@ struct BenchPoint {
 // head dim, mask, heads, page size, batch, kv_len (innermost).
 std::vector<BenchPoint> bench_points(const BenchConfig& config);
 
-struct BenchParse {
-  enum class Kind { run, help, error } kind = Kind::run;
-  std::string error;  // one line naming the flag, when kind == error
-};
+using BenchParse = FlagParse;
 
 // --sweep prefill (or decode) fills the lists that no other flag gives, in any order.
 BenchParse parse_bench_flags(const std::vector<std::string_view>& args, BenchConfig* config);

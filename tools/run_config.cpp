@@ -26,27 +26,7 @@ float RunConfig::resolved_scale() const {
 
 namespace {
 
-// A setter returns an empty string on success, else what was wrong with the value.
-using Setter = std::function<std::string(RunConfig&, std::string_view)>;
-
-struct Flag {
-  const char* name;
-  const char* value_name;  // nullptr: a switch that takes no value
-  const char* default_text;
-  const char* help;
-  Setter set;
-};
-
-template <typename Int>
-std::string parse_int(std::string_view text, Int minimum, Int* value) {
-  Int parsed{};
-  const auto [end, error] = std::from_chars(text.data(), text.data() + text.size(), parsed);
-  if (error != std::errc() || end != text.data() + text.size())
-    return "expected an integer, got '" + std::string(text) + "'";
-  if (parsed < minimum) return "must be >= " + std::to_string(minimum) + ", got " + std::string(text);
-  *value = parsed;
-  return {};
-}
+using Setter = FlagSetter<RunConfig>;
 
 std::string parse_float(std::string_view text, float* value) {
   float parsed = 0.0f;
@@ -55,12 +35,6 @@ std::string parse_float(std::string_view text, float* value) {
     return "expected a finite number, got '" + std::string(text) + "'";
   *value = parsed;
   return {};
-}
-
-Setter int_flag(int RunConfig::*field, int minimum) {
-  return [field, minimum](RunConfig& config, std::string_view text) {
-    return parse_int(text, minimum, &(config.*field));
-  };
 }
 
 Setter int_pair_flag(int RunConfig::*first, int RunConfig::*second, int minimum) {
@@ -72,31 +46,8 @@ Setter int_pair_flag(int RunConfig::*first, int RunConfig::*second, int minimum)
   };
 }
 
-// A value out of `choices`; anything else is an error that lists them.
-template <typename Enum>
-Setter choice_flag(Enum RunConfig::*field, std::vector<std::pair<std::string_view, Enum>> choices) {
-  return [field, choices](RunConfig& config, std::string_view text) -> std::string {
-    std::string expected;
-    for (std::size_t i = 0; i < choices.size(); ++i) {
-      if (text == choices[i].first) {
-        config.*field = choices[i].second;
-        return {};
-      }
-      expected += (i == 0 ? "" : i + 1 == choices.size() ? " or " : ", ") + std::string(choices[i].first);
-    }
-    return "expected " + expected + ", got '" + std::string(text) + "'";
-  };
-}
-
-Setter switch_flag(bool RunConfig::*field, bool value) {
-  return [field, value](RunConfig& config, std::string_view) {
-    config.*field = value;
-    return std::string();
-  };
-}
-
-const std::vector<Flag>& flags() {
-  static const std::vector<Flag> table = {
+const std::vector<Flag<RunConfig>>& flags() {
+  static const std::vector<Flag<RunConfig>> table = {
       {"--batch", "N", "2", "sequences in the batch", int_flag(&RunConfig::batch, 1)},
       {"--seqlen", "N", "512", "sets --seqlen-q and --seqlen-k",
        int_pair_flag(&RunConfig::seqlen_q, &RunConfig::seqlen_k, 1)},
@@ -111,10 +62,10 @@ const std::vector<Flag>& flags() {
        int_flag(&RunConfig::heads_kv, 1)},
       {"--head-dim", "N", "64", "head dimension", int_flag(&RunConfig::head_dim, 1)},
       {"--dtype", "f32|f16|bf16", "f32", "dtype of q, k, v, out and the gradients",
-       choice_flag<DType>(&RunConfig::dtype, {{"f32", DType::f32}, {"f16", DType::f16}, {"bf16", DType::bf16}})},
+       choice_flag(&RunConfig::dtype, {{"f32", DType::f32}, {"f16", DType::f16}, {"bf16", DType::bf16}})},
       {"--layout", "dense|varlen|paged", "dense",
        "dense [B,S,H,D]; varlen: packed, random lengths; paged: KV cache in shuffled pages",
-       choice_flag<InputLayout>(&RunConfig::layout, {{"dense", InputLayout::dense},
+       choice_flag(&RunConfig::layout, {{"dense", InputLayout::dense},
                                                       {"varlen", InputLayout::varlen},
                                                       {"paged", InputLayout::paged}})},
       {"--page-size", "N", "16", "keys per page (paged only)", int_flag(&RunConfig::page_size, 1)},
@@ -147,7 +98,7 @@ const std::vector<Flag>& flags() {
        switch_flag(&RunConfig::deterministic, true)},
       {"--backend", "auto|cpu|cuda|cudnn", "auto",
        "auto: a GPU when one is visible (the CPU if the GPU backends cannot run the problem), else the CPU",
-       choice_flag<Backend>(&RunConfig::backend, {{"auto", Backend::automatic},
+       choice_flag(&RunConfig::backend, {{"auto", Backend::automatic},
                                                   {"cpu", Backend::cpu},
                                                   {"cuda", Backend::cuda},
                                                   {"cudnn", Backend::cudnn}})},
@@ -166,12 +117,6 @@ const std::vector<Flag>& flags() {
   return table;
 }
 
-const Flag* find_flag(std::string_view name) {
-  for (const Flag& flag : flags())
-    if (name == flag.name) return &flag;
-  return nullptr;
-}
-
 // What the flags cannot say one at a time.
 std::string check_combination(const RunConfig& config) {
   if (config.layout != InputLayout::paged && config.append > 0)
@@ -185,31 +130,9 @@ std::string check_combination(const RunConfig& config) {
 }  // namespace
 
 ParseResult parse_run_flags(const std::vector<std::string_view>& args, RunConfig* config) {
-  auto fail = [](std::string message) { return ParseResult{ParseResult::Kind::error, std::move(message)}; };
-  for (std::size_t i = 0; i < args.size(); ++i) {
-    std::string_view arg = args[i];
-    std::string_view name = arg;
-    std::optional<std::string_view> value;
-    if (const auto equals = arg.find('='); arg.starts_with("--") && equals != std::string_view::npos) {
-      name = arg.substr(0, equals);
-      value = arg.substr(equals + 1);
-    }
-    if (name == "-h" || name == "--help") return {ParseResult::Kind::help, {}};
-    const Flag* flag = find_flag(name);
-    if (flag == nullptr) {
-      if (!arg.starts_with("-")) return fail("unexpected argument '" + std::string(arg) + "' (flags start with --)");
-      return fail(std::string(name) + ": unknown flag (see cuflash run --help)");
-    }
-    if (flag->value_name == nullptr) {
-      if (value) return fail(std::string(name) + ": takes no value, got '" + std::string(*value) + "'");
-    } else if (!value) {
-      if (i + 1 == args.size()) return fail(std::string(name) + ": missing value (" + flag->value_name + ")");
-      value = args[++i];
-    }
-    if (std::string error = flag->set(*config, value.value_or("")); !error.empty())
-      return fail(std::string(name) + ": " + error);
-  }
-  if (std::string error = check_combination(*config); !error.empty()) return fail(error);
+  ParseResult parsed = parse_flags(args, flags(), "run", config);
+  if (parsed.kind != ParseResult::Kind::run) return parsed;
+  if (std::string error = check_combination(*config); !error.empty()) return {ParseResult::Kind::error, error};
   return {};
 }
 
@@ -222,13 +145,7 @@ void print_run_help(std::FILE* stream) {
                "f16 rel-L2 <= 3e-3, bf16 rel-L2 <= 1e-2); 2: a bad flag. FLOPs: 4*Hq*D*sum(Lq*Lk),\n"
                "halved when causal; the backward counts 2.5x the forward.\n\n"
                "flags:\n");
-  for (const Flag& flag : flags()) {
-    std::string left = flag.name;
-    if (flag.value_name) left += std::string(" ") + flag.value_name;
-    std::fprintf(stream, "  %-30s %s", left.c_str(), flag.help);
-    if (*flag.default_text) std::fprintf(stream, " (default: %s)", flag.default_text);
-    std::fprintf(stream, "\n");
-  }
+  print_flags(stream, flags(), 30);
 }
 
 }  // namespace cuflash::tool

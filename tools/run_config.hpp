@@ -12,6 +12,7 @@
 
 #include "cuflash/options.hpp"
 #include "cuflash/tensor.hpp"
+#include "flag_table.hpp"
 
 namespace cuflash::tool {
 
@@ -49,10 +50,7 @@ struct RunConfig {
   float resolved_scale() const;
 };
 
-struct ParseResult {
-  enum class Kind { run, help, error } kind = Kind::run;
-  std::string error;  // one line naming the flag, when kind == error
-};
+using ParseResult = FlagParse;
 
 // Flags are applied in order, so a later --seqlen overrides an earlier --seqlen-q.
 ParseResult parse_run_flags(const std::vector<std::string_view>& args, RunConfig* config);

@@ -191,10 +191,19 @@ BackwardErrors check_backward(AttentionCase& c, Runner& runner, const Tolerance&
   if (!call_ok(runner.backward(c, c.options(runner.backend())), what)) return errors;
   // Exact zeros where no score contributes: dq of a query that sees no key
   // (its forward out is 0, or NaN for a row owned by no sequence), and dk/dv of
-  // a key no query sees (dv is 0 only then, as P > 0 for a seen key).
+  // a key no query sees: a whole (key, head) row whose dk and dv are both 0.
+  // Row-wise and both, because one element of a seen key's dv can cancel to
+  // exactly 0 (GQA: one query per head over one key gives dv = sum of dO
+  // values, and bf16 values can cancel), while its dk is not 0.
   std::vector<bool> dq_zero(ref.dq.size()), kv_zero(ref.dv.size());
   for (std::size_t i = 0; i < dq_zero.size(); ++i) dq_zero[i] = fwd.out[i] == 0.0 || std::isnan(fwd.out[i]);
-  for (std::size_t i = 0; i < kv_zero.size(); ++i) kv_zero[i] = ref.dv[i] == 0.0;
+  const std::size_t row_len = static_cast<std::size_t>(s.head_dim);
+  for (std::size_t row = 0; row < kv_zero.size() / row_len; ++row) {
+    bool unseen = true;
+    for (std::size_t e = row * row_len; e < (row + 1) * row_len && unseen; ++e)
+      unseen = ref.dv[e] == 0.0 && ref.dk[e] == 0.0;
+    for (std::size_t e = row * row_len; e < (row + 1) * row_len; ++e) kv_zero[e] = unseen;
+  }
   errors.dq = compare_zeros_where(c.dq, ref.dq, dq_zero);
   errors.dk = compare_zeros_where(c.dk, ref.dk, kv_zero);
   errors.dv = compare_zeros_where(c.dv, ref.dv, kv_zero);

@@ -5,11 +5,11 @@
 #include <gtest/gtest.h>
 
 #include "cuda/sm80/flash_decode_tiles.hpp"
+#include "cuda/sm80/head_dims.hpp"
 
 namespace cuflash::detail::sm80 {
 namespace {
 
-constexpr int kHeadDims[] = {32, 64, 96, 128, 192, 256};
 constexpr int kA100OptInBytes = 163 * 1024;      // per block
 constexpr int kH100SmBytes = 228 * 1024;         // per SM, of which 1 KiB per CTA is reserved
 

@@ -13,6 +13,7 @@
 #include "common/cuda_check.hpp"
 #include "common/device_info.hpp"
 #include "sm80/flash_bwd_kernel.cuh"
+#include "sm80/head_dims.hpp"
 #include "sm80/kernel_support.hpp"
 
 namespace cuflash::detail {
@@ -40,28 +41,16 @@ std::size_t min_smem_bytes(bool deterministic) {
 }
 
 std::size_t min_smem_bytes(int head_dim, bool deterministic) {
-  switch (head_dim) {
-    case 32: return min_smem_bytes<32>(deterministic);
-    case 64: return min_smem_bytes<64>(deterministic);
-    case 96: return min_smem_bytes<96>(deterministic);
-    case 128: return min_smem_bytes<128>(deterministic);
-    case 192: return min_smem_bytes<192>(deterministic);
-    case 256: return min_smem_bytes<256>(deterministic);
-    default: return 0;
-  }
+  return sm80::with_head_dim(
+      head_dim, [&](auto d) { return min_smem_bytes<decltype(d)::value>(deterministic); },
+      [] { return std::size_t{0}; });
 }
 
 template <typename T>
 Status launch_for_dim(const BackwardParams& p, int head_dim, int max_smem, cudaStream_t stream) {
-  switch (head_dim) {
-    case 32: return sm80::launch_flash_backward<T, 32>(p, max_smem, stream);
-    case 64: return sm80::launch_flash_backward<T, 64>(p, max_smem, stream);
-    case 96: return sm80::launch_flash_backward<T, 96>(p, max_smem, stream);
-    case 128: return sm80::launch_flash_backward<T, 128>(p, max_smem, stream);
-    case 192: return sm80::launch_flash_backward<T, 192>(p, max_smem, stream);
-    case 256: return sm80::launch_flash_backward<T, 256>(p, max_smem, stream);
-    default: return Status::unsupported("backend cuda backward: head_dim " + std::to_string(head_dim) + " has no kernel");
-  }
+  return sm80::with_head_dim(
+      head_dim, [&](auto d) { return sm80::launch_flash_backward<T, decltype(d)::value>(p, max_smem, stream); },
+      [&] { return Status::unsupported("backend cuda backward: head_dim " + std::to_string(head_dim) + " has no kernel"); });
 }
 
 }  // namespace

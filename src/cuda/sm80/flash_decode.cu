@@ -14,6 +14,7 @@
 #include "common/device_info.hpp"
 #include "sm80/combine_splits.hpp"
 #include "sm80/flash_decode_tiles.hpp"
+#include "sm80/head_dims.hpp"
 #include "sm80/kernel_support.hpp"
 #include "sm80/kv_append.hpp"
 
@@ -89,15 +90,9 @@ std::size_t partial_bytes(const Problem& problem, int splits) {
 
 template <typename T>
 Status launch_for_dim(const ForwardParams& p, int head_dim, int m_tiles, cudaStream_t stream) {
-  switch (head_dim) {
-    case 32: return sm80::launch_flash_decode<T, 32>(p, m_tiles, stream);
-    case 64: return sm80::launch_flash_decode<T, 64>(p, m_tiles, stream);
-    case 96: return sm80::launch_flash_decode<T, 96>(p, m_tiles, stream);
-    case 128: return sm80::launch_flash_decode<T, 128>(p, m_tiles, stream);
-    case 192: return sm80::launch_flash_decode<T, 192>(p, m_tiles, stream);
-    case 256: return sm80::launch_flash_decode<T, 256>(p, m_tiles, stream);
-    default: return Status::unsupported("backend cuda: head_dim " + std::to_string(head_dim) + " has no decode kernel");
-  }
+  return sm80::with_head_dim(
+      head_dim, [&](auto d) { return sm80::launch_flash_decode<T, decltype(d)::value>(p, m_tiles, stream); },
+      [&] { return Status::unsupported("backend cuda: head_dim " + std::to_string(head_dim) + " has no decode kernel"); });
 }
 
 template <typename T>
@@ -115,7 +110,7 @@ Status flash_decode_supports(const Problem& problem) {
     return Status::unsupported(prefix + "the KV-cache kernels take f16 and bf16, got " + dtype_name(problem.dtype) +
                                " (backend cpu runs any dtype)");
   bool dim_ok = false;
-  for (int d : kSm80HeadDims) dim_ok = dim_ok || d == problem.head_dim;
+  for (int d : sm80::kHeadDims) dim_ok = dim_ok || d == problem.head_dim;
   if (!dim_ok)
     return Status::unsupported(prefix + "head_dim " + std::to_string(problem.head_dim) +
                                " is not supported for f16/bf16 (supported: 32, 64, 96, 128, 192, 256)");

@@ -17,6 +17,7 @@
 #include "common/element_io.cuh"
 #include "sm80/combine_splits.hpp"
 #include "sm80/flash_fwd_tiles.hpp"
+#include "sm80/head_dims.hpp"
 #include "sm80/kernel_support.hpp"
 
 namespace cuflash::detail {
@@ -55,15 +56,9 @@ constexpr std::size_t align256(std::size_t bytes) { return (bytes + 255) / 256 *
 
 template <typename T>
 Status launch_for_dim(const ForwardParams& p, int head_dim, cudaStream_t stream) {
-  switch (head_dim) {
-    case 32: return sm80::launch_flash_fwd<T, 32>(p, stream);
-    case 64: return sm80::launch_flash_fwd<T, 64>(p, stream);
-    case 96: return sm80::launch_flash_fwd<T, 96>(p, stream);
-    case 128: return sm80::launch_flash_fwd<T, 128>(p, stream);
-    case 192: return sm80::launch_flash_fwd<T, 192>(p, stream);
-    case 256: return sm80::launch_flash_fwd<T, 256>(p, stream);
-    default: return Status::unsupported("backend cuda: head_dim " + std::to_string(head_dim) + " has no kernel");
-  }
+  return sm80::with_head_dim(
+      head_dim, [&](auto d) { return sm80::launch_flash_fwd<T, decltype(d)::value>(p, stream); },
+      [&] { return Status::unsupported("backend cuda: head_dim " + std::to_string(head_dim) + " has no kernel"); });
 }
 
 template <typename T>

@@ -26,7 +26,7 @@ Status sm80_attention_supports(const Problem& problem, const char* pass) {
   if (problem.dtype != DType::f16 && problem.dtype != DType::bf16)
     return Status::unsupported(prefix + "the tensor-core kernels take f16 and bf16");
   bool dim_ok = false;
-  for (int d : kSm80HeadDims) dim_ok = dim_ok || d == problem.head_dim;
+  for (int d : sm80::kHeadDims) dim_ok = dim_ok || d == problem.head_dim;
   if (!dim_ok)
     return Status::unsupported(prefix + "head_dim " + std::to_string(problem.head_dim) +
                                " is not supported for f16/bf16 (supported: 32, 64, 96, 128, 192, 256)");

@@ -6,10 +6,9 @@
 #include "cuflash/status.hpp"
 #include "cuflash/tensor.hpp"
 #include "problem.hpp"
+#include "sm80/head_dims.hpp"
 
 namespace cuflash::detail {
-
-inline constexpr int kSm80HeadDims[] = {32, 64, 96, 128, 192, 256};
 
 // Checks dtype, head dim, layout, device and q/k/v views.
 Status sm80_attention_supports(const Problem& problem, const char* pass);
