@@ -142,6 +142,18 @@ cuflash::RunContext to_context(std::uintptr_t stream) {
 
 using OptArray = std::optional<Array>;
 
+// The varlen and KV-cache index views of ForwardArgs or BackwardArgs.
+template <typename Args>
+void set_batch_indices(const OptArray& cu_seqlens_q, const OptArray& cu_seqlens_k, int max_seqlen_q,
+                       int max_seqlen_k, const OptArray& seqlens_k, const OptArray& block_table, Args* args) {
+  args->varlen.cu_seqlens_q = to_view(cu_seqlens_q, "cu_seqlens_q");
+  args->varlen.cu_seqlens_k = to_view(cu_seqlens_k, "cu_seqlens_k");
+  args->varlen.max_seqlen_q = max_seqlen_q;
+  args->varlen.max_seqlen_k = max_seqlen_k;
+  args->kv_cache.seqlens_k = to_view(seqlens_k, "seqlens_k");
+  args->kv_cache.block_table = to_view(block_table, "block_table");
+}
+
 void forward(const Array& q, const Array& k, const Array& v, const Array& out, const OptArray& lse,
              const OptArray& alibi_slopes, const OptArray& cu_seqlens_q, const OptArray& cu_seqlens_k,
              int max_seqlen_q, int max_seqlen_k, const OptArray& seqlens_k, const OptArray& block_table,
@@ -155,12 +167,7 @@ void forward(const Array& q, const Array& k, const Array& v, const Array& out, c
   args.out = to_view(out, "out");
   args.lse = to_view(lse, "lse");
   args.alibi_slopes = to_view(alibi_slopes, "alibi_slopes");
-  args.varlen.cu_seqlens_q = to_view(cu_seqlens_q, "cu_seqlens_q");
-  args.varlen.cu_seqlens_k = to_view(cu_seqlens_k, "cu_seqlens_k");
-  args.varlen.max_seqlen_q = max_seqlen_q;
-  args.varlen.max_seqlen_k = max_seqlen_k;
-  args.kv_cache.seqlens_k = to_view(seqlens_k, "seqlens_k");
-  args.kv_cache.block_table = to_view(block_table, "block_table");
+  set_batch_indices(cu_seqlens_q, cu_seqlens_k, max_seqlen_q, max_seqlen_k, seqlens_k, block_table, &args);
   args.kv_cache.k_new = to_view(k_new, "k_new");
   args.kv_cache.v_new = to_view(v_new, "v_new");
   const AttentionOptions options =
@@ -190,12 +197,7 @@ void backward(const Array& dout, const Array& q, const Array& k, const Array& v,
   args.dk = to_view(dk, "dk");
   args.dv = to_view(dv, "dv");
   args.alibi_slopes = to_view(alibi_slopes, "alibi_slopes");
-  args.varlen.cu_seqlens_q = to_view(cu_seqlens_q, "cu_seqlens_q");
-  args.varlen.cu_seqlens_k = to_view(cu_seqlens_k, "cu_seqlens_k");
-  args.varlen.max_seqlen_q = max_seqlen_q;
-  args.varlen.max_seqlen_k = max_seqlen_k;
-  args.kv_cache.seqlens_k = to_view(seqlens_k, "seqlens_k");
-  args.kv_cache.block_table = to_view(block_table, "block_table");
+  set_batch_indices(cu_seqlens_q, cu_seqlens_k, max_seqlen_q, max_seqlen_k, seqlens_k, block_table, &args);
   const AttentionOptions options = to_options(softmax_scale, causal, window_left, window_right, softcap,
                                               deterministic, check_index_contents, backend);
   Status status;

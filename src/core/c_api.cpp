@@ -116,6 +116,18 @@ Status null_check(const void* pointer, const char* name) {
   return {};
 }
 
+// The varlen and KV-cache index views, shared by the forward and backward
+// argument structs (which name these fields alike).
+template <typename Args>
+Status to_batch_indices(const Args& in, VarlenBatch* varlen, KvCache* cache) {
+  CUFLASH_TRY(to_view(in.cu_seqlens_q, "varlen.cu_seqlens_q", &varlen->cu_seqlens_q));
+  CUFLASH_TRY(to_view(in.cu_seqlens_k, "varlen.cu_seqlens_k", &varlen->cu_seqlens_k));
+  varlen->max_seqlen_q = in.max_seqlen_q;
+  varlen->max_seqlen_k = in.max_seqlen_k;
+  CUFLASH_TRY(to_view(in.seqlens_k, "kv_cache.seqlens_k", &cache->seqlens_k));
+  return to_view(in.block_table, "kv_cache.block_table", &cache->block_table);
+}
+
 Status to_forward(const cuflash_forward_args& in, ForwardArgs* out) {
   CUFLASH_TRY(to_view(in.q, "q", &out->q));
   CUFLASH_TRY(to_view(in.k, "k", &out->k));
@@ -123,12 +135,7 @@ Status to_forward(const cuflash_forward_args& in, ForwardArgs* out) {
   CUFLASH_TRY(to_view(in.out, "out", &out->out));
   CUFLASH_TRY(to_view(in.lse, "lse", &out->lse));
   CUFLASH_TRY(to_view(in.alibi_slopes, "alibi_slopes", &out->alibi_slopes));
-  CUFLASH_TRY(to_view(in.cu_seqlens_q, "varlen.cu_seqlens_q", &out->varlen.cu_seqlens_q));
-  CUFLASH_TRY(to_view(in.cu_seqlens_k, "varlen.cu_seqlens_k", &out->varlen.cu_seqlens_k));
-  out->varlen.max_seqlen_q = in.max_seqlen_q;
-  out->varlen.max_seqlen_k = in.max_seqlen_k;
-  CUFLASH_TRY(to_view(in.seqlens_k, "kv_cache.seqlens_k", &out->kv_cache.seqlens_k));
-  CUFLASH_TRY(to_view(in.block_table, "kv_cache.block_table", &out->kv_cache.block_table));
+  CUFLASH_TRY(to_batch_indices(in, &out->varlen, &out->kv_cache));
   CUFLASH_TRY(to_view(in.k_new, "kv_cache.k_new", &out->kv_cache.k_new));
   return to_view(in.v_new, "kv_cache.v_new", &out->kv_cache.v_new);
 }
@@ -144,12 +151,7 @@ Status to_backward(const cuflash_backward_args& in, BackwardArgs* out) {
   CUFLASH_TRY(to_view(in.dk, "dk", &out->dk));
   CUFLASH_TRY(to_view(in.dv, "dv", &out->dv));
   CUFLASH_TRY(to_view(in.alibi_slopes, "alibi_slopes", &out->alibi_slopes));
-  CUFLASH_TRY(to_view(in.cu_seqlens_q, "varlen.cu_seqlens_q", &out->varlen.cu_seqlens_q));
-  CUFLASH_TRY(to_view(in.cu_seqlens_k, "varlen.cu_seqlens_k", &out->varlen.cu_seqlens_k));
-  out->varlen.max_seqlen_q = in.max_seqlen_q;
-  out->varlen.max_seqlen_k = in.max_seqlen_k;
-  CUFLASH_TRY(to_view(in.seqlens_k, "kv_cache.seqlens_k", &out->kv_cache.seqlens_k));
-  return to_view(in.block_table, "kv_cache.block_table", &out->kv_cache.block_table);
+  return to_batch_indices(in, &out->varlen, &out->kv_cache);
 }
 
 }  // namespace

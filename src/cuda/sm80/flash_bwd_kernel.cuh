@@ -39,37 +39,17 @@ namespace cuflash::detail::sm80 {
 //   dK, dV  [BN x D]:  kWarpsNKV x kWarpsDKV
 //   dQ      [BM x D]:  kWarpsMQ x kWarpsDQ
 // ---------------------------------------------------------------------------
+// 128x128 tiles up to D=64, then 64-row query blocks (D=96, 128) and 64-key
+// blocks (D=192, 256) as D grows, to stay within one CTA's registers (255 per
+// thread) and shared memory. The warp grids follow the tile: S/dP turns 4x2
+// with 64-key blocks, and dQ spreads its warps over D from D=128.
 template <int D>
-struct FlashBwdTile;
-template <>
-struct FlashBwdTile<32> {
-  static constexpr int kBlockM = 128, kBlockN = 128;
-  static constexpr int kWarpsMS = 2, kWarpsNS = 4, kWarpsNKV = 4, kWarpsDKV = 2, kWarpsMQ = 4, kWarpsDQ = 2;
-};
-template <>
-struct FlashBwdTile<64> {
-  static constexpr int kBlockM = 128, kBlockN = 128;
-  static constexpr int kWarpsMS = 2, kWarpsNS = 4, kWarpsNKV = 4, kWarpsDKV = 2, kWarpsMQ = 4, kWarpsDQ = 2;
-};
-template <>
-struct FlashBwdTile<96> {
-  static constexpr int kBlockM = 64, kBlockN = 128;
-  static constexpr int kWarpsMS = 2, kWarpsNS = 4, kWarpsNKV = 4, kWarpsDKV = 2, kWarpsMQ = 4, kWarpsDQ = 2;
-};
-template <>
-struct FlashBwdTile<128> {
-  static constexpr int kBlockM = 64, kBlockN = 128;
-  static constexpr int kWarpsMS = 2, kWarpsNS = 4, kWarpsNKV = 4, kWarpsDKV = 2, kWarpsMQ = 2, kWarpsDQ = 4;
-};
-template <>
-struct FlashBwdTile<192> {
-  static constexpr int kBlockM = 64, kBlockN = 64;
-  static constexpr int kWarpsMS = 4, kWarpsNS = 2, kWarpsNKV = 2, kWarpsDKV = 4, kWarpsMQ = 2, kWarpsDQ = 4;
-};
-template <>
-struct FlashBwdTile<256> {
-  static constexpr int kBlockM = 64, kBlockN = 64;
-  static constexpr int kWarpsMS = 4, kWarpsNS = 2, kWarpsNKV = 2, kWarpsDKV = 4, kWarpsMQ = 2, kWarpsDQ = 4;
+struct FlashBwdTile {
+  static_assert(D == 32 || D == 64 || D == 96 || D == 128 || D == 192 || D == 256, "head dims of sm80/head_dims.hpp");
+  static constexpr int kBlockM = D <= 64 ? 128 : 64, kBlockN = D <= 128 ? 128 : 64;
+  static constexpr int kWarpsMS = kBlockN == 128 ? 2 : 4, kWarpsNS = 8 / kWarpsMS;
+  static constexpr int kWarpsNKV = kBlockN == 128 ? 4 : 2, kWarpsDKV = 8 / kWarpsNKV;
+  static constexpr int kWarpsMQ = D <= 96 ? 4 : 2, kWarpsDQ = 8 / kWarpsMQ;
 };
 
 template <int D>
