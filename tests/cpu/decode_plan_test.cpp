@@ -4,8 +4,8 @@
 // issue 5's shapes.
 #include <gtest/gtest.h>
 
-#include "cuda/sm80/flash_decode_tiles.hpp"
-#include "cuda/sm80/head_dims.hpp"
+#include "sm80/flash_decode_tiles.hpp"
+#include "sm80/head_dims.hpp"
 
 namespace cuflash::detail::sm80 {
 namespace {

@@ -27,6 +27,7 @@
 #include "common/attention_params.hpp"
 #include "common/kv_cache.cuh"
 #include "common/score_mask.cuh"
+#include "common/swizzled_rows.hpp"
 #include "common/tensor_core.cuh"
 #include "sm80/flash_decode_tiles.hpp"
 
@@ -45,8 +46,9 @@ struct DecodeConfig {
   static constexpr int KQ = D / 16;   // k-steps of Q K^T
   static constexpr int KP = KW / 16;  // k-steps of P V
   static constexpr int DT = D / 8;    // n8 tiles of O
-  static constexpr int kRow = D + 8;  // padded shared row (elements): conflict-free ldmatrix
-  static constexpr int kStageElems = 2 * BN * kRow;  // K tile then V tile
+  using Rows = SwizzledRows<D>;       // Q, K and V tiles in shared memory
+  static constexpr int kPitch = Rows::kPitch;
+  static constexpr int kStageElems = 2 * BN * kPitch;  // K tile then V tile
   // Epilogue: each warp's scaled O rows as floats, padded by 8 so that the
   // float2 fragment stores of a half-warp hit 32 distinct banks.
   static constexpr int kOutRow = D + 8;
@@ -75,8 +77,9 @@ __device__ __forceinline__ void load_kv_tile(typename C::Element* sK, typename C
     const int slot = cache_slot(p.cache, j);
     const T* k_src = valid ? k + cache_offset(p.k_strides, page, slot, hk) + c * 8 : k;
     const T* v_src = valid ? v + cache_offset(p.v_strides, page, slot, hk) + c * 8 : v;
-    cp_async_16(sK + r * C::kRow + c * 8, k_src, valid);
-    cp_async_16(sV + r * C::kRow + c * 8, v_src, valid);
+    const int at = C::Rows::offset(r, c);
+    cp_async_16(sK + at, k_src, valid);
+    cp_async_16(sV + at, v_src, valid);
   };
   if constexpr (C::kThreads % kChunksPerRow == 0 && C::BN % (C::kThreads / kChunksPerRow) == 0) {
     // A thread keeps one 16-byte column; its rows are kRowStep apart.
@@ -105,7 +108,7 @@ __device__ __forceinline__ void load_q_rows(typename C::Element* sQ, const Forwa
     const int row = row0 + r;
     const bool valid = row < rows_total;
     const int i = row / p.group, h = hk * p.group + row % p.group;
-    cp_async_16(sQ + r * C::kRow + c * 8, valid ? q + row_offset(p.q_strides, b, 0, i, h) + c * 8 : q, valid);
+    cp_async_16(sQ + C::Rows::offset(r, c), valid ? q + row_offset(p.q_strides, b, 0, i, h) + c * 8 : q, valid);
   }
 }
 
@@ -116,7 +119,7 @@ __global__ void __launch_bounds__(C::kThreads) flash_decode_kernel(const Forward
   using T = typename C::Element;
   extern __shared__ __align__(16) unsigned char smem_raw[];
   T* sQ = reinterpret_cast<T*>(smem_raw);
-  T* sStages = sQ + C::BM * C::kRow;
+  T* sStages = sQ + C::BM * C::kPitch;
   float* sRowMax = reinterpret_cast<float*>(sStages + C::STAGES * C::kStageElems);  // [NW][BM], base 2
   float* sRowSum = sRowMax + C::NW * C::BM;                                         // [NW][BM]
   float* sOut = reinterpret_cast<float*>(sStages);  // [NW][BM][kOutRow], after the last tile
@@ -189,7 +192,7 @@ __global__ void __launch_bounds__(C::kThreads) flash_decode_kernel(const Forward
     for (int s = 0; s < C::STAGES - 1; ++s) {
       if (t_lo + s < t_hi) {
         T* stage = sStages + s * C::kStageElems;
-        load_kv_tile<C>(stage, stage + C::BN * C::kRow, p, b, hk, (t_lo + s) * C::BN, seq.k_len);
+        load_kv_tile<C>(stage, stage + C::BN * C::kPitch, p, b, hk, (t_lo + s) * C::BN, seq.k_len);
       }
       cp_async_commit();
     }
@@ -200,12 +203,13 @@ __global__ void __launch_bounds__(C::kThreads) flash_decode_kernel(const Forward
       __syncthreads();                 // ... for every thread; and the previous stage is free
       if (tile + C::STAGES - 1 < t_hi) {
         T* stage = sStages + ((it + C::STAGES - 1) % C::STAGES) * C::kStageElems;
-        load_kv_tile<C>(stage, stage + C::BN * C::kRow, p, b, hk, (tile + C::STAGES - 1) * C::BN, seq.k_len);
+        load_kv_tile<C>(stage, stage + C::BN * C::kPitch, p, b, hk, (tile + C::STAGES - 1) * C::BN, seq.k_len);
       }
       cp_async_commit();
 
-      const T* sK = sStages + (it % C::STAGES) * C::kStageElems + warp * C::KW * C::kRow;
-      const T* sV = sK + C::BN * C::kRow;
+      // This warp's 16 keys: a whole number of swizzle periods into the tile.
+      const T* sK = sStages + (it % C::STAGES) * C::kStageElems + warp * C::KW * C::kPitch;
+      const T* sV = sK + C::BN * C::kPitch;
       const int n0 = tile * C::BN + warp * C::KW;  // this warp's first key
 
       // S = Q K^T over this warp's keys.
@@ -221,11 +225,11 @@ __global__ void __launch_bounds__(C::kThreads) flash_decode_kernel(const Forward
         std::uint32_t qa[C::MT][4];
 #pragma unroll
         for (int mt = 0; mt < C::MT; ++mt)
-          ldmatrix_x4(qa[mt], sQ + (mt * 16 + (lane % 16)) * C::kRow + ks * 16 + (lane / 16) * 8);
+          ldmatrix_x4(qa[mt], sQ + C::Rows::offset(mt * 16 + lane % 16, ks * 2 + lane / 16));
 #pragma unroll
         for (int np = 0; np < C::NT / 2; ++np) {
           std::uint32_t kb[4];
-          ldmatrix_x4(kb, sK + (np * 16 + (lane % 8) + (lane / 16) * 8) * C::kRow + ks * 16 + ((lane / 8) % 2) * 8);
+          ldmatrix_x4(kb, sK + C::Rows::offset(np * 16 + lane % 8 + (lane / 16) * 8, ks * 2 + (lane / 8) % 2));
           const std::uint32_t b0[2] = {kb[0], kb[1]};
           const std::uint32_t b1[2] = {kb[2], kb[3]};
 #pragma unroll
@@ -293,7 +297,7 @@ __global__ void __launch_bounds__(C::kThreads) flash_decode_kernel(const Forward
 #pragma unroll
         for (int dp = 0; dp < C::DT / 2; ++dp) {
           std::uint32_t vb[4];
-          ldmatrix_x4_trans(vb, sV + (kk * 16 + (lane % 8) + ((lane / 8) % 2) * 8) * C::kRow + dp * 16 + (lane / 16) * 8);
+          ldmatrix_x4_trans(vb, sV + C::Rows::offset(kk * 16 + lane % 8 + ((lane / 8) % 2) * 8, dp * 2 + lane / 16));
           const std::uint32_t b0[2] = {vb[0], vb[1]};
           const std::uint32_t b1[2] = {vb[2], vb[3]};
 #pragma unroll

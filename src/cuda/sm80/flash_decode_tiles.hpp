@@ -11,6 +11,8 @@
 // also fits an A100's 163 KiB per block.
 #pragma once
 
+#include "common/swizzled_rows.hpp"
+
 namespace cuflash::detail::sm80 {
 
 inline constexpr int kDecodeWarps = 4;
@@ -23,12 +25,12 @@ struct DecodeTile {
 
 constexpr DecodeTile decode_tile(int head_dim) {
   switch (head_dim) {
-    case 32: return {4, 2};   // 10 KiB per stage
-    case 64: return {4, 2};   // 18 KiB
-    case 96: return {4, 2};   // 26 KiB
-    case 128: return {3, 2};  // 34 KiB
-    case 192: return {2, 1};  // 50 KiB
-    case 256: return {2, 1};  // 66 KiB
+    case 32: return {4, 2};   // 8 KiB per stage
+    case 64: return {4, 2};   // 16 KiB
+    case 96: return {3, 2};   // 32 KiB (rows padded to 128 elements by the swizzle)
+    case 128: return {3, 2};  // 32 KiB
+    case 192: return {2, 1};  // 48 KiB
+    case 256: return {2, 1};  // 64 KiB
     default: return {0, 0};
   }
 }
@@ -43,7 +45,7 @@ constexpr int decode_m_tiles(int head_dim, int rows) {
 // Shared memory of one CTA, bytes: Q, the K/V stages, per-warp row stats.
 // (The epilogue's float partial outputs reuse the stage buffers.)
 constexpr int decode_smem_bytes(int head_dim, int m_tiles, int element_bytes) {
-  const int row = head_dim + 8;
+  const int row = swizzled_pitch(head_dim);
   return (16 * m_tiles * row + decode_tile(head_dim).stages * 2 * kDecodeBlockN * row) * element_bytes +
          2 * kDecodeWarps * 16 * m_tiles * 4;
 }
