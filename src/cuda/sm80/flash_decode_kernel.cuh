@@ -199,13 +199,18 @@ __global__ void __launch_bounds__(C::kThreads) flash_decode_kernel(const Forward
 
     for (int tile = t_lo; tile < t_hi; ++tile) {
       const int it = tile - t_lo;
-      cp_async_wait<C::STAGES - 2>();  // this tile's group (and Q) has landed
-      __syncthreads();                 // ... for every thread; and the previous stage is free
+      // Refill the stage of the previous tile (once every warp is past it)
+      // before waiting for this one, so that STAGES tiles are in flight at
+      // the wait, not STAGES - 1: decode is bound by bytes in flight, and the
+      // extra barrier is cheap next to a tile's load.
+      __syncthreads();
       if (tile + C::STAGES - 1 < t_hi) {
         T* stage = sStages + ((it + C::STAGES - 1) % C::STAGES) * C::kStageElems;
         load_kv_tile<C>(stage, stage + C::BN * C::kPitch, p, b, hk, (tile + C::STAGES - 1) * C::BN, seq.k_len);
       }
       cp_async_commit();
+      cp_async_wait<C::STAGES - 1>();  // this tile's group (and Q) has landed
+      __syncthreads();                 // ... for every thread
 
       // This warp's 16 keys: a whole number of swizzle periods into the tile.
       const T* sK = sStages + (it % C::STAGES) * C::kStageElems + warp * C::KW * C::kPitch;
