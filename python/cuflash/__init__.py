@@ -15,6 +15,17 @@ Errors: ValueError (bad input), NotImplementedError (valid, not supported by
 the backend), RuntimeError (CUDA failures), with the library's message.
 """
 
+# torch first, when it is installed: libcuflash links NVRTC and cuDNN by
+# soname, and whichever copy a process loads first is the one everybody
+# gets. Loaded after ours, torch's CUDA libraries met a CUDA toolkit's NVRTC
+# instead of the one torch ships, and its initialization aborted (free():
+# invalid pointer, on the H100 machine with torch 2.11); loaded first, torch
+# brings its own and ours resolve to them.
+try:
+    import torch as _torch  # noqa: F401
+except ImportError:
+    pass
+
 from . import _ext
 from ._api import attention, attention_backward, backend_available, merge_states, set_index_checks
 from .flash_attn_interface import (
