@@ -33,6 +33,7 @@ import time
 import warnings
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+from bench_common import TorchTimer, git_commit, int_list, median, name_list  # noqa: E402
 import decode_report  # noqa: E402
 
 BATCHES = [1, 8, 64, 128]
@@ -136,21 +137,11 @@ def progress(row: dict) -> str:
     return f"{what} {row['gbps']:7.1f} GB/s ({row['median_ms'] * 1e3:.1f} us median of {row['reps']})"
 
 
-class TorchBench:
+class TorchBench(TorchTimer):
     """The copy bandwidth and the PyTorch SDPA peers, timed like `cuflash bench` times cuflash."""
 
     def __init__(self, args):
-        import torch
-        import torch.nn.functional as F
-        from torch.nn.attention import SDPBackend, sdpa_kernel
-
-        self.torch, self.F, self.SDPBackend, self.sdpa_kernel = torch, F, SDPBackend, sdpa_kernel
-        self.args = args
-        self.dtype = torch.bfloat16
-        properties = torch.cuda.get_device_properties(0)
-        l2_bytes = getattr(properties, "L2_cache_size", 50 << 20) or (50 << 20)
-        self.flush_buffer = torch.empty(max(2 * l2_bytes, 32 << 20), dtype=torch.int8, device="cuda")
-        self.generator = torch.Generator(device="cuda")
+        super().__init__(args, "bf16")
 
     def copy_gbps(self, gib: float) -> dict:
         """Device-to-device copy of `gib` GiB: (bytes read + bytes written) / median time."""
@@ -234,63 +225,8 @@ class TorchBench:
         return result_row(point, backend, median_ms=median_ms, reps=reps, first_call_ms=first_call_ms,
                           host_us=host_us)
 
-    def time_calls(self, call, before) -> tuple[float, int, float]:
-        torch, args = self.torch, self.args
-        start, stop = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
-        warm_ms, warm_calls = 0.0, 0
-        while warm_calls < 3 or warm_ms < args.warmup_ms:
-            before()
-            self.flush_buffer.zero_()
-            start.record()
-            call()
-            stop.record()
-            stop.synchronize()
-            warm_ms += start.elapsed_time(stop)
-            warm_calls += 1
-        reps = min(max(int(args.rep_ms / max(warm_ms / warm_calls, 1e-3)) + 1, args.min_reps), args.max_reps)
-        starts = [torch.cuda.Event(enable_timing=True) for _ in range(reps)]
-        stops = [torch.cuda.Event(enable_timing=True) for _ in range(reps)]
-        host = []
-        for i in range(reps):
-            before()
-            self.flush_buffer.zero_()
-            starts[i].record()
-            launch = time.perf_counter()
-            call()
-            host.append((time.perf_counter() - launch) * 1e6)
-            stops[i].record()
-        torch.cuda.synchronize()
-        return median(a.elapsed_time(b) for a, b in zip(starts, stops)), reps, median(host)
-
-
-def median(values) -> float:
-    values = sorted(values)
-    middle = len(values) // 2
-    return values[middle] if len(values) % 2 else 0.5 * (values[middle - 1] + values[middle])
-
-
-def git_commit() -> str:
-    try:
-        root = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
-        return subprocess.run(["git", "-C", root, "rev-parse", "--short", "HEAD"], capture_output=True, text=True,
-                              check=True).stdout.strip()
-    except (OSError, subprocess.CalledProcessError):
-        return "unknown"
-
 
 def parse_args(argv=None):
-    def int_list(text):
-        return [int(x) for x in text.split(",") if x]
-
-    def name_list(choices):
-        def parse(text):
-            items = text.split(",")
-            for item in items:
-                if item not in choices:
-                    raise argparse.ArgumentTypeError(f"'{item}' is not one of {', '.join(choices)}")
-            return items
-        return parse
-
     def pair_list(text):
         pairs = text.split(",")
         for pair in pairs:

@@ -1,0 +1,89 @@
+"""What bench/prefill.py and bench/decode.py share: the PyTorch peers' timing
+loop (the same method as `cuflash bench`: warm-up, then calls queued back to
+back, each between its own CUDA events with the L2 overwritten before it,
+median reported), and small command-line and report helpers."""
+
+from __future__ import annotations
+
+import argparse
+import math
+import os
+import subprocess
+import time
+
+
+class TorchTimer:
+    """torch, SDPA's backend switch, an L2-sized flush buffer and a CUDA generator,
+    for the PyTorch peers of one benchmark; `args` has warmup_ms, rep_ms, min_reps, max_reps."""
+
+    def __init__(self, args, dtype_name: str = "bf16"):
+        import torch
+        import torch.nn.functional as F
+        from torch.nn.attention import SDPBackend, sdpa_kernel
+
+        self.torch, self.F, self.SDPBackend, self.sdpa_kernel = torch, F, SDPBackend, sdpa_kernel
+        self.args = args
+        self.dtype = {"bf16": torch.bfloat16, "f16": torch.float16}[dtype_name]
+        properties = torch.cuda.get_device_properties(0)
+        l2_bytes = getattr(properties, "L2_cache_size", 50 << 20) or (50 << 20)
+        self.flush_buffer = torch.empty(max(2 * l2_bytes, 32 << 20), dtype=torch.int8, device="cuda")
+        self.generator = torch.Generator(device="cuda")
+
+    def time_calls(self, call, before) -> tuple[float, int, float]:
+        """(median ms, timed calls, median host µs per call) of `call`, `before` run ahead of each."""
+        torch, args = self.torch, self.args
+        start, stop = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+        warm_ms, warm_calls = 0.0, 0
+        while warm_calls < 3 or warm_ms < args.warmup_ms:
+            before()
+            self.flush_buffer.zero_()
+            start.record()
+            call()
+            stop.record()
+            stop.synchronize()
+            warm_ms += start.elapsed_time(stop)
+            warm_calls += 1
+        reps = min(max(math.ceil(args.rep_ms / max(warm_ms / warm_calls, 1e-3)), args.min_reps), args.max_reps)
+        starts = [torch.cuda.Event(enable_timing=True) for _ in range(reps)]
+        stops = [torch.cuda.Event(enable_timing=True) for _ in range(reps)]
+        host = []
+        for i in range(reps):
+            before()
+            self.flush_buffer.zero_()
+            starts[i].record()
+            launch = time.perf_counter()
+            call()
+            host.append((time.perf_counter() - launch) * 1e6)
+            stops[i].record()
+        torch.cuda.synchronize()
+        return median(a.elapsed_time(b) for a, b in zip(starts, stops)), reps, median(host)
+
+
+def median(values) -> float:
+    values = sorted(values)
+    middle = len(values) // 2
+    return values[middle] if len(values) % 2 else 0.5 * (values[middle - 1] + values[middle])
+
+
+def git_commit() -> str:
+    try:
+        root = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+        return subprocess.run(["git", "-C", root, "rev-parse", "--short", "HEAD"], capture_output=True, text=True,
+                              check=True).stdout.strip()
+    except (OSError, subprocess.CalledProcessError):
+        return "unknown"
+
+
+def int_list(text: str) -> list[int]:
+    return [int(x) for x in text.split(",") if x]
+
+
+def name_list(choices):
+    """An argparse type: comma-separated names, each one of `choices`."""
+    def parse(text):
+        items = text.split(",")
+        for item in items:
+            if item not in choices:
+                raise argparse.ArgumentTypeError(f"'{item}' is not one of {', '.join(choices)}")
+        return items
+    return parse
