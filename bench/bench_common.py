@@ -6,6 +6,7 @@ median reported), and small command-line and report helpers."""
 from __future__ import annotations
 
 import argparse
+import json
 import math
 import os
 import subprocess
@@ -87,3 +88,29 @@ def name_list(choices):
                 raise argparse.ArgumentTypeError(f"'{item}' is not one of {', '.join(choices)}")
         return items
     return parse
+
+
+def run_json_lines(command: list[str], log, on_object) -> int | None:
+    """Runs `command` (a `cuflash bench --json`), hands each JSON object it
+    prints to `on_object` as it comes, logs what is not JSON, and returns the
+    exit code (None when the command could not run)."""
+    log("running " + " ".join(command))
+    exit_code = None
+    try:
+        with subprocess.Popen(command, stdout=subprocess.PIPE, text=True) as process:
+            for line in process.stdout:
+                line = line.strip()
+                if not line:
+                    continue
+                try:
+                    raw = json.loads(line)
+                except json.JSONDecodeError:
+                    log(f"cuflash printed a line that is not JSON: {line}")
+                    continue
+                on_object(raw)
+        exit_code = process.returncode
+    except OSError as error:
+        log(f"cannot run {command[0]}: {error}")
+    if exit_code not in (0, None):
+        log(f"cuflash bench exited with {exit_code} (1: some point failed, see the rows)")
+    return exit_code

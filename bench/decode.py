@@ -25,15 +25,13 @@ from __future__ import annotations
 
 import argparse
 import datetime
-import json
 import os
-import subprocess
 import sys
 import time
 import warnings
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-from bench_common import TorchTimer, git_commit, int_list, median, name_list  # noqa: E402
+from bench_common import TorchTimer, git_commit, int_list, median, name_list, run_json_lines  # noqa: E402
 import decode_report  # noqa: E402
 
 BATCHES = [1, 8, 64, 128]
@@ -95,31 +93,17 @@ def point_key(row: dict) -> tuple:
 def run_cuflash(args, backends: list[str]) -> list[dict]:
     """All cuflash backends in one `cuflash bench` process; a point it does
     not report gets an error row, so the merge still shows it."""
-    command = cuflash_command(args, backends)
-    log("running " + " ".join(command))
-    results, exit_code = [], None
-    try:
-        with subprocess.Popen(command, stdout=subprocess.PIPE, text=True) as process:
-            for line in process.stdout:
-                line = line.strip()
-                if not line:
-                    continue
-                try:
-                    raw = json.loads(line)
-                except json.JSONDecodeError:
-                    log(f"cuflash printed a line that is not JSON: {line}")
-                    continue
-                point = {k: raw[k] for k in ("batch", "kv_len", "heads_q", "heads_kv", "head_dim", "page_size")}
-                row = result_row(point, "cuflash_" + raw["backend"], median_ms=raw.get("median_ms"),
-                                 reps=raw.get("reps", 0), error=raw.get("error"), skipped=raw.get("skipped", False),
-                                 first_call_ms=raw.get("first_call_ms"), host_us=raw.get("host_us"))
-                results.append(row)
-                log(progress(row))
-        exit_code = process.returncode
-    except OSError as error:
-        log(f"cannot run {args.cuflash}: {error}")
-    if exit_code not in (0, None):
-        log(f"cuflash bench exited with {exit_code} (1: some point failed, see the rows)")
+    results = []
+
+    def add(raw: dict) -> None:
+        point = {k: raw[k] for k in ("batch", "kv_len", "heads_q", "heads_kv", "head_dim", "page_size")}
+        row = result_row(point, "cuflash_" + raw["backend"], median_ms=raw.get("median_ms"),
+                         reps=raw.get("reps", 0), error=raw.get("error"), skipped=raw.get("skipped", False),
+                         first_call_ms=raw.get("first_call_ms"), host_us=raw.get("host_us"))
+        results.append(row)
+        log(progress(row))
+
+    exit_code = run_json_lines(cuflash_command(args, backends), log, add)
     seen = {(r["backend"],) + point_key(r) for r in results}
     for point in points(args):
         for backend in backends:

@@ -20,15 +20,13 @@ from __future__ import annotations
 
 import argparse
 import datetime
-import json
 import os
-import subprocess
 import sys
 import time
 import warnings
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-from bench_common import TorchTimer, git_commit, int_list, median, name_list  # noqa: E402
+from bench_common import TorchTimer, git_commit, int_list, median, name_list, run_json_lines  # noqa: E402
 import plot_prefill  # noqa: E402
 
 TOKENS, HIDDEN = 16384, 2048
@@ -80,30 +78,16 @@ def run_cuflash(args, backends: list[str], sweep: str = "prefill") -> list[dict]
                "--mask", ",".join(args.masks),
                "--warmup-ms", str(args.warmup_ms), "--rep-ms", str(args.rep_ms),
                "--min-reps", str(args.min_reps), "--max-reps", str(args.max_reps)]
-    log("running " + " ".join(command))
     results = []
-    exit_code = None
-    try:
-        with subprocess.Popen(command, stdout=subprocess.PIPE, text=True) as process:
-            for line in process.stdout:
-                line = line.strip()
-                if not line:
-                    continue
-                try:
-                    row = json.loads(line)
-                except json.JSONDecodeError:
-                    log(f"cuflash printed a line that is not JSON: {line}")
-                    continue
-                row["backend"] = "cuflash_" + row["backend"]
-                if sweep != "prefill":
-                    row["sweep"] = sweep
-                results.append(row)
-                log(progress(row))
-        exit_code = process.returncode
-    except OSError as error:
-        log(f"cannot run {args.cuflash}: {error}")
-    if exit_code not in (0, None):
-        log(f"cuflash bench exited with {exit_code} (1: some point failed, see the rows)")
+
+    def add(row: dict) -> None:
+        row["backend"] = "cuflash_" + row["backend"]
+        if sweep != "prefill":
+            row["sweep"] = sweep
+        results.append(row)
+        log(progress(row))
+
+    exit_code = run_json_lines(command, log, add)
     seen = {(r["backend"], r["pass"], r["head_dim"], r["causal"], r["seqlen"]) for r in results}
     for point in points(args, sweep):
         for backend in backends:
