@@ -7,7 +7,11 @@
 # concise summary, gpu-check-summary.md, also printed at the end.
 #   CUFLASH_COMMIT=$(git rev-parse --short HEAD) scripts/gpu-check.sh
 # Knobs (environment):
-#   CUFLASH_GPU_CHECK_STEPS  steps to run, default "build ctest memcheck racecheck run"
+#   CUFLASH_GPU_CHECK_STEPS  steps to run, default "build ctest sm80fwd memcheck racecheck run"
+#                            (sm80fwd: the CUDA forward tests again with
+#                            CUFLASH_SM90_FORWARD=0, so that on Hopper the sm80
+#                            kernel, which the wgmma kernel replaces there for head
+#                            dims 64/128/192/256, is tested too)
 #                            (e.g. "build" in one call, "ctest memcheck racecheck run"
 #                            in the next, while the machine stays warm: build-gpu/
 #                            is git-ignored, so the device tool keeps it)
@@ -39,7 +43,7 @@ build=${CUFLASH_BUILD_DIR:-build-gpu}
 logs=${OUT:-$build/logs}
 mkdir -p "$logs"
 summary=$logs/gpu-check-summary.md
-steps=" ${CUFLASH_GPU_CHECK_STEPS:-build ctest memcheck racecheck run} "
+steps=" ${CUFLASH_GPU_CHECK_STEPS:-build ctest sm80fwd memcheck racecheck run} "
 sanitize_filter=${CUFLASH_SANITIZE_FILTER:-'Sanitize*:*MergeStatesGpu*'}
 racecheck_filter=${CUFLASH_RACECHECK_FILTER:-"$sanitize_filter-*Cudnn*"}
 export PATH=/usr/local/cuda/bin:$PATH
@@ -122,6 +126,14 @@ if wants ctest; then
     grep -F '[ note ]' "$logs/ctest.log" | sed 's/^.*\[ note \] */- /' | sort -u >>"$summary"
   fi
   say ""
+fi
+
+if wants sm80fwd; then
+  start=$(now)
+  CUFLASH_SM90_FORWARD=0 "$build/tests/cuflash_gpu_tests" --gtest_filter='*CudaForward*' >"$logs/sm80-forward.log" 2>&1
+  sm80_status=$?
+  [ $sm80_status -eq 0 ] || status_all=1
+  say "- CUDA forward tests with CUFLASH_SM90_FORWARD=0 (the sm80 kernel on this GPU): status $sm80_status in $(( $(now) - start )) s; $(grep -E '^\[  PASSED  \]|^\[  FAILED  \]|^\[  SKIPPED \]' "$logs/sm80-forward.log" | head -3 | tr '\n' ' ')"
 fi
 
 for tool in memcheck racecheck; do

@@ -1,0 +1,6 @@
+// One instantiation of the Hopper forward; see sm90/flash_fwd_wgmma_launch.cuh.
+#include "sm90/flash_fwd_wgmma_launch.cuh"
+
+namespace cuflash::detail::sm90 {
+template Status launch_flash_fwd_wgmma<__nv_bfloat16, 64>(const ForwardParams&, cudaStream_t);
+}  // namespace cuflash::detail::sm90

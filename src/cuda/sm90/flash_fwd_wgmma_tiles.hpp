@@ -1,0 +1,28 @@
+// Tile shapes of the Hopper (wgmma) forward per head dim, shared by the host
+// (grid and split-KV decisions) and the kernel instantiations. Head dims
+// without an entry (32, 96: not whole 64-element swizzle atoms) use the sm80
+// kernel on Hopper too.
+#pragma once
+
+namespace cuflash::detail::sm90 {
+
+struct WgmmaFwdTile {
+  int block_n;     // keys per tile (query rows per CTA: 128, two warpgroups)
+  int min_blocks;  // CTAs per SM the register budget is sized for
+};
+
+// Measured on the H100 (docs/perf/NOTES.md): at D = 64 two CTAs of 64-key
+// tiles per SM beat one CTA of 128-key tiles by 15-28 %, the second CTA's
+// GEMMs filling the first's softmax and prologue; at D = 128 the 64-key
+// variant spills and the 128-key one wins.
+constexpr WgmmaFwdTile wgmma_fwd_tile(int head_dim) {
+  switch (head_dim) {
+    case 64: return {64, 2};
+    case 128: return {128, 1};
+    case 192: return {64, 1};
+    case 256: return {64, 1};
+    default: return {0, 0};
+  }
+}
+
+}  // namespace cuflash::detail::sm90
