@@ -290,6 +290,15 @@ std::vector<CaseSpec> split_kv_cases() {
   s.bhsd = true;
   s.row_padding = 8;
   add(s);
+  // A short grid of whole query blocks (B=1, 16 heads, S=512: 64 CTAs on a
+  // 132-SM H100) splits too, into thousands of rows of a few splits each:
+  // the combine's warp-per-row kernel.
+  add(dense_case("splitkv_prefill_s512_h16_d64", 512, 512, 16, 16, 64, 1));
+  add(causal(dense_case("splitkv_prefill_s512_h16_d128_causal", 512, 512, 16, 16, 128, 1)));
+  s = dense_case("splitkv_prefill_s700_gqa4_d64_window", 700, 700, 16, 4, 64, 1);
+  s.options.window_left = 300;
+  s.options.window_right = 20;
+  add(s);
   return for_gpu_dtypes(cases, kHalfDtypes);
 }
 

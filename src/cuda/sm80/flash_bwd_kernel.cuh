@@ -1,7 +1,8 @@
 // FlashAttention-2 backward kernels (fp16/bf16, mma.sync m16n8k16, sm80+),
 // templated on the element type T and the head dim D:
 //
-//   flash_bwd_dsum_kernel     dsum[h][row] = dot(dout_row, out_row), fp32
+//   flash_bwd_dsum_kernel     dsum[h][row] = dot(dout_row, out_row), fp32; zeroes
+//                             dq_accum for the atomics (not deterministic)
 //   flash_bwd_dkdv_kernel     one CTA per (key block, kv head, batch): K, V stay
 //                             in shared memory while the CTA walks every query
 //                             head of the GQA group and every query block that
@@ -466,29 +467,63 @@ __device__ __forceinline__ void query_range(const BackwardParams& p, const SeqBo
 }  // namespace bwd
 
 // ---------------------------------------------------------------------------
-// dsum[h][row] = dot(dout[row, h], out[row, h]); one warp per (row, head).
+// dsum[h][row] = dot(dout[row, h], out[row, h]), and (unless deterministic)
+// dq_accum[h][row][:] = 0 for the atomics that follow. A (row, head) pair is
+// a "slot", slot = row * Hq + h, so consecutive slots are consecutive memory
+// in [B, S, H, D]. kLanes lanes share a slot (one 16-byte chunk each) and
+// every lane has kUnroll slots' loads in flight: with one warp per slot and a
+// single load per lane (the first version) a D = 64 call kept only 8 lanes'
+// 16 bytes of each warp in flight, far too little to fill HBM.
 // Rows: dense b * max_q_len + i, varlen every packed row of q.
 // ---------------------------------------------------------------------------
+template <int D>
+struct DsumShape {
+  static constexpr int kChunks = D / 8;
+  static constexpr int kLanes = kChunks <= 4 ? 4 : kChunks <= 8 ? 8 : kChunks <= 16 ? 16 : 32;
+  static constexpr int kGroups = 32 / kLanes;  // slots side by side in a warp
+  static constexpr int kUnroll = 4;            // slots per lane group
+  static constexpr int kSlotsPerWarp = kGroups * kUnroll;
+  static constexpr int kWarps = 8;
+  static_assert(kChunks <= 32, "one chunk per lane");
+};
+
 template <typename T, int D>
-__global__ void __launch_bounds__(256) flash_bwd_dsum_kernel(const __grid_constant__ BackwardParams p) {
-  const std::int64_t warp_id = static_cast<std::int64_t>(blockIdx.x) * 8 + threadIdx.x / 32;
-  const int lane = threadIdx.x % 32;
-  if (warp_id >= p.total_q_rows * p.heads_q) return;
-  const int h = static_cast<int>(warp_id % p.heads_q);
-  const std::int64_t row = warp_id / p.heads_q;
-  int b = 0, i = static_cast<int>(row);
-  if (p.cu_seqlens_q == nullptr) {
-    b = static_cast<int>(row / p.max_q_len);
-    i = static_cast<int>(row % p.max_q_len);
+__global__ void __launch_bounds__(DsumShape<D>::kWarps * 32)
+    flash_bwd_dsum_kernel(const __grid_constant__ BackwardParams p) {
+  using Shape = DsumShape<D>;
+  const int lane = threadIdx.x % 32, group = lane / Shape::kLanes, chunk = lane % Shape::kLanes;
+  const std::int64_t slots = p.total_q_rows * p.heads_q;
+  const std::int64_t first =
+      (static_cast<std::int64_t>(blockIdx.x) * Shape::kWarps + threadIdx.x / 32) * Shape::kSlotsPerWarp + group;
+  uint4 ov[Shape::kUnroll], dv[Shape::kUnroll];
+  std::int64_t row_of[Shape::kUnroll];
+  int h_of[Shape::kUnroll];
+#pragma unroll
+  for (int u = 0; u < Shape::kUnroll; ++u) {
+    const std::int64_t slot = first + u * Shape::kGroups;
+    const std::int64_t row = slot / p.heads_q;
+    const int h = static_cast<int>(slot % p.heads_q);
+    row_of[u] = row;
+    h_of[u] = h;
+    ov[u] = dv[u] = make_uint4(0, 0, 0, 0);
+    if (slot < slots && chunk < Shape::kChunks) {
+      int b = 0, i = static_cast<int>(row);
+      if (p.cu_seqlens_q == nullptr) {
+        b = static_cast<int>(row / p.max_q_len);
+        i = static_cast<int>(row % p.max_q_len);
+      }
+      ov[u] = *reinterpret_cast<const uint4*>(static_cast<const T*>(p.out) + row_offset(p.out_strides, b, 0, i, h) +
+                                              chunk * 8);
+      dv[u] = *reinterpret_cast<const uint4*>(static_cast<const T*>(p.dout) +
+                                              row_offset(p.dout_strides, b, 0, i, h) + chunk * 8);
+    }
   }
-  float sum = 0.0f;
-  if (lane < D / 8) {
-    const T* o = static_cast<const T*>(p.out) + row_offset(p.out_strides, b, 0, i, h) + lane * 8;
-    const T* d = static_cast<const T*>(p.dout) + row_offset(p.dout_strides, b, 0, i, h) + lane * 8;
-    const uint4 ov = *reinterpret_cast<const uint4*>(o);
-    const uint4 dv = *reinterpret_cast<const uint4*>(d);
-    const std::uint32_t ow[4] = {ov.x, ov.y, ov.z, ov.w};
-    const std::uint32_t dw[4] = {dv.x, dv.y, dv.z, dv.w};
+#pragma unroll
+  for (int u = 0; u < Shape::kUnroll; ++u) {
+    const std::int64_t slot = first + u * Shape::kGroups;
+    const std::uint32_t ow[4] = {ov[u].x, ov[u].y, ov[u].z, ov[u].w};
+    const std::uint32_t dw[4] = {dv[u].x, dv[u].y, dv[u].z, dv[u].w};
+    float sum = 0.0f;
 #pragma unroll
     for (int k = 0; k < 4; ++k) {
       const float2 a = bwd::unpack2<T>(ow[k]);
@@ -496,10 +531,17 @@ __global__ void __launch_bounds__(256) flash_bwd_dsum_kernel(const __grid_consta
       sum = fmaf(a.x, c.x, sum);
       sum = fmaf(a.y, c.y, sum);
     }
-  }
 #pragma unroll
-  for (int m = 16; m >= 1; m >>= 1) sum += __shfl_xor_sync(0xffffffffu, sum, m);
-  if (lane == 0) p.dsum[static_cast<std::int64_t>(h) * p.total_q_rows + row] = sum;
+    for (int m = Shape::kLanes / 2; m >= 1; m >>= 1) sum += __shfl_xor_sync(0xffffffffu, sum, m);
+    if (slot >= slots) continue;
+    const std::int64_t at = static_cast<std::int64_t>(h_of[u]) * p.total_q_rows + row_of[u];
+    if (chunk == 0) p.dsum[at] = sum;
+    if (!p.deterministic && chunk < Shape::kChunks) {
+      float4* acc = reinterpret_cast<float4*>(p.dq_accum + at * D + chunk * 8);
+      acc[0] = make_float4(0.0f, 0.0f, 0.0f, 0.0f);
+      acc[1] = make_float4(0.0f, 0.0f, 0.0f, 0.0f);
+    }
+  }
 }
 
 // ---------------------------------------------------------------------------

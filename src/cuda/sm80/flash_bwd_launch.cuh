@@ -36,14 +36,11 @@ Status launch_flash_backward(const BackwardParams& p, int max_smem_per_block, cu
   }
 
   const std::int64_t q_rows = p.total_q_rows;
-  if (!p.deterministic && q_rows > 0) {
-    const std::size_t bytes = static_cast<std::size_t>(q_rows) * p.heads_q * D * sizeof(float);
-    CUFLASH_TRY(cuda_status(cudaMemsetAsync(p.dq_accum, 0, bytes, stream), "cudaMemsetAsync(dq_accum)"));
-  }
-
-  if (q_rows > 0) {
-    const std::int64_t warps = q_rows * p.heads_q;
-    flash_bwd_dsum_kernel<T, D><<<static_cast<unsigned>((warps + 7) / 8), 256, 0, stream>>>(p);
+  if (q_rows > 0) {  // dsum, and dq_accum zeroed unless deterministic
+    using Shape = DsumShape<D>;
+    const std::int64_t slots_per_cta = static_cast<std::int64_t>(Shape::kWarps) * Shape::kSlotsPerWarp;
+    const std::int64_t ctas = (q_rows * p.heads_q + slots_per_cta - 1) / slots_per_cta;
+    flash_bwd_dsum_kernel<T, D><<<static_cast<unsigned>(ctas), Shape::kWarps * 32, 0, stream>>>(p);
     CUFLASH_TRY(launch_status("flash_bwd_dsum_kernel"));
   }
 

@@ -5,7 +5,7 @@
 // share of them). S = Q K^T takes Q and K from shared memory; O += P V takes
 // P from registers (the S accumulators rounded to 16 bits, as on sm80) and V
 // from shared memory, transposed by the instruction. All 256 threads load the
-// tiles with cp.async into 128-byte-swizzled shared memory, two stages deep.
+// tiles with cp.async into 128-byte-swizzled shared memory, Stages tiles deep.
 //
 // Within a warpgroup the GEMMs of neighbouring tiles overlap the softmax:
 // iteration j issues S_j = Q K_j^T and then O += P_{j-1} V_{j-1}, waits for
@@ -39,10 +39,11 @@ struct Sw128Tile {
   }
 };
 
-template <typename T, int D_, int BN_, int MinBlocks_>
+template <typename T, int D_, int BN_, int Stages_, int MinBlocks_>
 struct WgmmaFwdConfig {
   using Element = T;
   static constexpr int D = D_, BM = 128, BN = BN_, kWarpGroups = 2, kThreads = 128 * kWarpGroups;
+  static constexpr int Stages = Stages_;        // K (and V) tiles in shared memory
   static constexpr int MinBlocks = MinBlocks_;  // CTAs per SM the registers are sized for
   static constexpr int NT = BN / 8;   // n8 column blocks of S per warp
   static constexpr int DT = D / 8;    // n8 column blocks of O per warp
@@ -50,8 +51,9 @@ struct WgmmaFwdConfig {
   static constexpr int KP = BN / 16;  // k-steps of P V
   using QTile = Sw128Tile<BM, D>;
   using KVTile = Sw128Tile<BN, D>;
-  // Q, then two stages of (K, V); 1 KiB of slack to align the base to an atom.
-  static constexpr int kSmemBytes = QTile::kBytes + 4 * KVTile::kBytes + 1024;
+  // Q, then Stages x (K, V); 1 KiB of slack to align the base to an atom.
+  static constexpr int kSmemBytes = QTile::kBytes + 2 * Stages * KVTile::kBytes + 1024;
+  static_assert(Stages >= 2);
   static_assert(BN % 64 == 0 && BN <= 256, "S is one wgmma of N = BN");
   static_assert(kSmemBytes * MinBlocks <= 227 * 1024, "shared memory per SM");
 };
@@ -101,7 +103,7 @@ __global__ void __launch_bounds__(C::kThreads, C::MinBlocks) flash_fwd_wgmma_ker
   extern __shared__ unsigned char smem_raw[];
   // wgmma's swizzle is a function of the address: atoms must be 1 KiB aligned.
   unsigned char* smem_base = smem_raw + ((1024 - (smem_address(smem_raw) & 1023)) & 1023);
-  // Q, then stage 0 (K, V), then stage 1 (K, V).
+  // Q, then stage 0 (K, V), stage 1 (K, V), ...
   constexpr int kStageBytes = 2 * C::KVTile::kBytes;
   T* sQ = reinterpret_cast<T*>(smem_base);
   unsigned char* stage0 = smem_base + C::QTile::kBytes;
@@ -157,27 +159,35 @@ __global__ void __launch_bounds__(C::kThreads, C::MinBlocks) flash_fwd_wgmma_ker
 
     // Key tiles from the last to the first: the tiles needing a mask (the
     // causal diagonal, the end of the sequence) come first. Iteration j
-    // handles tile t_hi - 1 - j; K_j sits in stage j % 2, V_j in stage j % 2.
+    // handles tile t_hi - 1 - j; K_j and V_j sit in stage j % Stages.
+    // Copy group g_j brings K_j and V_{j-1} (g_0: Q and K_0); iteration j
+    // needs g_j and issues g_{j+Stages-1}, so loads run Stages - 1 tiles
+    // ahead. Every iteration commits a group, empty or not, so that "all but
+    // the newest Stages - 2 groups have landed" always means g_j.
     const int n_tiles = t_hi - t_lo;
+    auto issue_group = [&](int g) {
+      if (g < n_tiles)
+        load_sw128_tile<C, C::BN>(sK(g % C::Stages), k_base, p.k_strides.row, (t_hi - 1 - g) * C::BN, seq.k_len);
+      if (g >= 1 && g <= n_tiles)
+        load_sw128_tile<C, C::BN>(sV((g - 1) % C::Stages), v_base, p.v_strides.row, (t_hi - g) * C::BN, seq.k_len);
+      cp_async_commit();
+    };
     load_sw128_tile<C, C::BM>(sQ, q_base, p.q_strides.row, m0, seq.q_len);
-    load_sw128_tile<C, C::BN>(sK(0), k_base, p.k_strides.row, (t_hi - 1) * C::BN, seq.k_len);
-    cp_async_commit();
+#pragma unroll
+    for (int g = 0; g < C::Stages - 1; ++g) issue_group(g);
 
     std::uint32_t pa[C::KP][4];  // P_{j-1}, the A operand of the pending P V
     float correction[2] = {1.0f, 1.0f};
     for (int j = 0; j < n_tiles; ++j) {
       const int tile = t_hi - 1 - j;
       const int n0 = tile * C::BN;
-      const int st = j & 1;
-      // K_j and V_{j-1} have landed; every warp finished iteration j - 1, so
-      // the stages holding K_{j-1} and V_{j-2} are free.
-      cp_async_wait<0>();
+      const int st = j % C::Stages, prev = (j + C::Stages - 1) % C::Stages;
+      // g_j (K_j, V_{j-1}) has landed; every warp finished iteration j - 1,
+      // so the stages that held K_{j-1} and V_{j-2} are free for g_{j+Stages-1}.
+      cp_async_wait<C::Stages - 2>();
       fence_proxy_async_shared();
       __syncthreads();
-      if (j + 1 < n_tiles)
-        load_sw128_tile<C, C::BN>(sK(st ^ 1), k_base, p.k_strides.row, n0 - C::BN, seq.k_len);
-      load_sw128_tile<C, C::BN>(sV(st), v_base, p.v_strides.row, n0, seq.k_len);
-      cp_async_commit();
+      issue_group(j + C::Stages - 1);
 
       float s[C::NT][4];
       wgmma_fence();
@@ -191,7 +201,7 @@ __global__ void __launch_bounds__(C::kThreads, C::MinBlocks) flash_fwd_wgmma_ker
       if (j > 0) {
 #pragma unroll
         for (int kk = 0; kk < C::KP; ++kk)
-          wgmma_rs<T, C::D, true>(o, pa[kk], desc_advance(v_desc, (st ^ 1) * kStageBytes + kk * 16 * 128), true);
+          wgmma_rs<T, C::D, true>(o, pa[kk], desc_advance(v_desc, prev * kStageBytes + kk * 16 * 128), true);
         wgmma_commit();
         wgmma_wait<1>();
       } else {
@@ -262,7 +272,7 @@ __global__ void __launch_bounds__(C::kThreads, C::MinBlocks) flash_fwd_wgmma_ker
     wgmma_fence();
 #pragma unroll
     for (int kk = 0; kk < C::KP; ++kk)
-      wgmma_rs<T, C::D, true>(o, pa[kk], desc_advance(v_desc, ((n_tiles - 1) & 1) * kStageBytes + kk * 16 * 128), true);
+      wgmma_rs<T, C::D, true>(o, pa[kk], desc_advance(v_desc, ((n_tiles - 1) % C::Stages) * kStageBytes + kk * 16 * 128), true);
     wgmma_commit();
     wgmma_wait<0>();
     fence_accumulators(o);

@@ -14,7 +14,7 @@ template <typename T, int D>
 Status launch_flash_fwd_wgmma(const ForwardParams& p, cudaStream_t stream) {
   constexpr WgmmaFwdTile tile = wgmma_fwd_tile(D);
   static_assert(tile.block_n > 0, "no Hopper forward for this head dim");
-  using C = WgmmaFwdConfig<T, D, tile.block_n, tile.min_blocks>;
+  using C = WgmmaFwdConfig<T, D, tile.block_n, tile.stages, tile.min_blocks>;
   const bool transformed = p.softcap > 0.0f || p.alibi_slopes != nullptr;
   auto kernel = transformed ? flash_fwd_wgmma_kernel<C, true> : flash_fwd_wgmma_kernel<C, false>;
   CUFLASH_TRY(cuda_status(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, C::kSmemBytes),
