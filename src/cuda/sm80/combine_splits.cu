@@ -18,6 +18,27 @@ constexpr int kMaxCombineSplits = 64;  // two per lane of the first warp
 constexpr int kMaxCombineDim = 256;
 constexpr int kCombineWarps = 4;
 
+// Where merged row `row` (of batch * heads_q * max_q_len) goes: query i of
+// head h in batch b, whose sequence starts at packed row q_start (varlen)
+// and has q_len queries; i >= q_len is no row at all.
+struct CombineRow {
+  int i, h, b, q_start, q_len;
+};
+
+__device__ __forceinline__ CombineRow combine_row(const ForwardParams& p, std::int64_t row) {
+  CombineRow r;
+  r.i = static_cast<int>(row % p.max_q_len);
+  r.h = static_cast<int>((row / p.max_q_len) % p.heads_q);
+  r.b = static_cast<int>(row / (static_cast<std::int64_t>(p.max_q_len) * p.heads_q));
+  r.q_start = 0;
+  r.q_len = p.max_q_len;
+  if (p.cu_seqlens_q != nullptr) {
+    r.q_start = p.cu_seqlens_q[r.b];
+    r.q_len = p.cu_seqlens_q[r.b + 1] - r.q_start;
+  }
+  return r;
+}
+
 // One CTA per merged row, so that a row's partials are read in one round
 // trip to memory rather than one per few splits: the first warp turns the
 // splits' lse (split s in lane s % 32, slot s / 32) into the row's lse and
@@ -32,14 +53,7 @@ __global__ void __launch_bounds__(kCombineWarps * 32) combine_splits_kernel(cons
   __shared__ float4 s_sum[kCombineWarps][kMaxCombineDim / 4];
   const std::int64_t row = blockIdx.x;
   const std::int64_t rows = static_cast<std::int64_t>(p.batch) * p.heads_q * p.max_q_len;
-  const int i = static_cast<int>(row % p.max_q_len);
-  const int h = static_cast<int>((row / p.max_q_len) % p.heads_q);
-  const int b = static_cast<int>(row / (static_cast<std::int64_t>(p.max_q_len) * p.heads_q));
-  int q_start = 0, q_len = p.max_q_len;
-  if (p.cu_seqlens_q != nullptr) {
-    q_start = p.cu_seqlens_q[b];
-    q_len = p.cu_seqlens_q[b + 1] - q_start;
-  }
+  const auto [i, h, b, q_start, q_len] = combine_row(p, row);
   if (i >= q_len) return;  // the whole CTA: no row of the batch
   const int splits = p.num_splits;
   const int warp = threadIdx.x / 32, lane = threadIdx.x % 32;
@@ -137,14 +151,7 @@ __global__ void __launch_bounds__(kRowsPerCta * 32) combine_splits_warp_kernel(c
   const std::int64_t row = static_cast<std::int64_t>(blockIdx.x) * kRowsPerCta + threadIdx.x / 32;
   if (row >= rows) return;
   const int lane = threadIdx.x % 32;
-  const int i = static_cast<int>(row % p.max_q_len);
-  const int h = static_cast<int>((row / p.max_q_len) % p.heads_q);
-  const int b = static_cast<int>(row / (static_cast<std::int64_t>(p.max_q_len) * p.heads_q));
-  int q_start = 0, q_len = p.max_q_len;
-  if (p.cu_seqlens_q != nullptr) {
-    q_start = p.cu_seqlens_q[b];
-    q_len = p.cu_seqlens_q[b + 1] - q_start;
-  }
+  const auto [i, h, b, q_start, q_len] = combine_row(p, row);
   if (i >= q_len) return;  // the whole warp: no row of the batch
   const int splits = p.num_splits;
 

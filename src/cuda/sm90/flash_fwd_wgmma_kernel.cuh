@@ -18,6 +18,7 @@
 #include <cstdint>
 
 #include "common/attention_params.hpp"
+#include "common/forward_block.cuh"
 #include "common/score_mask.cuh"
 #include "common/tensor_core.cuh"
 #include "sm90/wgmma.cuh"
@@ -98,7 +99,6 @@ __global__ void __launch_bounds__(C::kThreads, C::MinBlocks) flash_fwd_wgmma_ker
   using T = typename C::Element;
   using sm80::cp_async_commit;
   using sm80::cp_async_wait;
-  using sm80::fast_exp2;
   using sm80::pack2;
   extern __shared__ unsigned char smem_raw[];
   // wgmma's swizzle is a function of the address: atoms must be 1 KiB aligned.
@@ -110,28 +110,11 @@ __global__ void __launch_bounds__(C::kThreads, C::MinBlocks) flash_fwd_wgmma_ker
   auto sK = [&](int st) { return reinterpret_cast<T*>(stage0 + st * kStageBytes); };
   auto sV = [&](int st) { return reinterpret_cast<T*>(stage0 + st * kStageBytes + C::KVTile::kBytes); };
 
-  // Heaviest causal blocks (the last query rows) are scheduled first.
-  const int m_block = gridDim.x - 1 - blockIdx.x;
-  const int h = blockIdx.y;
-  const int b = blockIdx.z / p.num_splits;
-  const int split = blockIdx.z % p.num_splits;
-  const SeqBounds seq = seq_bounds(p, b);
-  const int m0 = m_block * C::BM;
-  if (m0 >= seq.q_len) return;
-  const int hk = h / p.group;
-  const ScoreRules rules = score_rules(p, seq, b, h);
-  const int rows_here = min(C::BM, seq.q_len - m0);
-
-  int key_lo, key_hi;
-  rules.key_range(m0, rows_here, &key_lo, &key_hi);
-  int t_lo = key_lo / C::BN;
-  int t_hi = (key_hi + C::BN - 1) / C::BN;
-  if (p.num_splits > 1) {
-    const int per = (t_hi - t_lo + p.num_splits - 1) / p.num_splits;
-    const int first = t_lo + split * per;
-    t_hi = min(t_hi, first + per);
-    t_lo = first;
-  }
+  const ForwardBlock f = forward_block<C::BM, C::BN>(p);
+  if (!f.active) return;
+  const SeqBounds& seq = f.seq;
+  const ScoreRules& rules = f.rules;
+  const int b = f.b, h = f.h, hk = f.hk, m0 = f.m0, rows_here = f.rows, t_lo = f.t_lo, t_hi = f.t_hi;
 
   const int tid = threadIdx.x, wg = tid / 128, warp = (tid / 32) % 4, lane = tid % 32;
   const int g = lane / 4, t4 = lane % 4;
@@ -211,42 +194,8 @@ __global__ void __launch_bounds__(C::kThreads, C::MinBlocks) flash_fwd_wgmma_ker
 
       // Scores -> (masked) logits; online softmax.
       const bool masked = !rules.tile_unmasked(m0, rows_here, n0, C::BN);
-#pragma unroll
-      for (int half = 0; half < 2; ++half) {
-        const int i = m0 + warp_row0 + g + half * 8;
-        if (Transformed || masked) {
-          // Visible keys of row i are [lo, hi): two compares per score.
-          int lo = 0, hi = rules.k_len;
-          if (masked) rules.row_keys(i, &lo, &hi);
-#pragma unroll
-          for (int nt = 0; nt < C::NT; ++nt)
-#pragma unroll
-            for (int e = 0; e < 2; ++e) {
-              const int jj = n0 + nt * 8 + 2 * t4 + e;
-              float& x = s[nt][half * 2 + e];
-              if constexpr (Transformed) x = rules.logit2(x, i, jj);
-              if (jj < lo || jj >= hi) x = -INFINITY;
-            }
-        }
-        float mx = row_max[half];
-#pragma unroll
-        for (int nt = 0; nt < C::NT; ++nt) mx = fmaxf(mx, fmaxf(s[nt][half * 2], s[nt][half * 2 + 1]));
-        mx = fmaxf(mx, __shfl_xor_sync(0xffffffffu, mx, 1));
-        mx = fmaxf(mx, __shfl_xor_sync(0xffffffffu, mx, 2));
-        const float m_scaled = mx == -INFINITY ? 0.0f : mx * mult;
-        correction[half] = fast_exp2(row_max[half] * mult - m_scaled);
-        row_max[half] = mx;
-        float sum = 0.0f;
-#pragma unroll
-        for (int nt = 0; nt < C::NT; ++nt)
-#pragma unroll
-          for (int e = 0; e < 2; ++e) {
-            float& x = s[nt][half * 2 + e];
-            x = fast_exp2(fmaf(x, mult, -m_scaled));
-            sum += x;
-          }
-        row_sum[half] = row_sum[half] * correction[half] + sum;
-      }
+      online_softmax_m16<C::NT, Transformed>(s, row_max, row_sum, correction, rules, m0 + warp_row0 + g, n0, masked,
+                                             t4, mult);
       // P_{j-1} V_{j-1} done: its A registers are free and O can be rescaled.
       wgmma_wait<0>();
       fence_accumulators(o);
@@ -279,36 +228,10 @@ __global__ void __launch_bounds__(C::kThreads, C::MinBlocks) flash_fwd_wgmma_ker
   }
 
   // Epilogue: normalize, write out (or this split's partial) and lse.
-  const std::int64_t partial_row0 =
-      ((static_cast<std::int64_t>(split) * p.batch + b) * p.heads_q + h) * static_cast<std::int64_t>(p.max_q_len);
   float inv_sum[2];
-#pragma unroll
-  for (int half = 0; half < 2; ++half) {
-    float l = row_sum[half];
-    l += __shfl_xor_sync(0xffffffffu, l, 1);
-    l += __shfl_xor_sync(0xffffffffu, l, 2);
-    inv_sum[half] = l > 0.0f ? 1.0f / l : 0.0f;
-    const float lse = l > 0.0f ? (row_max[half] * mult + __log2f(l)) * kLn2 : -INFINITY;
-    const int i = m0 + warp_row0 + g + half * 8;
-    if (i < seq.q_len && t4 == 0) {
-      if (p.num_splits > 1) {
-        p.lse_partial[partial_row0 + i] = lse;
-      } else if (p.lse != nullptr) {
-        p.lse[lse_offset(p, b, seq.q_start, i, h)] = lse;
-      }
-    }
-  }
+  finish_rows_m16(p, f, row_max, row_sum, mult, m0 + warp_row0 + g, t4, inv_sum);
   if (p.num_splits > 1) {
-#pragma unroll
-    for (int half = 0; half < 2; ++half) {
-      const int i = m0 + warp_row0 + g + half * 8;
-      if (i >= seq.q_len) continue;
-      float* row = p.out_partial + (partial_row0 + i) * C::D;
-#pragma unroll
-      for (int dt = 0; dt < C::DT; ++dt)
-        *reinterpret_cast<float2*>(row + dt * 8 + 2 * t4) =
-            make_float2(o[dt][half * 2] * inv_sum[half], o[dt][half * 2 + 1] * inv_sum[half]);
-    }
+    write_partial_m16<C::D>(p, f, o, inv_sum, m0 + warp_row0 + g, t4);
     return;
   }
   // The output goes through shared memory (a padded row-major staging area

@@ -1,0 +1,153 @@
+// What the prefill forward kernels (sm80 mma.sync, sm90 wgmma) share beyond
+// the GEMMs: the CTA's block of query rows and range of key tiles, the online
+// softmax of one warp's m16 tile of scores, and the per-row results (lse, the
+// split's partial output). Both kernels hold scores and O in the mma m16n8
+// accumulator layout (g = lane / 4, t4 = lane % 4: rows g and g + 8, columns
+// 2 t4 and 2 t4 + 1 of each n8 block), so one copy serves both.
+#pragma once
+
+#include <cmath>
+#include <cstdint>
+
+#include "common/attention_params.hpp"
+#include "common/score_mask.cuh"
+#include "common/tensor_core.cuh"
+
+namespace cuflash::detail {
+
+// The rows [m0, m0 + rows) of (batch b, head h) a CTA computes and its key
+// tiles [t_lo, t_hi) of BN keys, for a grid of (query blocks, heads,
+// batch x splits). active: some row of the block exists.
+struct ForwardBlock {
+  bool active = false;
+  int b = 0, h = 0, hk = 0, split = 0, m0 = 0, rows = 0, t_lo = 0, t_hi = 0;
+  SeqBounds seq;
+  ScoreRules rules;
+};
+
+template <int BM, int BN>
+__device__ __forceinline__ ForwardBlock forward_block(const ForwardParams& p) {
+  ForwardBlock f;
+  // Heaviest causal blocks (the last query rows) are scheduled first.
+  const int m_block = gridDim.x - 1 - blockIdx.x;
+  f.h = blockIdx.y;
+  f.b = blockIdx.z / p.num_splits;
+  f.split = blockIdx.z % p.num_splits;
+  f.seq = seq_bounds(p, f.b);
+  f.m0 = m_block * BM;
+  // No early return: one straight path keeps the caller's register
+  // allocation what it was with this code inline (an early return here cost
+  // the sm80 D=128 kernel 70 more bytes of spills).
+  f.active = f.m0 < f.seq.q_len;
+  f.hk = f.h / p.group;
+  f.rules = score_rules(p, f.seq, f.b, f.h);
+  f.rows = min(BM, f.seq.q_len - f.m0);
+  int key_lo, key_hi;
+  f.rules.key_range(f.m0, f.rows, &key_lo, &key_hi);
+  f.t_lo = key_lo / BN;
+  f.t_hi = (key_hi + BN - 1) / BN;
+  if (p.num_splits > 1) {
+    const int per = (f.t_hi - f.t_lo + p.num_splits - 1) / p.num_splits;
+    const int first = f.t_lo + f.split * per;
+    f.t_hi = min(f.t_hi, first + per);
+    f.t_lo = first;
+  }
+  return f;
+}
+
+// One online-softmax step over a warp's m16 x (8 NT) tile of scores s whose
+// key 0 is n0 and whose row g (half 0) is i0: the scores become (masked,
+// transformed) base-2 logits, then P = exp2(logit - max) in place; the rows'
+// max and sum are updated and correction[half] is the factor that O
+// accumulated so far must be scaled by. mult: score -> base-2 logit
+// (1 when Transformed: logit2 already applied it).
+template <int NT, bool Transformed>
+__device__ __forceinline__ void online_softmax_m16(float (&s)[NT][4], float (&row_max)[2], float (&row_sum)[2],
+                                                   float (&correction)[2], const ScoreRules& rules, int i0, int n0,
+                                                   bool masked, int t4, float mult) {
+#pragma unroll
+  for (int half = 0; half < 2; ++half) {
+    const int i = i0 + half * 8;
+    if (Transformed || masked) {
+      // Visible keys of row i are [lo, hi): two compares per score.
+      int lo = 0, hi = rules.k_len;
+      if (masked) rules.row_keys(i, &lo, &hi);
+#pragma unroll
+      for (int nt = 0; nt < NT; ++nt)
+#pragma unroll
+        for (int e = 0; e < 2; ++e) {
+          const int j = n0 + nt * 8 + 2 * t4 + e;
+          float& x = s[nt][half * 2 + e];
+          if constexpr (Transformed) x = rules.logit2(x, i, j);
+          if (j < lo || j >= hi) x = -INFINITY;
+        }
+    }
+    float mx = row_max[half];
+#pragma unroll
+    for (int nt = 0; nt < NT; ++nt) mx = fmaxf(mx, fmaxf(s[nt][half * 2], s[nt][half * 2 + 1]));
+    mx = fmaxf(mx, __shfl_xor_sync(0xffffffffu, mx, 1));
+    mx = fmaxf(mx, __shfl_xor_sync(0xffffffffu, mx, 2));
+    const float m_scaled = mx == -INFINITY ? 0.0f : mx * mult;
+    correction[half] = sm80::fast_exp2(row_max[half] * mult - m_scaled);
+    row_max[half] = mx;
+    float sum = 0.0f;
+#pragma unroll
+    for (int nt = 0; nt < NT; ++nt)
+#pragma unroll
+      for (int e = 0; e < 2; ++e) {
+        float& x = s[nt][half * 2 + e];
+        x = sm80::fast_exp2(fmaf(x, mult, -m_scaled));
+        sum += x;
+      }
+    row_sum[half] = row_sum[half] * correction[half] + sum;
+  }
+}
+
+// Offset of this (split, batch, head)'s row 0 in the split-KV partials.
+__device__ __forceinline__ std::int64_t partial_row0(const ForwardParams& p, const ForwardBlock& f) {
+  return ((static_cast<std::int64_t>(f.split) * p.batch + f.b) * p.heads_q + f.h) *
+         static_cast<std::int64_t>(p.max_q_len);
+}
+
+// The end of a warp's m16 tile of rows (row g of half 0 is i0): 1 / sum per
+// row into inv_sum, and the lse (natural log) written to p.lse, or to the
+// split's partial lse.
+__device__ __forceinline__ void finish_rows_m16(const ForwardParams& p, const ForwardBlock& f,
+                                                const float (&row_max)[2], const float (&row_sum)[2], float mult,
+                                                int i0, int t4, float (&inv_sum)[2]) {
+#pragma unroll
+  for (int half = 0; half < 2; ++half) {
+    float l = row_sum[half];
+    l += __shfl_xor_sync(0xffffffffu, l, 1);
+    l += __shfl_xor_sync(0xffffffffu, l, 2);
+    inv_sum[half] = l > 0.0f ? 1.0f / l : 0.0f;
+    const float lse = l > 0.0f ? (row_max[half] * mult + __log2f(l)) * kLn2 : -INFINITY;
+    const int i = i0 + half * 8;
+    if (i < f.seq.q_len && t4 == 0) {
+      if (p.num_splits > 1) {
+        p.lse_partial[partial_row0(p, f) + i] = lse;
+      } else if (p.lse != nullptr) {
+        p.lse[lse_offset(p, f.b, f.seq.q_start, i, f.h)] = lse;
+      }
+    }
+  }
+}
+
+// A warp's m16 x D tile of O, normalized, as this split's fp32 partial.
+template <int D>
+__device__ __forceinline__ void write_partial_m16(const ForwardParams& p, const ForwardBlock& f,
+                                                  const float (&o)[D / 8][4], const float (&inv_sum)[2], int i0,
+                                                  int t4) {
+#pragma unroll
+  for (int half = 0; half < 2; ++half) {
+    const int i = i0 + half * 8;
+    if (i >= f.seq.q_len) continue;
+    float* row = p.out_partial + (partial_row0(p, f) + i) * D;
+#pragma unroll
+    for (int dt = 0; dt < D / 8; ++dt)
+      *reinterpret_cast<float2*>(row + dt * 8 + 2 * t4) =
+          make_float2(o[dt][half * 2] * inv_sum[half], o[dt][half * 2 + 1] * inv_sum[half]);
+  }
+}
+
+}  // namespace cuflash::detail
