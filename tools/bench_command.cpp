@@ -29,15 +29,7 @@ void print_json_row(const BenchRow& row, const BenchConfig& config, const std::s
               bench_pass_name(p.pass), backend_name(row.backend), p.head_dim, p.heads, p.batch, p.seqlen,
               p.causal ? "true" : "false", dtype_name(config.dtype), config.deterministic ? "true" : "false",
               json_string(device).c_str(), p.flops());
-  if (row.error)
-    std::printf("\"reps\": 0, \"median_ms\": null, \"min_ms\": null, \"max_ms\": null, \"tflops\": null, "
-                "\"first_call_ms\": null, \"host_us\": null, \"error\": %s}\n",
-                json_string(*row.error).c_str());
-  else
-    std::printf("\"reps\": %d, \"median_ms\": %.6g, \"min_ms\": %.6g, \"max_ms\": %.6g, \"tflops\": %.6g, "
-                "\"first_call_ms\": %.6g, \"host_us\": %.6g, \"error\": null}\n",
-                row.reps, row.median_ms, row.min_ms, row.max_ms, row.tflops(), row.first_call_ms, row.host_us);
-  std::fflush(stdout);
+  print_json_timing(row, "tflops", row.error ? 0.0 : row.tflops());
 }
 
 void print_text_header() {
@@ -86,12 +78,6 @@ class BenchMemory {
     lse = Buffer::raw(Placement::cuda, max_rows * sizeof(float));
     if (backward)
       for (Buffer* gradient : {&dq, &dk, &dv}) *gradient = Buffer::raw(Placement::cuda, bytes);
-    if (config.flush_l2) {
-      int l2_bytes = 0;
-      check_cuda(cudaDeviceGetAttribute(&l2_bytes, cudaDevAttrL2CacheSize, 0), "cudaDeviceGetAttribute");
-      flush_bytes_ = std::max<std::size_t>(2 * std::size_t(l2_bytes), 32u << 20);
-      flush_ = Buffer::raw(Placement::cuda, flush_bytes_);
-    }
   }
 
   TensorView view(const Buffer& buffer, const BenchPoint& p) const {
@@ -101,32 +87,15 @@ class BenchMemory {
     return make_view(lse.data(), DType::f32, {p.batch, p.heads, p.seqlen}, Device::cuda(0));
   }
 
-  // Grows, never shrinks: the scratch of the largest point so far.
-  void* workspace(std::size_t bytes) {
-    if (bytes > workspace_bytes_) {
-      workspace_ = Buffer();
-      workspace_ = Buffer::raw(Placement::cuda, bytes);
-      workspace_bytes_ = bytes;
-    }
-    return workspace_.data();
-  }
-
-  // Overwrites the L2 cache, as triton.testing.do_bench does before each call.
-  void flush_l2() {
-    if (flush_bytes_ > 0) check_cuda(cudaMemsetAsync(flush_.data(), 0, flush_bytes_, nullptr), "cudaMemsetAsync");
-  }
-
   Buffer q, k, v, dout, out, lse, dq, dk, dv;
 
  private:
   DType dtype_;
-  Buffer workspace_, flush_;
-  std::size_t workspace_bytes_ = 0, flush_bytes_ = 0;
 };
 
 // Times one point on one backend into `row`; a failed Status ends it with row.error.
-void measure(const BenchConfig& config, BenchMemory& memory, std::deque<Event>& starts, std::deque<Event>& stops,
-             BenchRow& row) {
+void measure(const BenchConfig& config, BenchMemory& memory, BenchScratch& scratch, std::deque<Event>& starts,
+             std::deque<Event>& stops, BenchRow& row) {
   const BenchPoint& p = row.point;
   const bool backward = p.pass == BenchPass::fwdbwd;
   AttentionOptions options;
@@ -164,7 +133,7 @@ void measure(const BenchConfig& config, BenchMemory& memory, std::deque<Event>& 
     bytes = std::max(bytes, backward_bytes);
   }
   const double query_ms = std::chrono::duration<double, std::milli>(Clock::now() - query_start).count();
-  const RunContext context{nullptr, memory.workspace(bytes), bytes};
+  const RunContext context{nullptr, scratch.workspace(bytes), bytes};
   auto call = [&]() -> Status {
     CUFLASH_TRY(attention_forward(forward, options, context));
     if (backward) return attention_backward(grad, options, context);
@@ -196,7 +165,7 @@ void measure(const BenchConfig& config, BenchMemory& memory, std::deque<Event>& 
     return;
   }
 
-  time_calls(config, starts, stops, call, [&memory] { memory.flush_l2(); }, row);
+  time_calls(config, starts, stops, call, [&scratch] { scratch.flush_l2(); }, row);
 }
 
 #endif  // CUFLASH_WITH_CUDA
@@ -228,6 +197,7 @@ int bench_command(const BenchConfig& config) {
   const std::vector<BenchPoint> points = bench_points(config);
 
   BenchMemory memory(config, points);
+  BenchScratch scratch(config);
   std::deque<Event> starts(1), stops(1);  // a deque: events neither copy nor move
   if (!config.json) {
     std::printf("cuflash %s bench: %s (sm_%d%d), %s, [B, S, H, D] inputs, random normal\n", version(), device.c_str(),
@@ -239,23 +209,15 @@ int bench_command(const BenchConfig& config) {
                 " host time to launch one call\n");
     print_text_header();
   }
-  int failed = 0;
-  for (const BenchPoint& point : points)
-    for (Backend backend : config.backends) {
-      BenchRow row(point, backend);
-      try {
-        measure(config, memory, starts, stops, row);
-      } catch (const std::exception& error) {
-        // A CUDA error; a sticky one fails every later point too, each saying so.
-        row.error = error.what();
-      }
-      if (row.error) ++failed;
-      if (config.json) print_json_row(row, config, device);
-      else print_text_row(row);
-    }
-  if (failed > 0 && !config.json)
-    std::printf("%d of %zu points failed\n", failed, points.size() * config.backends.size());
-  return failed > 0 ? 1 : 0;
+  const BenchTally tally = measure_all(
+      config, points, [&](BenchRow& row) { measure(config, memory, scratch, starts, stops, row); },
+      [&](const BenchRow& row) {
+        if (config.json) print_json_row(row, config, device);
+        else print_text_row(row);
+      });
+  if (tally.failed > 0 && !config.json)
+    std::printf("%d of %zu points failed\n", tally.failed, points.size() * config.backends.size());
+  return tally.failed > 0 ? 1 : 0;
 #endif
 }
 

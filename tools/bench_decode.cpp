@@ -25,15 +25,7 @@ void print_json_row(const BenchRow& row, const BenchConfig& config, const std::s
               backend_name(row.backend), p.batch, p.kv_len, p.heads, p.heads_kv, p.head_dim, p.page_size, p.seqlen,
               p.causal ? "true" : "false", dtype_name(config.dtype), json_string(device).c_str(), p.kv_bytes(),
               row.skipped ? "true" : "false");
-  if (row.error)
-    std::printf("\"reps\": 0, \"median_ms\": null, \"min_ms\": null, \"max_ms\": null, \"gbps\": null, "
-                "\"first_call_ms\": null, \"host_us\": null, \"error\": %s}\n",
-                json_string(*row.error).c_str());
-  else
-    std::printf("\"reps\": %d, \"median_ms\": %.6g, \"min_ms\": %.6g, \"max_ms\": %.6g, \"gbps\": %.6g, "
-                "\"first_call_ms\": %.6g, \"host_us\": %.6g, \"error\": null}\n",
-                row.reps, row.median_ms, row.min_ms, row.max_ms, row.gbps(), row.first_call_ms, row.host_us);
-  std::fflush(stdout);
+  print_json_timing(row, "gbps", row.error ? 0.0 : row.gbps());
 }
 
 void print_text_header() {
@@ -88,12 +80,6 @@ class DecodeMemory {
     pattern_ = Buffer::raw(Placement::cuda, kPatternElements * 2);
     check_cuda(cudaMemcpy(pattern_.data(), values.data(), kPatternElements * 2, cudaMemcpyHostToDevice),
                "cudaMemcpy to the GPU");
-    if (config.flush_l2) {
-      int l2_bytes = 0;
-      check_cuda(cudaDeviceGetAttribute(&l2_bytes, cudaDevAttrL2CacheSize, 0), "cudaDeviceGetAttribute");
-      flush_bytes_ = std::max<std::size_t>(2 * std::size_t(l2_bytes), 32u << 20);
-      flush_ = Buffer::raw(Placement::cuda, flush_bytes_);
-    }
   }
 
   // Random values into `bytes` of a 16-bit buffer (the pattern, tiled).
@@ -156,28 +142,13 @@ class DecodeMemory {
       a.kv_cache.block_table = make_view(t->block_table.data(), DType::i32, {B, std::int64_t{t->max_pages}}, gpu);
   }
 
-  // Grows, never shrinks: the scratch of the largest point so far.
-  void* workspace(std::size_t bytes) {
-    if (bytes > workspace_bytes_) {
-      workspace_ = Buffer();
-      workspace_ = Buffer::raw(Placement::cuda, bytes);
-      workspace_bytes_ = bytes;
-    }
-    return workspace_.data();
-  }
-
-  void flush_l2() {
-    if (flush_bytes_ > 0) check_cuda(cudaMemsetAsync(flush_.data(), 0, flush_bytes_, nullptr), "cudaMemsetAsync");
-  }
-
  private:
   const BenchConfig& config_;
-  Buffer pattern_, workspace_, flush_;
-  std::size_t workspace_bytes_ = 0, flush_bytes_ = 0;
+  Buffer pattern_;
 };
 
-void measure(const BenchConfig& config, DecodeMemory& memory, std::deque<Event>& starts, std::deque<Event>& stops,
-             BenchRow& row) {
+void measure(const BenchConfig& config, DecodeMemory& memory, BenchScratch& scratch, std::deque<Event>& starts,
+             std::deque<Event>& stops, BenchRow& row) {
   const BenchPoint& p = row.point;
   std::size_t free_bytes = 0, total_bytes = 0;
   check_cuda(cudaMemGetInfo(&free_bytes, &total_bytes), "cudaMemGetInfo");
@@ -207,7 +178,7 @@ void measure(const BenchConfig& config, DecodeMemory& memory, std::deque<Event>&
   if (Status status = forward_workspace_size(t.args, options, &bytes); !status.ok()) return fail(status);
   if (Status status = forward_workspace_size(t.args, unchecked, &unchecked_bytes); !status.ok()) return fail(status);
   bytes = std::max(bytes, unchecked_bytes);
-  const RunContext context{nullptr, memory.workspace(bytes), bytes};
+  const RunContext context{nullptr, scratch.workspace(bytes), bytes};
   const std::size_t out_elements = std::size_t(p.batch) * p.seqlen * p.heads * p.head_dim;
   const std::size_t lse_elements = std::size_t(p.batch) * p.heads * p.seqlen;
   check_cuda(cudaMemset(t.out.data(), 0xff, out_elements * dtype_size(config.dtype)), "cudaMemset");
@@ -228,7 +199,7 @@ void measure(const BenchConfig& config, DecodeMemory& memory, std::deque<Event>&
   // A decode loop whose indices are known good skips the host copy (and its
   // stream synchronization) on every step; so do the timed calls.
   auto call = [&]() -> Status { return attention_forward(t.args, unchecked, context); };
-  time_calls(config, starts, stops, call, [&memory] { memory.flush_l2(); }, row);
+  time_calls(config, starts, stops, call, [&scratch] { scratch.flush_l2(); }, row);
 }
 
 #endif  // CUFLASH_WITH_CUDA
@@ -244,6 +215,7 @@ int bench_decode(const BenchConfig& config, const std::string& device, int sm) {
 #else
   const std::vector<BenchPoint> points = bench_points(config);
   DecodeMemory memory(config);
+  BenchScratch scratch(config);
   std::deque<Event> starts(1), stops(1);  // a deque: events neither copy nor move
   if (!config.json) {
     std::printf("cuflash %s bench (decode): %s (sm_%d), %s, q [B, %d, Hq, D] against a KV cache of kv_len keys\n",
@@ -253,24 +225,16 @@ int bench_decode(const BenchConfig& config, const std::string& device, int sm) {
                 config.warmup_ms, config.flush_l2 ? ", L2 overwritten before each call" : "");
     print_text_header();
   }
-  int failed = 0, skipped = 0;
-  for (const BenchPoint& point : points)
-    for (Backend backend : config.backends) {
-      BenchRow row(point, backend);
-      try {
-        measure(config, memory, starts, stops, row);
-      } catch (const std::exception& error) {
-        // A CUDA error; a sticky one fails every later point too, each saying so.
-        row.error = error.what();
-      }
-      if (row.skipped) ++skipped;
-      else if (row.error) ++failed;
-      if (config.json) print_json_row(row, config, device);
-      else print_text_row(row);
-    }
-  if (!config.json && (failed > 0 || skipped > 0))
-    std::printf("%d of %zu points failed, %d skipped\n", failed, points.size() * config.backends.size(), skipped);
-  return failed > 0 ? 1 : 0;
+  const BenchTally tally = measure_all(
+      config, points, [&](BenchRow& row) { measure(config, memory, scratch, starts, stops, row); },
+      [&](const BenchRow& row) {
+        if (config.json) print_json_row(row, config, device);
+        else print_text_row(row);
+      });
+  if (!config.json && (tally.failed > 0 || tally.skipped > 0))
+    std::printf("%d of %zu points failed, %d skipped\n", tally.failed, points.size() * config.backends.size(),
+                tally.skipped);
+  return tally.failed > 0 ? 1 : 0;
 #endif
 }
 

@@ -26,12 +26,46 @@ std::string json_string(const std::string& text) {
   return quoted + "\"";
 }
 
+void print_json_timing(const BenchRow& row, const char* rate_key, double rate) {
+  if (row.error)
+    std::printf("\"reps\": 0, \"median_ms\": null, \"min_ms\": null, \"max_ms\": null, \"%s\": null, "
+                "\"first_call_ms\": null, \"host_us\": null, \"error\": %s}\n",
+                rate_key, json_string(*row.error).c_str());
+  else
+    std::printf("\"reps\": %d, \"median_ms\": %.6g, \"min_ms\": %.6g, \"max_ms\": %.6g, \"%s\": %.6g, "
+                "\"first_call_ms\": %.6g, \"host_us\": %.6g, \"error\": null}\n",
+                row.reps, row.median_ms, row.min_ms, row.max_ms, rate_key, rate, row.first_call_ms, row.host_us);
+  std::fflush(stdout);
+}
+
 #ifdef CUFLASH_WITH_CUDA
 
 void check_cuda(cudaError_t result, const char* what) {
   if (result != cudaSuccess)
     throw std::runtime_error(std::string(what) + " failed: " + cudaGetErrorName(result) + ": " +
                              cudaGetErrorString(result));
+}
+
+BenchScratch::BenchScratch(const BenchConfig& config) {
+  if (config.flush_l2) {
+    int l2_bytes = 0;
+    check_cuda(cudaDeviceGetAttribute(&l2_bytes, cudaDevAttrL2CacheSize, 0), "cudaDeviceGetAttribute");
+    flush_bytes_ = std::max<std::size_t>(2 * std::size_t(l2_bytes), 32u << 20);
+    flush_ = Buffer::raw(Placement::cuda, flush_bytes_);
+  }
+}
+
+void* BenchScratch::workspace(std::size_t bytes) {
+  if (bytes > workspace_bytes_) {
+    workspace_ = Buffer();
+    workspace_ = Buffer::raw(Placement::cuda, bytes);
+    workspace_bytes_ = bytes;
+  }
+  return workspace_.data();
+}
+
+void BenchScratch::flush_l2() {
+  if (flush_bytes_ > 0) check_cuda(cudaMemsetAsync(flush_.data(), 0, flush_bytes_, nullptr), "cudaMemsetAsync");
 }
 
 std::vector<std::uint16_t> random_normal(std::size_t count, DType dtype, std::uint64_t seed) {

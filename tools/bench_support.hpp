@@ -1,6 +1,7 @@
 // What the prefill and decode halves of `cuflash bench` share: a result row,
-// JSON quoting, and (with CUDA) events, random inputs, finiteness checks and
-// the warm-up + timed-calls loop.
+// JSON quoting and the row's timing fields, and (with CUDA) events, random
+// inputs, finiteness checks, the workspace and L2-flush scratch, the warm-up
+// + timed-calls loop and the loop over points and backends.
 #pragma once
 
 #include <algorithm>
@@ -9,6 +10,7 @@
 #include <cstddef>
 #include <cstdint>
 #include <deque>
+#include <exception>
 #include <optional>
 #include <string>
 #include <vector>
@@ -46,6 +48,11 @@ struct BenchRow {
 
 std::string json_string(const std::string& text);
 
+// The fields every JSON row ends with: reps, the times, `rate_key` (tflops or
+// gbps) = rate, first_call_ms, host_us and error (null where the row has no
+// times); then the closing brace and newline, flushed.
+void print_json_timing(const BenchRow& row, const char* rate_key, double rate);
+
 #ifdef CUFLASH_WITH_CUDA
 
 // Throws std::runtime_error naming the call.
@@ -78,6 +85,21 @@ bool finite_16(std::uint16_t bits, DType dtype);
 // How many of the first `count` elements of a 16-bit (or f32) buffer are not finite.
 std::size_t count_nonfinite(const Buffer& buffer, std::size_t count, DType dtype);
 std::size_t count_nonfinite_f32(const Buffer& buffer, std::size_t count);
+
+// Scratch of every benchmark mode: a workspace that grows to the largest
+// point's (never shrinks), and a buffer whose memset overwrites the L2 cache
+// before each timed call, as triton.testing.do_bench does (allocated only
+// when config.flush_l2).
+class BenchScratch {
+ public:
+  explicit BenchScratch(const BenchConfig& config);
+  void* workspace(std::size_t bytes);
+  void flush_l2();
+
+ private:
+  Buffer workspace_, flush_;
+  std::size_t workspace_bytes_ = 0, flush_bytes_ = 0;
+};
 
 // Warm-up, one call at a time (at least 3 calls and config.warmup_ms), which
 // also estimates a call's time; then the timed calls, queued back to back
@@ -128,6 +150,32 @@ void time_calls(const BenchConfig& config, std::deque<Event>& starts, std::deque
   row.max_ms = times.back();
   std::sort(host_us.begin(), host_us.end());
   row.host_us = reps % 2 ? host_us[reps / 2] : 0.5 * (host_us[reps / 2 - 1] + host_us[reps / 2]);
+}
+
+struct BenchTally {
+  int failed = 0, skipped = 0;
+};
+
+// Every (point, backend) of the run, in order: measure(row) fills a row (a
+// CUDA error it throws fails that row, and a sticky one every later row, each
+// saying so), print(row) prints it as it comes. Counts failed and skipped rows.
+template <typename Measure, typename Print>
+BenchTally measure_all(const BenchConfig& config, const std::vector<BenchPoint>& points, Measure measure,
+                       Print print) {
+  BenchTally tally;
+  for (const BenchPoint& point : points)
+    for (Backend backend : config.backends) {
+      BenchRow row(point, backend);
+      try {
+        measure(row);
+      } catch (const std::exception& error) {
+        row.error = error.what();
+      }
+      if (row.skipped) ++tally.skipped;
+      else if (row.error) ++tally.failed;
+      print(row);
+    }
+  return tally;
 }
 
 #endif  // CUFLASH_WITH_CUDA
