@@ -90,6 +90,27 @@ def name_list(choices):
     return parse
 
 
+def add_timing_arguments(parser, rep_ms: float) -> None:
+    """The timing flags both scripts take, for `cuflash bench` and the PyTorch peers alike."""
+    parser.add_argument("--warmup-ms", type=float, default=25.0)
+    parser.add_argument("--rep-ms", type=float, default=rep_ms, help="timed GPU time per point and backend")
+    parser.add_argument("--min-reps", type=int, default=10)
+    parser.add_argument("--max-reps", type=int, default=1000)
+
+
+def timing_flags(args) -> list[str]:
+    """The same flags, passed on to `cuflash bench`."""
+    return ["--warmup-ms", str(args.warmup_ms), "--rep-ms", str(args.rep_ms),
+            "--min-reps", str(args.min_reps), "--max-reps", str(args.max_reps)]
+
+
+def missing_points(results: list[dict], points: list[dict], backends: list[str], row_key, point_key) -> list:
+    """The (point, backend) pairs that no row of `results` reports (row_key of
+    a row and point_key of a point name the same point)."""
+    seen = {(r["backend"],) + row_key(r) for r in results}
+    return [(point, backend) for point in points for backend in backends if (backend,) + point_key(point) not in seen]
+
+
 def run_json_lines(command: list[str], log, on_object) -> int | None:
     """Runs `command` (a `cuflash bench --json`), hands each JSON object it
     prints to `on_object` as it comes, logs what is not JSON, and returns the

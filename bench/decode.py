@@ -31,7 +31,8 @@ import time
 import warnings
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-from bench_common import TorchTimer, git_commit, int_list, median, name_list, run_json_lines  # noqa: E402
+from bench_common import (TorchTimer, add_timing_arguments, git_commit, int_list, median, missing_points,  # noqa: E402
+                          name_list, run_json_lines, timing_flags)
 import decode_report  # noqa: E402
 
 BATCHES = [1, 8, 64, 128]
@@ -81,9 +82,7 @@ def cuflash_command(args, backends: list[str]) -> list[str]:
             "--backend", ",".join(CUFLASH_BACKENDS[b] for b in backends),
             "--head-dim", str(args.head_dim), "--gqa", ",".join(args.head_pairs),
             "--page-size", ",".join(map(str, args.page_sizes)), "--batches", ",".join(map(str, args.batches)),
-            "--kv-len", ",".join(map(str, args.kv_lens)),
-            "--warmup-ms", str(args.warmup_ms), "--rep-ms", str(args.rep_ms),
-            "--min-reps", str(args.min_reps), "--max-reps", str(args.max_reps)]
+            "--kv-len", ",".join(map(str, args.kv_lens)), *timing_flags(args)]
 
 
 def point_key(row: dict) -> tuple:
@@ -104,12 +103,8 @@ def run_cuflash(args, backends: list[str]) -> list[dict]:
         log(progress(row))
 
     exit_code = run_json_lines(cuflash_command(args, backends), log, add)
-    seen = {(r["backend"],) + point_key(r) for r in results}
-    for point in points(args):
-        for backend in backends:
-            if (backend,) + point_key(point) not in seen:
-                results.append(result_row(point, backend,
-                                          error=f"no result from `cuflash bench` (exit code {exit_code})"))
+    for point, backend in missing_points(results, points(args), backends, point_key, point_key):
+        results.append(result_row(point, backend, error=f"no result from `cuflash bench` (exit code {exit_code})"))
     return results
 
 
@@ -236,10 +231,7 @@ def parse_args(argv=None):
     parser.add_argument("--page-sizes", type=int_list, default=PAGE_SIZES, help="0: contiguous")
     parser.add_argument("--head-dim", type=int, default=HEAD_DIM)
     parser.add_argument("--copy-gib", type=float, default=2.0, help="size of the copy-bandwidth measurement")
-    parser.add_argument("--warmup-ms", type=float, default=25.0)
-    parser.add_argument("--rep-ms", type=float, default=200.0, help="timed GPU time per point and backend")
-    parser.add_argument("--min-reps", type=int, default=10)
-    parser.add_argument("--max-reps", type=int, default=1000)
+    add_timing_arguments(parser, rep_ms=200.0)
     parser.add_argument("--seed", type=int, default=0)
     args = parser.parse_args(argv)
     if 0 not in args.page_sizes and any(b in TORCH_BACKENDS for b in args.backends):

@@ -26,7 +26,8 @@ import time
 import warnings
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-from bench_common import TorchTimer, git_commit, int_list, median, name_list, run_json_lines  # noqa: E402
+from bench_common import (TorchTimer, add_timing_arguments, git_commit, int_list, median, missing_points,  # noqa: E402
+                          name_list, run_json_lines, timing_flags)
 import plot_prefill  # noqa: E402
 
 TOKENS, HIDDEN = 16384, 2048
@@ -75,9 +76,7 @@ def run_cuflash(args, backends: list[str], sweep: str = "prefill") -> list[dict]
     command = [args.cuflash, "bench", *shape, "--json",
                "--backend", ",".join(CUFLASH_BACKENDS[b] for b in backends),
                "--pass", ",".join(args.passes), "--head-dim", ",".join(map(str, args.head_dims)),
-               "--mask", ",".join(args.masks),
-               "--warmup-ms", str(args.warmup_ms), "--rep-ms", str(args.rep_ms),
-               "--min-reps", str(args.min_reps), "--max-reps", str(args.max_reps)]
+               "--mask", ",".join(args.masks), *timing_flags(args)]
     results = []
 
     def add(row: dict) -> None:
@@ -88,11 +87,11 @@ def run_cuflash(args, backends: list[str], sweep: str = "prefill") -> list[dict]
         log(progress(row))
 
     exit_code = run_json_lines(command, log, add)
-    seen = {(r["backend"], r["pass"], r["head_dim"], r["causal"], r["seqlen"]) for r in results}
-    for point in points(args, sweep):
-        for backend in backends:
-            if (backend, point["pass_name"], point["head_dim"], point["causal"], point["seqlen"]) not in seen:
-                results.append(result_row(point, backend, error=f"no result from `cuflash bench` (exit code {exit_code})"))
+    missing = missing_points(results, points(args, sweep), backends,
+                             lambda r: (r["pass"], r["head_dim"], r["causal"], r["seqlen"]),
+                             lambda p: (p["pass_name"], p["head_dim"], p["causal"], p["seqlen"]))
+    for point, backend in missing:
+        results.append(result_row(point, backend, error=f"no result from `cuflash bench` (exit code {exit_code})"))
     return results
 
 
@@ -212,10 +211,7 @@ def parse_args(argv=None):
     parser.add_argument("--dtype", choices=["bf16"], default="bf16")
     parser.add_argument("--torch-layout", choices=["bshd", "bhsd"], default="bshd",
                         help="PyTorch inputs: [B,H,S,D] views of [B,S,H,D] memory (as cuflash), or contiguous")
-    parser.add_argument("--warmup-ms", type=float, default=25.0)
-    parser.add_argument("--rep-ms", type=float, default=300.0, help="timed GPU time per point and backend")
-    parser.add_argument("--min-reps", type=int, default=10)
-    parser.add_argument("--max-reps", type=int, default=1000)
+    add_timing_arguments(parser, rep_ms=300.0)
     parser.add_argument("--seed", type=int, default=0)
     parser.add_argument("--no-small", action="store_true", help="skip the small shapes")
     args = parser.parse_args(argv)

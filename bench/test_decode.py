@@ -12,15 +12,14 @@ from __future__ import annotations
 
 import json
 import os
-import stat
 import subprocess
 import sys
 import tempfile
-import textwrap
 import unittest
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 sys.path.insert(0, HERE)
+from bench_testing import captured_commands, write_fake_cuflash  # noqa: E402
 import decode  # noqa: E402
 import decode_report  # noqa: E402
 
@@ -125,22 +124,6 @@ class MergeAndReport(unittest.TestCase):
                 self.assertEqual(f.read(), first)
 
 
-def captured_commands(run) -> tuple[list, object]:
-    """The command lines `run()` hands to subprocess.Popen (which runs nothing), and run's result."""
-    captured = []
-    real_popen = subprocess.Popen
-
-    def spy(command, **kwargs):
-        captured.append(command)
-        raise OSError("not run")
-    subprocess.Popen = spy
-    try:
-        result = run()
-    finally:
-        subprocess.Popen = real_popen
-    return captured, result
-
-
 class CuflashProcess(unittest.TestCase):
     def test_rows_from_a_fake_cuflash_and_missing_points(self):
         args = decode.parse_args(["--batches", "1", "--kv-lens", "4096,8192", "--head-pairs", "32/8",
@@ -152,14 +135,7 @@ class CuflashProcess(unittest.TestCase):
                        page_size=16, q_len=1, causal=False, dtype="bf16", device="Fake GPU", kv_bytes=16777216,
                        skipped=False, reps=10, median_ms=0.0062, gbps=2706.0, first_call_ms=1.0, host_us=5.0,
                        error=None)
-            with open(fake, "w") as f:
-                f.write(textwrap.dedent(f"""\
-                    #!/bin/sh
-                    echo '{json.dumps(row)}'
-                    echo 'not json'
-                    exit 1
-                    """))
-            os.chmod(fake, os.stat(fake).st_mode | stat.S_IEXEC)
+            write_fake_cuflash(fake, json.dumps(row))
             args.cuflash = fake
             results = decode.run_cuflash(args, ["cuflash_cuda"])
         self.assertEqual(len(results), 2)

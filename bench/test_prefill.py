@@ -11,15 +11,14 @@ from __future__ import annotations
 
 import json
 import os
-import stat
 import subprocess
 import sys
 import tempfile
-import textwrap
 import unittest
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 sys.path.insert(0, HERE)
+from bench_testing import captured_commands, write_fake_cuflash  # noqa: E402
 import plot_prefill  # noqa: E402
 import prefill  # noqa: E402
 
@@ -169,22 +168,6 @@ class SmallShapes(unittest.TestCase):
         self.assertEqual(section.count("S=512: 0.95"), 8)
 
 
-def captured_commands(run) -> tuple[list, object]:
-    """The command lines `run()` hands to subprocess.Popen (which runs nothing), and run's result."""
-    captured = []
-    real_popen = subprocess.Popen
-
-    def spy(command, **kwargs):
-        captured.append(command)
-        raise OSError("not run")
-    subprocess.Popen = spy
-    try:
-        result = run()
-    finally:
-        subprocess.Popen = real_popen
-    return captured, result
-
-
 class CuflashProcess(unittest.TestCase):
     def test_rows_from_a_fake_cuflash_and_missing_points(self):
         args = prefill.parse_args(["--passes", "fwd", "--head-dims", "64", "--seqlens", "512,1024"])
@@ -193,14 +176,7 @@ class CuflashProcess(unittest.TestCase):
             row = dict(pass_="fwd", backend="cuda", head_dim=64, heads=32, batch=32, seqlen=512, causal=False,
                        dtype="bf16", device="Fake GPU", reps=10, median_ms=0.5, tflops=275.0, error=None)
             line = json.dumps(row).replace("pass_", "pass")
-            with open(fake, "w") as f:
-                f.write(textwrap.dedent(f"""\
-                    #!/bin/sh
-                    echo '{line}'
-                    echo 'not json'
-                    exit 1
-                    """))
-            os.chmod(fake, os.stat(fake).st_mode | stat.S_IEXEC)
+            write_fake_cuflash(fake, line)
             args.cuflash = fake
             results = prefill.run_cuflash(args, ["cuflash_cuda"])
         self.assertEqual(len(results), 4)  # 2 seqlens x 2 masks
