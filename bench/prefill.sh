@@ -10,12 +10,7 @@ cd "$(dirname "$0")/.."
 out=${1:-${OUT:-docs/perf}}
 shift || true
 export PATH=/usr/local/cuda/bin:$PATH
-build=build-bench
-start=$(date +%s)
 mkdir -p "$out"
-cmake -S . -B "$build" -G Ninja -DCMAKE_BUILD_TYPE=Release -DCMAKE_CUDA_ARCHITECTURES=90a-real \
-  -DCUFLASH_BUILD_TESTS=OFF >"$out/prefill-build.log" 2>&1 &&
-  cmake --build "$build" -j "$(nproc)" --target cuflash_cli >>"$out/prefill-build.log" 2>&1 ||
-  { tail -30 "$out/prefill-build.log"; exit 1; }
-echo "prefill.sh: built in $(( $(date +%s) - start )) s" >&2
-python3 bench/prefill.py --cuflash "$build/bin/cuflash" --out-dir "$out" "$@" 2>&1 | tee "$out/prefill-run.log"
+source bench/build_cli.sh
+build_cli "$out/prefill-build.log"
+python3 bench/prefill.py --cuflash build-bench/bin/cuflash --out-dir "$out" "$@" 2>&1 | tee "$out/prefill-run.log"
