@@ -14,6 +14,10 @@
 
 namespace cuflash::detail {
 
+// Workspace regions start at 256-byte boundaries (cudaMalloc's alignment), so
+// that every region is aligned for vector accesses whatever precedes it.
+constexpr std::size_t align256(std::size_t bytes) { return (bytes + 255) / 256 * 256; }
+
 class Scratch {
  public:
   Scratch() = default;

@@ -8,6 +8,8 @@
 #include <string>
 
 #include "common/cuda_check.hpp"
+#include "common/dependent_launch.cuh"
+#include "common/scratch.hpp"
 #include "common/tensor_core.cuh"
 
 namespace cuflash::detail {
@@ -51,6 +53,7 @@ template <typename T>
 __global__ void __launch_bounds__(kCombineWarps * 32) combine_splits_kernel(const ForwardParams p) {
   __shared__ float s_weight[kMaxCombineSplits];
   __shared__ float4 s_sum[kCombineWarps][kMaxCombineDim / 4];
+  wait_for_producer_grid();
   const std::int64_t row = blockIdx.x;
   const std::int64_t rows = static_cast<std::int64_t>(p.batch) * p.heads_q * p.max_q_len;
   const auto [i, h, b, q_start, q_len] = combine_row(p, row);
@@ -147,6 +150,7 @@ constexpr int kMaxWarpSplits = 32;
 
 template <typename T>
 __global__ void __launch_bounds__(kRowsPerCta * 32) combine_splits_warp_kernel(const ForwardParams p) {
+  wait_for_producer_grid();
   const std::int64_t rows = static_cast<std::int64_t>(p.batch) * p.heads_q * p.max_q_len;
   const std::int64_t row = static_cast<std::int64_t>(blockIdx.x) * kRowsPerCta + threadIdx.x / 32;
   if (row >= rows) return;
@@ -219,11 +223,33 @@ Status launch_combine_splits(const ForwardParams& p, cudaStream_t stream) {
   // rows with few splits (prefill): a warp per row, no idle threads.
   if (rows >= 2048 && p.num_splits <= kMaxWarpSplits) {
     const auto ctas = static_cast<unsigned>((rows + kRowsPerCta - 1) / kRowsPerCta);
-    combine_splits_warp_kernel<T><<<ctas, kRowsPerCta * 32, 0, stream>>>(p);
-    return launch_status("combine_splits_warp_kernel");
+    return launch_dependent(combine_splits_warp_kernel<T>, dim3(ctas), dim3(kRowsPerCta * 32), stream,
+                            "combine_splits_warp_kernel", p);
   }
-  combine_splits_kernel<T><<<static_cast<unsigned>(rows), kCombineWarps * 32, 0, stream>>>(p);
-  return launch_status("combine_splits_kernel");
+  return launch_dependent(combine_splits_kernel<T>, dim3(static_cast<unsigned>(rows)), dim3(kCombineWarps * 32), stream,
+                          "combine_splits_kernel", p);
+}
+
+namespace {
+std::size_t partial_rows(const ForwardParams& p) {
+  return static_cast<std::size_t>(p.batch) * p.heads_q * p.max_q_len;
+}
+std::size_t out_partial_bytes(std::size_t rows, int head_dim, int splits) {
+  return align256(rows * splits * head_dim * sizeof(float));
+}
+}  // namespace
+
+std::size_t split_partials_bytes(std::size_t rows, int head_dim, int splits) {
+  if (splits <= 1) return 0;
+  return out_partial_bytes(rows, head_dim, splits) + align256(rows * splits * sizeof(float));
+}
+
+void place_split_partials(ForwardParams& p, int splits, void* workspace) {
+  p.num_splits = splits;
+  if (splits <= 1) return;
+  auto* base = static_cast<unsigned char*>(workspace);
+  p.out_partial = reinterpret_cast<float*>(base);
+  p.lse_partial = reinterpret_cast<float*>(base + out_partial_bytes(partial_rows(p), p.head_dim, splits));
 }
 
 template Status launch_combine_splits<__half>(const ForwardParams&, cudaStream_t);

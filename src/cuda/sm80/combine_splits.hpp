@@ -5,6 +5,8 @@
 
 #include <cuda_runtime_api.h>
 
+#include <cstddef>
+
 #include "common/attention_params.hpp"
 #include "cuflash/status.hpp"
 
@@ -16,5 +18,16 @@ namespace cuflash::detail {
 // rows, lse -inf and out 0 where it saw no key.
 template <typename T>
 Status launch_combine_splits(const ForwardParams& p, cudaStream_t stream);
+
+// Workspace of the partials of `splits` splits of `rows` merged rows (batch x
+// heads_q x max_q_len) of head_dim floats: out_partial, then lse_partial,
+// each at a 256-byte boundary; 0 when splits <= 1. Every kernel that splits
+// sizes and places its partials with these two, so they agree with the layout
+// the combine reads.
+std::size_t split_partials_bytes(std::size_t rows, int head_dim, int splits);
+
+// Sets p.num_splits and, with splits > 1, p.out_partial and p.lse_partial
+// inside `workspace` (split_partials_bytes(p's rows, p.head_dim, splits) bytes).
+void place_split_partials(ForwardParams& p, int splits, void* workspace);
 
 }  // namespace cuflash::detail

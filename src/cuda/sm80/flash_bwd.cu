@@ -11,6 +11,7 @@
 
 #include "common/attention_params.hpp"
 #include "common/cuda_check.hpp"
+#include "common/scratch.hpp"
 #include "common/device_info.hpp"
 #include "sm80/flash_bwd_kernel.cuh"
 #include "sm80/head_dims.hpp"
@@ -25,7 +26,6 @@ Status launch_flash_backward(const BackwardParams& p, int max_smem_per_block, cu
 
 namespace {
 
-constexpr std::size_t align256(std::size_t bytes) { return (bytes + 255) / 256 * 256; }
 
 // Query rows of dq_accum and dsum: dense batch * max_q_len, varlen every packed row.
 std::size_t dq_accum_bytes(const Problem& problem) {

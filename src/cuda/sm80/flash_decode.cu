@@ -76,18 +76,6 @@ int choose_splits(const Problem& problem, long long kv_len) {
   return sm80::decode_splits(grid.ctas, slots, visible_tiles(problem, kv_len));
 }
 
-constexpr std::size_t align256(std::size_t bytes) { return (bytes + 255) / 256 * 256; }
-
-std::size_t partial_rows(const Problem& problem) {
-  return static_cast<std::size_t>(problem.batch) * problem.heads_q * problem.max_q_len;
-}
-
-std::size_t partial_bytes(const Problem& problem, int splits) {
-  if (splits <= 1) return 0;
-  const std::size_t rows = partial_rows(problem) * splits;
-  return align256(rows * problem.head_dim * sizeof(float)) + align256(rows * sizeof(float));
-}
-
 template <typename T>
 Status launch_for_dim(const ForwardParams& p, int head_dim, int m_tiles, cudaStream_t stream) {
   return sm80::with_head_dim(
@@ -150,19 +138,14 @@ int flash_decode_splits(const Problem& problem) { return choose_splits(problem, 
 
 std::size_t flash_decode_workspace_bytes(const Problem& problem) {
   // choose_splits grows with kv_len, so the capacity's count bounds every call's.
-  return partial_bytes(problem, choose_splits(problem, problem.cache_capacity));
+  const std::size_t rows = static_cast<std::size_t>(problem.batch) * problem.heads_q * problem.max_q_len;
+  return split_partials_bytes(rows, problem.head_dim, choose_splits(problem, problem.cache_capacity));
 }
 
 Status flash_decode(const Problem& problem, void* workspace, cudaStream_t stream) {
   ForwardParams p = make_forward_params(problem);
   CUFLASH_TRY(launch_kv_append(p, kElementBytes, stream));
-  p.num_splits = flash_decode_splits(problem);
-  if (p.num_splits > 1) {
-    const std::size_t rows = partial_rows(problem) * p.num_splits;
-    auto* base = static_cast<unsigned char*>(workspace);
-    p.out_partial = reinterpret_cast<float*>(base);
-    p.lse_partial = reinterpret_cast<float*>(base + align256(rows * problem.head_dim * sizeof(float)));
-  }
+  place_split_partials(p, flash_decode_splits(problem), workspace);
   const int m_tiles = decode_grid(problem).m_tiles;
   if (problem.dtype == DType::bf16) return run_decode<__nv_bfloat16>(p, problem.head_dim, m_tiles, stream);
   return run_decode<__half>(p, problem.head_dim, m_tiles, stream);

@@ -25,6 +25,7 @@
 #include <cmath>
 
 #include "common/attention_params.hpp"
+#include "common/dependent_launch.cuh"
 #include "common/kv_cache.cuh"
 #include "common/score_mask.cuh"
 #include "common/swizzled_rows.hpp"
@@ -123,6 +124,10 @@ __global__ void __launch_bounds__(C::kThreads) flash_decode_kernel(const Forward
   float* sRowMax = reinterpret_cast<float*>(sStages + C::STAGES * C::kStageElems);  // [NW][BM], base 2
   float* sRowSum = sRowMax + C::NW * C::BM;                                         // [NW][BM]
   float* sOut = reinterpret_cast<float*>(sStages);  // [NW][BM][kOutRow], after the last tile
+  // With splits, the combine is launched behind this kernel as a dependent:
+  // once every CTA is running, its CTAs may take the SMs' spare slots and
+  // wait there (it reads nothing before this grid has finished).
+  allow_dependent_launch();
 
   const int hk = blockIdx.x % p.heads_kv;
   const int row0 = static_cast<int>(blockIdx.x / p.heads_kv) * C::BM;

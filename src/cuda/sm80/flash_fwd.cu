@@ -86,12 +86,6 @@ int choose_splits(const Problem& problem) {
   return static_cast<int>(std::max<long long>(splits, 1));
 }
 
-std::size_t partial_rows(const Problem& problem) {
-  return static_cast<std::size_t>(problem.batch) * problem.heads_q * problem.max_q_len;
-}
-
-constexpr std::size_t align256(std::size_t bytes) { return (bytes + 255) / 256 * 256; }
-
 template <typename T>
 Status launch_for_dim(const ForwardParams& p, int head_dim, bool wgmma, cudaStream_t stream) {
   return sm80::with_head_dim(
@@ -122,22 +116,14 @@ Status flash_forward_supports(const Problem& problem) {
 }
 
 std::size_t flash_forward_workspace_bytes(const Problem& problem) {
-  const int splits = choose_splits(problem);
-  if (splits == 1) return 0;
-  const std::size_t rows = partial_rows(problem) * splits;
-  return align256(rows * problem.head_dim * sizeof(float)) + align256(rows * sizeof(float));
+  const std::size_t rows = static_cast<std::size_t>(problem.batch) * problem.heads_q * problem.max_q_len;
+  return split_partials_bytes(rows, problem.head_dim, choose_splits(problem));
 }
 
 Status flash_forward(const Problem& problem, void* workspace, cudaStream_t stream) {
   ForwardParams p = make_forward_params(problem);
   const bool wgmma = forward_kernel(problem).wgmma;
-  p.num_splits = choose_splits(problem);
-  if (p.num_splits > 1) {
-    const std::size_t rows = partial_rows(problem) * p.num_splits;
-    auto* base = static_cast<unsigned char*>(workspace);
-    p.out_partial = reinterpret_cast<float*>(base);
-    p.lse_partial = reinterpret_cast<float*>(base + align256(rows * problem.head_dim * sizeof(float)));
-  }
+  place_split_partials(p, choose_splits(problem), workspace);
   if (problem.dtype == DType::bf16) return run_forward<__nv_bfloat16>(p, problem.head_dim, wgmma, stream);
   return run_forward<__half>(p, problem.head_dim, wgmma, stream);
 }
