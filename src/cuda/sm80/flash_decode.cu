@@ -7,6 +7,7 @@
 
 #include <algorithm>
 #include <cstdint>
+#include <limits>
 #include <string>
 
 #include "common/attention_params.hpp"
@@ -105,6 +106,18 @@ Status flash_decode_supports(const Problem& problem) {
   if (problem.paged && (problem.page_size & (problem.page_size - 1)) != 0)
     return Status::unsupported(prefix + "page_size " + std::to_string(problem.page_size) +
                                " is not a power of two (the kernels find a key's page and slot by shift and mask)");
+  if (problem.paged) {
+    // The kernel forms a page's offset as int32 x int32 -> int64 and a slot's in 32 bits.
+    const TensorView* caches[] = {&problem.k, &problem.v};
+    for (const TensorView* cache : caches) {
+      for (int dim = 0; dim < 2; ++dim) {
+        if (cache->strides[dim] < 0 || cache->strides[dim] > std::numeric_limits<std::int32_t>::max())
+          return Status::unsupported(prefix + (cache == &problem.k ? "k" : "v") + " stride " + std::to_string(dim) +
+                                     " is " + std::to_string(cache->strides[dim]) +
+                                     " elements; paged caches need page and slot strides in [0, 2^31)");
+      }
+    }
+  }
   const DeviceInfo& info = device_info(problem.device.index);
   if (!info.valid) return Status::unsupported(prefix + "cannot query the GPU's properties");
   if (info.major < 8)

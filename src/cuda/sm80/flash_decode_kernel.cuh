@@ -83,11 +83,55 @@ __device__ __forceinline__ void load_kv_tile(typename C::Element* sK, typename C
     cp_async_16(sV + at, v_src, valid);
   };
   if constexpr (C::kThreads % kChunksPerRow == 0 && C::BN % (C::kThreads / kChunksPerRow) == 0) {
-    // A thread keeps one 16-byte column; its rows are kRowStep apart.
+    // A thread keeps one 16-byte column; its rows are kRowStep apart. The
+    // column's addresses are formed once per tile and each row adds only its
+    // own term: this loop is most of the kernel's instructions, and a CTA's
+    // rate of issuing them is what bounds its bandwidth (NOTES.md, decode,
+    // second round: ~920 instructions per warp and tile before, most of them
+    // the per-row 64-bit offsets of K and V recomputed from scratch).
     constexpr int kRowStep = C::kThreads / kChunksPerRow;
+    constexpr int kRows = C::BN / kRowStep;
     const int r0 = threadIdx.x / kChunksPerRow, c = threadIdx.x % kChunksPerRow;
+    const T* k_col = k + hk * p.k_strides.head + c * 8;
+    const T* v_col = v + hk * p.v_strides.head + c * 8;
+    const KvCacheParams& cache = p.cache;
+    if (cache.block_table == nullptr) {
+      // Contiguous: row j of sequence b, j < k_len.
+      const std::int64_t k_step = kRowStep * p.k_strides.row, v_step = kRowStep * p.v_strides.row;
+      const T* k_row = k_col + b * p.k_strides.batch + static_cast<std::int64_t>(n0 + r0) * p.k_strides.row;
+      const T* v_row = v_col + b * p.v_strides.batch + static_cast<std::int64_t>(n0 + r0) * p.v_strides.row;
 #pragma unroll
-    for (int it = 0; it < C::BN / kRowStep; ++it) load_chunk(r0 + it * kRowStep, c);
+      for (int it = 0; it < kRows; ++it) {
+        const bool valid = n0 + r0 + it * kRowStep < k_len;
+        const int at = C::Rows::offset(r0 + it * kRowStep, c);
+        cp_async_16(sK + at, valid ? k_row : k, valid);
+        cp_async_16(sV + at, valid ? v_row : v, valid);
+        k_row += k_step;
+        v_row += v_step;
+      }
+    } else {
+      // Paged: a block-table entry per row (rows kRowStep apart share a page
+      // when the page holds more; the loads hit L1), checked against the
+      // cache as cache_page does. A page's offset is a 32 x 32 -> 64-bit
+      // multiply and a slot's a 32-bit one: flash_decode_supports refuses
+      // pages of 2^31 elements or more, so the strides fit.
+      const std::int32_t* pages = cache.block_table + b * cache.block_table_stride;
+      const int slot_mask = (1 << cache.page_shift) - 1;
+      const int k_page = static_cast<int>(p.k_strides.batch), k_slot = static_cast<int>(p.k_strides.row);
+      const int v_page = static_cast<int>(p.v_strides.batch), v_slot = static_cast<int>(p.v_strides.row);
+#pragma unroll
+      for (int it = 0; it < kRows; ++it) {
+        const int j = n0 + r0 + it * kRowStep;
+        const int page = j < k_len ? __ldg(pages + (j >> cache.page_shift)) : -1;
+        const bool valid = static_cast<unsigned>(page) < static_cast<unsigned>(cache.num_pages);
+        const int slot = j & slot_mask;
+        const int at = C::Rows::offset(r0 + it * kRowStep, c);
+        const T* k_src = k_col + (static_cast<std::int64_t>(page) * k_page + slot * k_slot);
+        const T* v_src = v_col + (static_cast<std::int64_t>(page) * v_page + slot * v_slot);
+        cp_async_16(sK + at, valid ? k_src : k, valid);
+        cp_async_16(sV + at, valid ? v_src : v, valid);
+      }
+    }
   } else {  // head dims 96, 192: rows of 12 or 24 chunks
 #pragma unroll
     for (int idx = threadIdx.x; idx < C::BN * kChunksPerRow; idx += C::kThreads)
