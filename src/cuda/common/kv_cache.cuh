@@ -26,12 +26,23 @@ __device__ __forceinline__ int cache_kv_len(const KvCacheParams& c, int b) {
   return cache_cached_len(c, b) + c.new_len;
 }
 
+// Paged: sequence b's row of the block table.
+__device__ __forceinline__ const std::int32_t* cache_pages(const KvCacheParams& c, int b) {
+  return c.block_table + b * c.block_table_stride;
+}
+
+// Paged: the page that holds key j, read from a sequence's block-table row,
+// or -1 when the entry points outside the cache. j < capacity.
+__device__ __forceinline__ int cache_page_in(const KvCacheParams& c, const std::int32_t* pages, int j) {
+  const int page = __ldg(pages + (j >> c.page_shift));
+  return page >= 0 && page < c.num_pages ? page : -1;
+}
+
 // The page (contiguous: the batch row) that holds key j of sequence b, or -1
 // when the block table points outside the cache. j < capacity.
 __device__ __forceinline__ int cache_page(const KvCacheParams& c, int b, int j) {
   if (c.block_table == nullptr) return b;
-  const int page = __ldg(c.block_table + b * c.block_table_stride + (j >> c.page_shift));
-  return page >= 0 && page < c.num_pages ? page : -1;
+  return cache_page_in(c, cache_pages(c, b), j);
 }
 
 __device__ __forceinline__ int cache_slot(const KvCacheParams& c, int j) {

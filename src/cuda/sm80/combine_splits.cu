@@ -11,6 +11,7 @@
 #include "common/dependent_launch.cuh"
 #include "common/scratch.hpp"
 #include "common/tensor_core.cuh"
+#include "problem.hpp"
 
 namespace cuflash::detail {
 
@@ -231,17 +232,20 @@ Status launch_combine_splits(const ForwardParams& p, cudaStream_t stream) {
 }
 
 namespace {
-std::size_t partial_rows(const ForwardParams& p) {
-  return static_cast<std::size_t>(p.batch) * p.heads_q * p.max_q_len;
-}
+// out_partial: rows x splits of head_dim floats.
 std::size_t out_partial_bytes(std::size_t rows, int head_dim, int splits) {
   return align256(rows * splits * head_dim * sizeof(float));
 }
+// Rows the combine merges into, from the Problem (sizing) or its params (placing).
+std::size_t merged_rows(int batch, int heads_q, int max_q_len) {
+  return static_cast<std::size_t>(batch) * heads_q * max_q_len;
+}
 }  // namespace
 
-std::size_t split_partials_bytes(std::size_t rows, int head_dim, int splits) {
+std::size_t split_partials_bytes(const Problem& problem, int splits) {
   if (splits <= 1) return 0;
-  return out_partial_bytes(rows, head_dim, splits) + align256(rows * splits * sizeof(float));
+  const std::size_t rows = merged_rows(problem.batch, problem.heads_q, problem.max_q_len);
+  return out_partial_bytes(rows, problem.head_dim, splits) + align256(rows * splits * sizeof(float));
 }
 
 void place_split_partials(ForwardParams& p, int splits, void* workspace) {
@@ -249,7 +253,8 @@ void place_split_partials(ForwardParams& p, int splits, void* workspace) {
   if (splits <= 1) return;
   auto* base = static_cast<unsigned char*>(workspace);
   p.out_partial = reinterpret_cast<float*>(base);
-  p.lse_partial = reinterpret_cast<float*>(base + out_partial_bytes(partial_rows(p), p.head_dim, splits));
+  p.lse_partial =
+      reinterpret_cast<float*>(base + out_partial_bytes(merged_rows(p.batch, p.heads_q, p.max_q_len), p.head_dim, splits));
 }
 
 template Status launch_combine_splits<__half>(const ForwardParams&, cudaStream_t);

@@ -19,15 +19,15 @@ namespace cuflash::detail {
 template <typename T>
 Status launch_combine_splits(const ForwardParams& p, cudaStream_t stream);
 
-// Workspace of the partials of `splits` splits of `rows` merged rows (batch x
-// heads_q x max_q_len) of head_dim floats: out_partial, then lse_partial,
-// each at a 256-byte boundary; 0 when splits <= 1. Every kernel that splits
-// sizes and places its partials with these two, so they agree with the layout
-// the combine reads.
-std::size_t split_partials_bytes(std::size_t rows, int head_dim, int splits);
+// Workspace of the partials of `splits` splits of the problem's merged rows
+// (batch x heads_q x max_q_len) of head_dim floats: out_partial, then
+// lse_partial, each at a 256-byte boundary; 0 when splits <= 1. Every kernel
+// that splits sizes and places its partials with these two, so they agree
+// with the layout the combine reads.
+std::size_t split_partials_bytes(const Problem& problem, int splits);
 
 // Sets p.num_splits and, with splits > 1, p.out_partial and p.lse_partial
-// inside `workspace` (split_partials_bytes(p's rows, p.head_dim, splits) bytes).
+// inside `workspace` (split_partials_bytes of p's problem and splits bytes).
 void place_split_partials(ForwardParams& p, int splits, void* workspace);
 
 }  // namespace cuflash::detail

@@ -151,8 +151,7 @@ int flash_decode_splits(const Problem& problem) { return choose_splits(problem, 
 
 std::size_t flash_decode_workspace_bytes(const Problem& problem) {
   // choose_splits grows with kv_len, so the capacity's count bounds every call's.
-  const std::size_t rows = static_cast<std::size_t>(problem.batch) * problem.heads_q * problem.max_q_len;
-  return split_partials_bytes(rows, problem.head_dim, choose_splits(problem, problem.cache_capacity));
+  return split_partials_bytes(problem, choose_splits(problem, problem.cache_capacity));
 }
 
 Status flash_decode(const Problem& problem, void* workspace, cudaStream_t stream) {

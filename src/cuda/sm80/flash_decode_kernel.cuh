@@ -111,20 +111,19 @@ __device__ __forceinline__ void load_kv_tile(typename C::Element* sK, typename C
       }
     } else {
       // Paged: a block-table entry per row (rows kRowStep apart share a page
-      // when the page holds more; the loads hit L1), checked against the
-      // cache as cache_page does. A page's offset is a 32 x 32 -> 64-bit
-      // multiply and a slot's a 32-bit one: flash_decode_supports refuses
-      // pages of 2^31 elements or more, so the strides fit.
-      const std::int32_t* pages = cache.block_table + b * cache.block_table_stride;
-      const int slot_mask = (1 << cache.page_shift) - 1;
+      // when the page holds more; the loads hit L1). A page's offset is a
+      // 32 x 32 -> 64-bit multiply and a slot's a 32-bit one:
+      // flash_decode_supports refuses pages of 2^31 elements or more, so the
+      // strides fit.
+      const std::int32_t* pages = cache_pages(cache, b);
       const int k_page = static_cast<int>(p.k_strides.batch), k_slot = static_cast<int>(p.k_strides.row);
       const int v_page = static_cast<int>(p.v_strides.batch), v_slot = static_cast<int>(p.v_strides.row);
 #pragma unroll
       for (int it = 0; it < kRows; ++it) {
         const int j = n0 + r0 + it * kRowStep;
-        const int page = j < k_len ? __ldg(pages + (j >> cache.page_shift)) : -1;
-        const bool valid = static_cast<unsigned>(page) < static_cast<unsigned>(cache.num_pages);
-        const int slot = j & slot_mask;
+        const int page = j < k_len ? cache_page_in(cache, pages, j) : -1;
+        const bool valid = page >= 0;
+        const int slot = cache_slot(cache, j);
         const int at = C::Rows::offset(r0 + it * kRowStep, c);
         const T* k_src = k_col + (static_cast<std::int64_t>(page) * k_page + slot * k_slot);
         const T* v_src = v_col + (static_cast<std::int64_t>(page) * v_page + slot * v_slot);

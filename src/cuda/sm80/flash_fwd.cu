@@ -116,8 +116,7 @@ Status flash_forward_supports(const Problem& problem) {
 }
 
 std::size_t flash_forward_workspace_bytes(const Problem& problem) {
-  const std::size_t rows = static_cast<std::size_t>(problem.batch) * problem.heads_q * problem.max_q_len;
-  return split_partials_bytes(rows, problem.head_dim, choose_splits(problem));
+  return split_partials_bytes(problem, choose_splits(problem));
 }
 
 Status flash_forward(const Problem& problem, void* workspace, cudaStream_t stream) {
