@@ -31,11 +31,16 @@ __device__ __forceinline__ const std::int32_t* cache_pages(const KvCacheParams& 
   return c.block_table + b * c.block_table_stride;
 }
 
+// Paged: whether a block-table entry names a page of the cache.
+__device__ __forceinline__ bool cache_page_inside(const KvCacheParams& c, int page) {
+  return page >= 0 && page < c.num_pages;
+}
+
 // Paged: the page that holds key j, read from a sequence's block-table row,
 // or -1 when the entry points outside the cache. j < capacity.
 __device__ __forceinline__ int cache_page_in(const KvCacheParams& c, const std::int32_t* pages, int j) {
   const int page = __ldg(pages + (j >> c.page_shift));
-  return page >= 0 && page < c.num_pages ? page : -1;
+  return cache_page_inside(c, page) ? page : -1;
 }
 
 // The page (contiguous: the batch row) that holds key j of sequence b, or -1

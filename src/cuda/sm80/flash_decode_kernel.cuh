@@ -30,6 +30,7 @@
 #include "common/score_mask.cuh"
 #include "common/swizzled_rows.hpp"
 #include "common/tensor_core.cuh"
+#include "sm80/decode_kv_loader.cuh"
 #include "sm80/flash_decode_tiles.hpp"
 
 namespace cuflash::detail::sm80 {
@@ -61,83 +62,6 @@ struct DecodeConfig {
                 "the epilogue's float rows must fit in the stage buffers they reuse");
 };
 
-// K and V rows [n0, n0 + BN) of sequence b, kv head hk, into one stage.
-// Rows at or past k_len (and, with unchecked indices, rows whose page is
-// outside the cache) are zero-filled and never read from global memory.
-template <class C>
-__device__ __forceinline__ void load_kv_tile(typename C::Element* sK, typename C::Element* sV, const ForwardParams& p,
-                                             int b, int hk, int n0, int k_len) {
-  using T = typename C::Element;
-  constexpr int kChunksPerRow = C::D / 8;
-  const T* k = static_cast<const T*>(p.k);
-  const T* v = static_cast<const T*>(p.v);
-  auto load_chunk = [&](int r, int c) {
-    const int j = n0 + r;
-    const int page = j < k_len ? cache_page(p.cache, b, j) : -1;
-    const bool valid = page >= 0;
-    const int slot = cache_slot(p.cache, j);
-    const T* k_src = valid ? k + cache_offset(p.k_strides, page, slot, hk) + c * 8 : k;
-    const T* v_src = valid ? v + cache_offset(p.v_strides, page, slot, hk) + c * 8 : v;
-    const int at = C::Rows::offset(r, c);
-    cp_async_16(sK + at, k_src, valid);
-    cp_async_16(sV + at, v_src, valid);
-  };
-  if constexpr (C::kThreads % kChunksPerRow == 0 && C::BN % (C::kThreads / kChunksPerRow) == 0) {
-    // A thread keeps one 16-byte column; its rows are kRowStep apart. The
-    // column's addresses are formed once per tile and each row adds only its
-    // own term: this loop is most of the kernel's instructions, and a CTA's
-    // rate of issuing them is what bounds its bandwidth (NOTES.md, decode,
-    // second round: ~920 instructions per warp and tile before, most of them
-    // the per-row 64-bit offsets of K and V recomputed from scratch).
-    constexpr int kRowStep = C::kThreads / kChunksPerRow;
-    constexpr int kRows = C::BN / kRowStep;
-    const int r0 = threadIdx.x / kChunksPerRow, c = threadIdx.x % kChunksPerRow;
-    const T* k_col = k + hk * p.k_strides.head + c * 8;
-    const T* v_col = v + hk * p.v_strides.head + c * 8;
-    const KvCacheParams& cache = p.cache;
-    if (cache.block_table == nullptr) {
-      // Contiguous: row j of sequence b, j < k_len.
-      const std::int64_t k_step = kRowStep * p.k_strides.row, v_step = kRowStep * p.v_strides.row;
-      const T* k_row = k_col + b * p.k_strides.batch + static_cast<std::int64_t>(n0 + r0) * p.k_strides.row;
-      const T* v_row = v_col + b * p.v_strides.batch + static_cast<std::int64_t>(n0 + r0) * p.v_strides.row;
-#pragma unroll
-      for (int it = 0; it < kRows; ++it) {
-        const bool valid = n0 + r0 + it * kRowStep < k_len;
-        const int at = C::Rows::offset(r0 + it * kRowStep, c);
-        cp_async_16(sK + at, valid ? k_row : k, valid);
-        cp_async_16(sV + at, valid ? v_row : v, valid);
-        k_row += k_step;
-        v_row += v_step;
-      }
-    } else {
-      // Paged: a block-table entry per row (rows kRowStep apart share a page
-      // when the page holds more; the loads hit L1). A page's offset is a
-      // 32 x 32 -> 64-bit multiply and a slot's a 32-bit one:
-      // flash_decode_supports refuses pages of 2^31 elements or more, so the
-      // strides fit.
-      const std::int32_t* pages = cache_pages(cache, b);
-      const int k_page = static_cast<int>(p.k_strides.batch), k_slot = static_cast<int>(p.k_strides.row);
-      const int v_page = static_cast<int>(p.v_strides.batch), v_slot = static_cast<int>(p.v_strides.row);
-#pragma unroll
-      for (int it = 0; it < kRows; ++it) {
-        const int j = n0 + r0 + it * kRowStep;
-        const int page = j < k_len ? cache_page_in(cache, pages, j) : -1;
-        const bool valid = page >= 0;
-        const int slot = cache_slot(cache, j);
-        const int at = C::Rows::offset(r0 + it * kRowStep, c);
-        const T* k_src = k_col + (static_cast<std::int64_t>(page) * k_page + slot * k_slot);
-        const T* v_src = v_col + (static_cast<std::int64_t>(page) * v_page + slot * v_slot);
-        cp_async_16(sK + at, valid ? k_src : k, valid);
-        cp_async_16(sV + at, valid ? v_src : v, valid);
-      }
-    }
-  } else {  // head dims 96, 192: rows of 12 or 24 chunks
-#pragma unroll
-    for (int idx = threadIdx.x; idx < C::BN * kChunksPerRow; idx += C::kThreads)
-      load_chunk(idx / kChunksPerRow, idx % kChunksPerRow);
-  }
-}
-
 // The CTA's BM query rows into shared memory; rows past the group's
 // heads x q_len are zero-filled (computed on, never stored).
 template <class C>
@@ -161,7 +85,7 @@ __device__ __forceinline__ void load_q_rows(typename C::Element* sQ, const Forwa
 template <class C, bool Transformed>
 __global__ void __launch_bounds__(C::kThreads) flash_decode_kernel(const ForwardParams p) {
   using T = typename C::Element;
-  extern __shared__ __align__(16) unsigned char smem_raw[];
+  extern __shared__ __align__(1024) unsigned char smem_raw[];  // rows of 2^n bytes: see k_address
   T* sQ = reinterpret_cast<T*>(smem_raw);
   T* sStages = sQ + C::BM * C::kPitch;
   float* sRowMax = reinterpret_cast<float*>(sStages + C::STAGES * C::kStageElems);  // [NW][BM], base 2
@@ -235,15 +159,38 @@ __global__ void __launch_bounds__(C::kThreads) flash_decode_kernel(const Forward
     // Prologue: Q with the first tile, then STAGES - 1 tiles in flight. A
     // group is committed even when it is empty, so that the wait count below
     // is the same in every iteration.
+    DecodeKvLoader<C> loader(p, b, hk);
+    loader.start(t_lo);
     load_q_rows<C>(sQ, p, b, hk, row0, rows_total);
 #pragma unroll
     for (int s = 0; s < C::STAGES - 1; ++s) {
       if (t_lo + s < t_hi) {
         T* stage = sStages + s * C::kStageElems;
-        load_kv_tile<C>(stage, stage + C::BN * C::kPitch, p, b, hk, (t_lo + s) * C::BN, seq.k_len);
+        loader.load(stage, stage + C::BN * C::kPitch, t_lo + s, seq.k_len);
       }
       cp_async_commit();
     }
+
+    // ldmatrix row addresses. A lane's rows keep their (row & 7), and chunk
+    // 2s + h of a row sits at ((2s + h) ^ (row & 7)) * 16 bytes: where rows
+    // take 2^n bytes, past every chunk's bits, and stages start on a row,
+    // moving s k-steps (Q K^T) or d-pairs (P V) along the row is an XOR of
+    // s << 5 on the s = 0 address, one instruction (D = 192's 384-byte rows
+    // add the swizzled offset instead).
+    constexpr std::uint32_t kRowBytes = C::kPitch * sizeof(T);
+    constexpr bool kXorSteps = (kRowBytes & (kRowBytes - 1)) == 0 && kRowBytes >= 16 * (C::D / 8);
+    static_assert(!kXorSteps || (C::kStageElems * sizeof(T)) % kRowBytes == 0, "stages start on a row");
+    const std::uint32_t stage_base = smem_address(sStages) + warp * C::KW * kRowBytes;
+    auto k_address = [&](std::uint32_t sK, int np, int ks) -> std::uint32_t {
+      const int row = np * 16 + lane % 8 + (lane / 16) * 8, h = (lane / 8) % 2;
+      if constexpr (kXorSteps) return (sK + C::Rows::offset(row, h) * sizeof(T)) ^ (ks << 5);
+      return sK + C::Rows::offset(row, ks * 2 + h) * sizeof(T);
+    };
+    auto v_address = [&](std::uint32_t sV, int kk, int dp) -> std::uint32_t {
+      const int row = kk * 16 + lane % 8 + ((lane / 8) % 2) * 8, h = lane / 16;
+      if constexpr (kXorSteps) return (sV + C::Rows::offset(row, h) * sizeof(T)) ^ (dp << 5);
+      return sV + C::Rows::offset(row, dp * 2 + h) * sizeof(T);
+    };
 
     for (int tile = t_lo; tile < t_hi; ++tile) {
       const int it = tile - t_lo;
@@ -254,15 +201,15 @@ __global__ void __launch_bounds__(C::kThreads) flash_decode_kernel(const Forward
       __syncthreads();
       if (tile + C::STAGES - 1 < t_hi) {
         T* stage = sStages + ((it + C::STAGES - 1) % C::STAGES) * C::kStageElems;
-        load_kv_tile<C>(stage, stage + C::BN * C::kPitch, p, b, hk, (tile + C::STAGES - 1) * C::BN, seq.k_len);
+        loader.load(stage, stage + C::BN * C::kPitch, tile + C::STAGES - 1, seq.k_len);
       }
       cp_async_commit();
       cp_async_wait<C::STAGES - 1>();  // this tile's group (and Q) has landed
       __syncthreads();                 // ... for every thread
 
       // This warp's 16 keys: a whole number of swizzle periods into the tile.
-      const T* sK = sStages + (it % C::STAGES) * C::kStageElems + warp * C::KW * C::kPitch;
-      const T* sV = sK + C::BN * C::kPitch;
+      const std::uint32_t sK = stage_base + (it % C::STAGES) * (C::kStageElems * sizeof(T));
+      const std::uint32_t sV = sK + C::BN * C::kPitch * sizeof(T);
       const int n0 = tile * C::BN + warp * C::KW;  // this warp's first key
 
       // S = Q K^T over this warp's keys.
@@ -282,7 +229,7 @@ __global__ void __launch_bounds__(C::kThreads) flash_decode_kernel(const Forward
 #pragma unroll
         for (int np = 0; np < C::NT / 2; ++np) {
           std::uint32_t kb[4];
-          ldmatrix_x4(kb, sK + C::Rows::offset(np * 16 + lane % 8 + (lane / 16) * 8, ks * 2 + (lane / 8) % 2));
+          ldmatrix_x4(kb, k_address(sK, np, ks));
           const std::uint32_t b0[2] = {kb[0], kb[1]};
           const std::uint32_t b1[2] = {kb[2], kb[3]};
 #pragma unroll
@@ -295,6 +242,8 @@ __global__ void __launch_bounds__(C::kThreads) flash_decode_kernel(const Forward
 
       // Scores -> (masked) logits; this warp's online softmax.
       const bool masked = !rules.tile_unmasked(i_first, i_count, tile * C::BN, C::BN);
+      float correction[C::MT][2];
+      bool new_max = false;
 #pragma unroll
       for (int mt = 0; mt < C::MT; ++mt) {
 #pragma unroll
@@ -316,7 +265,8 @@ __global__ void __launch_bounds__(C::kThreads) flash_decode_kernel(const Forward
           mx = fmaxf(mx, __shfl_xor_sync(0xffffffffu, mx, 1));
           mx = fmaxf(mx, __shfl_xor_sync(0xffffffffu, mx, 2));
           const float m_scaled = mx == -INFINITY ? 0.0f : mx * mult;
-          const float correction = fast_exp2(row_max[mt][half] * mult - m_scaled);
+          correction[mt][half] = fast_exp2(row_max[mt][half] * mult - m_scaled);
+          new_max = new_max || mx != row_max[mt][half];
           row_max[mt][half] = mx;
           float sum = 0.0f;
 #pragma unroll
@@ -327,13 +277,20 @@ __global__ void __launch_bounds__(C::kThreads) flash_decode_kernel(const Forward
               x = fast_exp2(fmaf(x, mult, -m_scaled));
               sum += x;
             }
-          row_sum[mt][half] = row_sum[mt][half] * correction + sum;
-#pragma unroll
-          for (int dt = 0; dt < C::DT; ++dt) {
-            o[mt][dt][half * 2] *= correction;
-            o[mt][dt][half * 2 + 1] *= correction;
-          }
+          row_sum[mt][half] = row_sum[mt][half] * correction[mt][half] + sum;
         }
+      }
+      // O is rescaled only when some row's max moved: otherwise every
+      // correction is exactly 1 (or O is still 0), and over a long cache the
+      // max rarely moves after the first tiles. This skips C::DT * 4 FMULs
+      // per m16 tile, a quarter of a tile's non-load instructions.
+      if (__any_sync(0xffffffffu, new_max)) {
+#pragma unroll
+        for (int mt = 0; mt < C::MT; ++mt)
+#pragma unroll
+          for (int dt = 0; dt < C::DT; ++dt)
+#pragma unroll
+            for (int e = 0; e < 4; ++e) o[mt][dt][e] *= correction[mt][e / 2];
       }
 
       // O += P V over this warp's keys, P straight from the S accumulators.
@@ -350,7 +307,7 @@ __global__ void __launch_bounds__(C::kThreads) flash_decode_kernel(const Forward
 #pragma unroll
         for (int dp = 0; dp < C::DT / 2; ++dp) {
           std::uint32_t vb[4];
-          ldmatrix_x4_trans(vb, sV + C::Rows::offset(kk * 16 + lane % 8 + ((lane / 8) % 2) * 8, dp * 2 + lane / 16));
+          ldmatrix_x4_trans(vb, v_address(sV, kk, dp));
           const std::uint32_t b0[2] = {vb[0], vb[1]};
           const std::uint32_t b1[2] = {vb[2], vb[3]};
 #pragma unroll

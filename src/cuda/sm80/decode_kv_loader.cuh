@@ -1,0 +1,190 @@
+// The decode kernel's K/V loader: a CTA's 64-key tiles of one kv head, from a
+// contiguous or paged cache into the kernel's cp.async stages.
+//
+// Decode moves every cache byte once, and what bounds a CTA's bandwidth is
+// the rate at which its warps issue instructions (NOTES.md, decode rounds 2
+// and 3), so the loader's job is to issue 16-byte copies with as little
+// integer work between them as it can:
+//  - a thread keeps one 16-byte column of the rows r0, r0 + kRowStep, ...;
+//    its column's address is formed once per CTA;
+//  - a tile is addressed per page, not per row: the rows of a thread that
+//    share a page differ by a pointer step. A contiguous cache is one page
+//    per sequence. Paged caches take this path when a page holds at least
+//    kRowStep rows (so that a thread's rows of a page are consecutive in its
+//    loop); smaller pages take the per-row path;
+//  - the block-table entries of a tile are read one tile ahead, one lane per
+//    page, and handed to the lanes that need them by a shuffle, so no warp
+//    waits on a block-table load before issuing its copies.
+// A tile that reaches past the sequence's keys, or with a block-table entry
+// outside the cache (only possible with check_index_contents off), is loaded
+// per row with every row checked: such rows are zero-filled, never read.
+#pragma once
+
+#include <cstdint>
+
+#include "common/attention_params.hpp"
+#include "common/kv_cache.cuh"
+#include "common/tensor_core.cuh"
+
+namespace cuflash::detail::sm80 {
+
+template <class C>
+class DecodeKvLoader {
+  using T = typename C::Element;
+  static constexpr int kChunksPerRow = C::D / 8;
+  // A thread per 16-byte column of kRowStep rows at a time (every head dim
+  // but 96 and 192, whose rows of 12 and 24 chunks do not divide the CTA).
+  static constexpr bool kByColumn = C::kThreads % kChunksPerRow == 0 && C::BN % (C::kThreads / kChunksPerRow) == 0;
+  static constexpr int kRowStep = kByColumn ? C::kThreads / kChunksPerRow : 1;
+  static constexpr int kRows = kByColumn ? C::BN / kRowStep : 0;  // a thread's rows of a tile
+
+ public:
+  __device__ __forceinline__ DecodeKvLoader(const ForwardParams& p, int b, int hk) : p_(p), b_(b), hk_(hk) {
+    if constexpr (kByColumn) {
+      const KvCacheParams& cache = p.cache;
+      const int r0 = threadIdx.x / kChunksPerRow, c = threadIdx.x % kChunksPerRow;
+      std::int64_t k_col = hk * p.k_strides.head + c * 8 + r0 * p.k_strides.row;
+      std::int64_t v_col = hk * p.v_strides.head + c * 8 + r0 * p.v_strides.row;
+      if (cache.block_table == nullptr) {
+        // One page per sequence, its rows at any offset: the tile's first key
+        // is its slot.
+        k_col += b * p.k_strides.batch;
+        v_col += b * p.v_strides.batch;
+        its_per_page_ = kRows;
+        slot_mask_ = -1;
+      } else {
+        const int page_size = 1 << cache.page_shift;
+        pages_ = cache_pages(cache, b);
+        // Keys of a tile per page (a page larger than the tile: the tile is
+        // in one page, at slot n0 mod page_size).
+        page_keys_ = page_size < C::BN ? page_size : C::BN;
+        its_per_page_ = page_keys_ >= kRowStep ? page_keys_ / kRowStep : 0;
+        slot_mask_ = page_size - 1;
+        // flash_decode_supports keeps paged strides below 2^31 elements.
+        k_page_bytes_ = static_cast<std::uint32_t>(p.k_strides.batch) * sizeof(T);
+        v_page_bytes_ = static_cast<std::uint32_t>(p.v_strides.batch) * sizeof(T);
+      }
+      k_col_ = reinterpret_cast<const char*>(static_cast<const T*>(p.k) + k_col);
+      v_col_ = reinterpret_cast<const char*>(static_cast<const T*>(p.v) + v_col);
+      k_slot_bytes_ = p.k_strides.row * static_cast<std::int64_t>(sizeof(T));
+      v_slot_bytes_ = p.v_strides.row * static_cast<std::int64_t>(sizeof(T));
+    }
+  }
+
+  // Call before the first load: starts reading tile `first`'s block-table entries.
+  __device__ __forceinline__ void start(int first) {
+    if (pages_ != nullptr && its_per_page_ > 0) next_page_ = lane_entry(first);
+  }
+
+  // K and V rows [tile * BN, tile * BN + BN) into one stage; rows at or past
+  // k_len are zero-filled. Tiles are loaded in increasing order from `first`.
+  __device__ __forceinline__ void load(T* sK, T* sV, int tile, int k_len) {
+    const int n0 = tile * C::BN;
+    if constexpr (kByColumn) {
+      if (its_per_page_ > 0 && n0 + C::BN <= k_len) {
+        if (pages_ == nullptr) {
+          issue<kRows, false>(sK, sV, n0, 0);
+          return;
+        }
+        const int page = next_page_;
+        next_page_ = lane_entry(tile + 1);
+        // Checked here, a tile after its load was issued, so that no warp
+        // waits on it; lanes past the tile's pages do not count.
+        const int lane = threadIdx.x % 32;
+        const bool inside = cache_page_inside(p_.cache, page);
+        if (__all_sync(0xffffffffu, inside || lane * page_keys_ >= C::BN)) {
+          issue_paged<kRows>(sK, sV, n0, page);
+          return;
+        }
+      } else if (pages_ != nullptr && its_per_page_ > 0) {
+        next_page_ = lane_entry(tile + 1);
+      }
+    }
+    load_rows(sK, sV, n0, k_len);
+  }
+
+ private:
+  // Lane l's block-table entry for the l-th page of `tile`, unchecked (-1:
+  // no such page in the tile, or past the cache's capacity).
+  __device__ __forceinline__ int lane_entry(int tile) const {
+    const int lane = threadIdx.x % 32;
+    const int j = tile * C::BN + lane * page_keys_;
+    if (lane * page_keys_ >= C::BN || j >= p_.cache.capacity) return -1;
+    return __ldg(pages_ + (j >> p_.cache.page_shift));
+  }
+
+  // The largest pages first: kIts rows of a thread per page.
+  template <int kIts>
+  __device__ __forceinline__ void issue_paged(T* sK, T* sV, int n0, int page) {
+    if constexpr (kIts > 1) {
+      if (its_per_page_ != kIts) {
+        issue_paged<kIts / 2>(sK, sV, n0, page);
+        return;
+      }
+    }
+    issue<kIts, true>(sK, sV, n0, page);
+  }
+
+  // A whole tile, every row valid: per page, one address and then a pointer
+  // step per row. Page q of the tile is lane q's `page` (paged).
+  template <int kIts, bool kPaged>
+  __device__ __forceinline__ void issue(T* sK, T* sV, int n0, int page) {
+    const int r0 = threadIdx.x / kChunksPerRow, c = threadIdx.x % kChunksPerRow;
+    const std::int64_t slot = n0 & slot_mask_;  // paged with pages < BN: 0
+    const char* k_tile = k_col_ + slot * k_slot_bytes_;
+    const char* v_tile = v_col_ + slot * v_slot_bytes_;
+    const std::int64_t k_step = kRowStep * k_slot_bytes_, v_step = kRowStep * v_slot_bytes_;
+#pragma unroll
+    for (int q = 0; q < kRows / kIts; ++q) {
+      const char* k_row = k_tile;
+      const char* v_row = v_tile;
+      if constexpr (kPaged) {
+        const std::uint32_t at_page = static_cast<std::uint32_t>(__shfl_sync(0xffffffffu, page, q));
+        k_row += static_cast<std::uint64_t>(at_page) * k_page_bytes_;
+        v_row += static_cast<std::uint64_t>(at_page) * v_page_bytes_;
+      }
+#pragma unroll
+      for (int i = 0; i < kIts; ++i) {
+        const int at = C::Rows::offset(r0 + (q * kIts + i) * kRowStep, c);
+        cp_async_16(sK + at, k_row);
+        cp_async_16(sV + at, v_row);
+        k_row += k_step;
+        v_row += v_step;
+      }
+    }
+  }
+
+  // Any tile, row by row: each row's page looked up and checked against
+  // k_len and the cache.
+  __device__ __forceinline__ void load_rows(T* sK, T* sV, int n0, int k_len) const {
+    const T* k = static_cast<const T*>(p_.k);
+    const T* v = static_cast<const T*>(p_.v);
+#pragma unroll
+    for (int idx = threadIdx.x; idx < C::BN * kChunksPerRow; idx += C::kThreads) {
+      const int r = idx / kChunksPerRow, c = idx % kChunksPerRow;
+      const int j = n0 + r;
+      const int page = j < k_len ? cache_page(p_.cache, b_, j) : -1;
+      const bool valid = page >= 0;
+      const int slot = cache_slot(p_.cache, j);
+      const T* k_src = valid ? k + cache_offset(p_.k_strides, page, slot, hk_) + c * 8 : k;
+      const T* v_src = valid ? v + cache_offset(p_.v_strides, page, slot, hk_) + c * 8 : v;
+      const int at = C::Rows::offset(r, c);
+      cp_async_16(sK + at, k_src, valid);
+      cp_async_16(sV + at, v_src, valid);
+    }
+  }
+
+  const ForwardParams& p_;
+  const int b_, hk_;
+  const char* k_col_ = nullptr;  // this thread's column of its first row (contiguous: of sequence b)
+  const char* v_col_ = nullptr;
+  std::int64_t k_slot_bytes_ = 0, v_slot_bytes_ = 0;   // from one row (slot) to the next
+  std::uint32_t k_page_bytes_ = 0, v_page_bytes_ = 0;  // from one page to the next (paged)
+  const std::int32_t* pages_ = nullptr;                // sequence b's block-table row (paged)
+  int page_keys_ = C::BN;  // keys of a tile per page
+  int its_per_page_ = 0;   // a thread's rows per page in a tile; 0: per-row loads only
+  int slot_mask_ = 0;      // a tile's first slot is n0 & slot_mask_
+  int next_page_ = -1;     // lane l: the next tile's l-th block-table entry
+};
+
+}  // namespace cuflash::detail::sm80
