@@ -176,6 +176,8 @@ const std::vector<Flag<BenchConfig>>& flags() {
       {"--reps", "N", "0", "exactly N timed calls per point (0: from --rep-ms)", int_flag(&BenchConfig::reps, 0)},
       {"--no-flush-l2", nullptr, "flush", "do not overwrite the L2 cache before each timed call",
        switch_flag(&BenchConfig::flush_l2, false)},
+      {"--ordered-pages", nullptr, "shuffled", "decode: block tables in page order (sequence b's pages consecutive)",
+       switch_flag(&BenchConfig::shuffle_pages, false)},
       {"--seed", "N", "0", "seed of the random inputs",
        [](BenchConfig& config, std::string_view text) {
          return parse_int<std::uint64_t>(text, 0, &config.seed);

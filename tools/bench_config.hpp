@@ -58,6 +58,7 @@ struct BenchConfig {
   int max_reps = 1000;
   int reps = 0;             // > 0: exactly this many timed calls
   bool flush_l2 = true;
+  bool shuffle_pages = true;  // decode: block tables a random permutation of the pages
   bool json = false;
   std::uint64_t seed = 0;
 };

@@ -94,7 +94,7 @@ class DecodeMemory {
 
   // The point's q, caches, out, lse and index tensors; the block table a
   // shuffled permutation of the pages, as an allocator that has run a while
-  // hands them out.
+  // hands them out (--ordered-pages: in order, to measure what that costs).
   void allocate(const BenchPoint& p, DecodeTensors* t) const {
     const DType dtype = config_.dtype;
     const std::size_t element = dtype_size(dtype);
@@ -113,7 +113,8 @@ class DecodeMemory {
       cache_slots = p.page_size;
       std::vector<std::int32_t> table(t->num_pages);
       std::iota(table.begin(), table.end(), 0);
-      std::shuffle(table.begin(), table.end(), std::mt19937(static_cast<unsigned>(config_.seed)));
+      if (config_.shuffle_pages)
+        std::shuffle(table.begin(), table.end(), std::mt19937(static_cast<unsigned>(config_.seed)));
       t->block_table = Buffer::raw(Placement::cuda, table.size() * sizeof(std::int32_t));
       check_cuda(cudaMemcpy(t->block_table.data(), table.data(), table.size() * sizeof(std::int32_t),
                             cudaMemcpyHostToDevice),

@@ -1,6 +1,7 @@
 // The decode-shaped KV-cache cases the GPU suites run on top of
 // kv_cache_cases() and gpu_kv_cache_cases(): cache lengths 0, 1 and a page
-// boundary +-1 for every page size 16..256, GQA groups processed together
+// boundary +-1 for every page size 16..256 (and pages of 4 and 8, below the
+// loader's row step), GQA groups processed together
 // (group x q_len from 1 to 64 query rows per kv head: one or several row
 // blocks), speculative decode (q_len 4..16 with as many keys appended),
 // chunked prefill, long single-sequence caches that take split-KV, the score
@@ -70,6 +71,14 @@ inline std::vector<CaseSpec> decode_cases() {
   // Every head dim of the kernels.
   for (int d : {32, 64, 96, 192, 256})
     add(decode_case("paged16_d" + std::to_string(d) + "_append1", 16, 1, 1, {300, 0, 65}, 8, 2, d));
+  // Pages smaller than the kernel's tiles at the loader's edges (D=128: a
+  // thread loads rows 8 apart, so page 8 is one row per page and per shuffle,
+  // page 4 is loaded row by row; D=64's rows are 16 apart, so page 8 is too),
+  // over several tiles and a partial last one.
+  for (int page : {4, 8}) {
+    add(decode_case("paged" + std::to_string(page) + "_d128_small_pages", page, 1, 1, {300, 0, 129}, 8, 2, 128));
+    add(decode_case("paged" + std::to_string(page) + "_d64_small_pages", page, 2, 1, {300, 7, 64}, 8, 2, 64));
+  }
   // Indices read on the device only (no host copy, no content check).
   for (int page : {0, 16}) {
     s = decode_case(std::string(page == 0 ? "contiguous" : "paged16") + "_unchecked_indices", page, 2, 2,
