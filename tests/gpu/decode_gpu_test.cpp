@@ -62,7 +62,8 @@ INSTANTIATE_TEST_SUITE_P(Decode, CudaDecode, ::testing::ValuesIn(for_gpu_dtypes(
 
 // The compute-sanitizer subset: the decode kernel in each of its shapes
 // (one and two m-tiles, split and unsplit, plain and transformed scores, the
-// generic loader of head dim 96), the append, the combine; small caches.
+// loader's page-at-a-time paths from one page per tile to one per row, its
+// row-by-row path of head dim 96), the append, the combine; small caches.
 std::vector<CaseSpec> sanitize_cases() {
   std::vector<CaseSpec> cases;
   auto add = [&](CaseSpec s, DType dtype) {
@@ -77,6 +78,7 @@ std::vector<CaseSpec> sanitize_cases() {
   s.alibi = AlibiKind::per_batch;
   add(s, DType::bf16);
   add(decode_case("decode_paged1_d96_chunk20_append20", 1, 20, 20, {30, 0}, 4, 2, 96), DType::f16);
+  add(decode_case("decode_paged8_d128_row_per_page", 8, 1, 1, {37, 0, 140}, 8, 2, 128), DType::f16);
   s = decode_case("decode_paged16_d256_unchecked", 16, 2, 1, {40, 0, 17}, 4, 2, 256);
   s.options.check_index_contents = false;
   add(s, DType::bf16);
