@@ -10,6 +10,7 @@
 #include "common/cuda_check.hpp"
 #include "common/dependent_launch.cuh"
 #include "common/scratch.hpp"
+#include "common/score_mask.cuh"
 #include "common/tensor_core.cuh"
 #include "problem.hpp"
 
@@ -88,8 +89,7 @@ __global__ void __launch_bounds__(kCombineWarps * 32) combine_splits_kernel(cons
     s_weight[lane] = weight[0] * inv_total;
     s_weight[lane + 32] = weight[1] * inv_total;
     if (lane == 0 && p.lse != nullptr) {
-      p.lse[static_cast<std::int64_t>(b) * p.lse_batch_stride + static_cast<std::int64_t>(h) * p.lse_head_stride +
-            static_cast<std::int64_t>(q_start + i) * p.lse_row_stride] =
+      p.lse[lse_offset(p, b, q_start, i, h)] =
           max_lse == -INFINITY ? -INFINITY : max_lse + logf(total);
     }
   }
@@ -123,8 +123,7 @@ __global__ void __launch_bounds__(kCombineWarps * 32) combine_splits_kernel(cons
   }
   __syncthreads();
 
-  T* out = static_cast<T*>(p.out) + static_cast<std::int64_t>(b) * p.out_strides.batch +
-           static_cast<std::int64_t>(q_start + i) * p.out_strides.row + static_cast<std::int64_t>(h) * p.out_strides.head;
+  T* out = static_cast<T*>(p.out) + row_offset(p.out_strides, b, q_start, i, h);
   for (int q = threadIdx.x; q < quads; q += kCombineWarps * 32) {
     float4 acc = s_sum[0][q];
 #pragma unroll
@@ -170,16 +169,14 @@ __global__ void __launch_bounds__(kRowsPerCta * 32) combine_splits_warp_kernel(c
   for (int offset = 16; offset > 0; offset /= 2) total += __shfl_xor_sync(0xffffffffu, total, offset);
   weight = max_lse == -INFINITY ? 0.0f : weight / total;
   if (lane == 0 && p.lse != nullptr) {
-    p.lse[static_cast<std::int64_t>(b) * p.lse_batch_stride + static_cast<std::int64_t>(h) * p.lse_head_stride +
-          static_cast<std::int64_t>(q_start + i) * p.lse_row_stride] =
+    p.lse[lse_offset(p, b, q_start, i, h)] =
         max_lse == -INFINITY ? -INFINITY : max_lse + logf(total);
   }
 
   const int quads = p.head_dim / 4;
   const float* partial = p.out_partial + row * p.head_dim;
   const std::int64_t split_stride = rows * p.head_dim;
-  T* out = static_cast<T*>(p.out) + static_cast<std::int64_t>(b) * p.out_strides.batch +
-           static_cast<std::int64_t>(q_start + i) * p.out_strides.row + static_cast<std::int64_t>(h) * p.out_strides.head;
+  T* out = static_cast<T*>(p.out) + row_offset(p.out_strides, b, q_start, i, h);
 #pragma unroll
   for (int q0 = 0; q0 < kMaxCombineDim / 4; q0 += 32) {
     const int q = q0 + lane;

@@ -73,7 +73,7 @@ class DecodeKvLoader {
 
   // Call before the first load: starts reading tile `first`'s block-table entries.
   __device__ __forceinline__ void start(int first) {
-    if (pages_ != nullptr && its_per_page_ > 0) next_page_ = lane_entry(first);
+    if (reads_ahead()) next_page_ = lane_entry(first);
   }
 
   // K and V rows [tile * BN, tile * BN + BN) into one stage; rows at or past
@@ -81,29 +81,35 @@ class DecodeKvLoader {
   __device__ __forceinline__ void load(T* sK, T* sV, int tile, int k_len) {
     const int n0 = tile * C::BN;
     if constexpr (kByColumn) {
-      if (its_per_page_ > 0 && n0 + C::BN <= k_len) {
-        if (pages_ == nullptr) {
-          issue<kRows, false>(sK, sV, n0, 0);
-          return;
+      if (its_per_page_ > 0) {
+        // Paged: this tile's entries were read during the previous load; read the next tile's.
+        int page = 0;
+        if (reads_ahead()) {
+          page = next_page_;
+          next_page_ = lane_entry(tile + 1);
         }
-        const int page = next_page_;
-        next_page_ = lane_entry(tile + 1);
-        // Checked here, a tile after its load was issued, so that no warp
-        // waits on it; lanes past the tile's pages do not count.
-        const int lane = threadIdx.x % 32;
-        const bool inside = cache_page_inside(p_.cache, page);
-        if (__all_sync(0xffffffffu, inside || lane * page_keys_ >= C::BN)) {
-          issue_paged<kRows>(sK, sV, n0, page);
-          return;
+        if (n0 + C::BN <= k_len) {
+          if (pages_ == nullptr) {
+            issue<kRows, false>(sK, sV, n0, 0);
+            return;
+          }
+          // Checked only now, so that no warp waited on the entries' load;
+          // lanes past the tile's pages do not count.
+          const int lane = threadIdx.x % 32;
+          if (__all_sync(0xffffffffu, cache_page_inside(p_.cache, page) || lane * page_keys_ >= C::BN)) {
+            issue_paged<kRows>(sK, sV, n0, page);
+            return;
+          }
         }
-      } else if (pages_ != nullptr && its_per_page_ > 0) {
-        next_page_ = lane_entry(tile + 1);
       }
     }
     load_rows(sK, sV, n0, k_len);
   }
 
  private:
+  // Paged, page at a time: block-table entries are read a tile ahead.
+  __device__ __forceinline__ bool reads_ahead() const { return pages_ != nullptr && its_per_page_ > 0; }
+
   // Lane l's block-table entry for the l-th page of `tile`, unchecked (-1:
   // no such page in the tile, or past the cache's capacity).
   __device__ __forceinline__ int lane_entry(int tile) const {

@@ -85,7 +85,7 @@ __device__ __forceinline__ void load_q_rows(typename C::Element* sQ, const Forwa
 template <class C, bool Transformed>
 __global__ void __launch_bounds__(C::kThreads) flash_decode_kernel(const ForwardParams p) {
   using T = typename C::Element;
-  extern __shared__ __align__(1024) unsigned char smem_raw[];  // rows of 2^n bytes: see k_address
+  extern __shared__ __align__(1024) unsigned char smem_raw[];  // rows of 2^n bytes: see tile_address
   T* sQ = reinterpret_cast<T*>(smem_raw);
   T* sStages = sQ + C::BM * C::kPitch;
   float* sRowMax = reinterpret_cast<float*>(sStages + C::STAGES * C::kStageElems);  // [NW][BM], base 2
@@ -181,15 +181,10 @@ __global__ void __launch_bounds__(C::kThreads) flash_decode_kernel(const Forward
     constexpr bool kXorSteps = (kRowBytes & (kRowBytes - 1)) == 0 && kRowBytes >= 16 * (C::D / 8);
     static_assert(!kXorSteps || (C::kStageElems * sizeof(T)) % kRowBytes == 0, "stages start on a row");
     const std::uint32_t stage_base = smem_address(sStages) + warp * C::KW * kRowBytes;
-    auto k_address = [&](std::uint32_t sK, int np, int ks) -> std::uint32_t {
-      const int row = np * 16 + lane % 8 + (lane / 16) * 8, h = (lane / 8) % 2;
-      if constexpr (kXorSteps) return (sK + C::Rows::offset(row, h) * sizeof(T)) ^ (ks << 5);
-      return sK + C::Rows::offset(row, ks * 2 + h) * sizeof(T);
-    };
-    auto v_address = [&](std::uint32_t sV, int kk, int dp) -> std::uint32_t {
-      const int row = kk * 16 + lane % 8 + ((lane / 8) % 2) * 8, h = lane / 16;
-      if constexpr (kXorSteps) return (sV + C::Rows::offset(row, h) * sizeof(T)) ^ (dp << 5);
-      return sV + C::Rows::offset(row, dp * 2 + h) * sizeof(T);
+    // Lane's row `row` of the tile at `base`, at chunk 2s + h.
+    auto tile_address = [&](std::uint32_t base, int row, int h, int s) -> std::uint32_t {
+      if constexpr (kXorSteps) return (base + C::Rows::offset(row, h) * sizeof(T)) ^ (s << 5);
+      return base + C::Rows::offset(row, s * 2 + h) * sizeof(T);
     };
 
     for (int tile = t_lo; tile < t_hi; ++tile) {
@@ -229,7 +224,7 @@ __global__ void __launch_bounds__(C::kThreads) flash_decode_kernel(const Forward
 #pragma unroll
         for (int np = 0; np < C::NT / 2; ++np) {
           std::uint32_t kb[4];
-          ldmatrix_x4(kb, k_address(sK, np, ks));
+          ldmatrix_x4(kb, tile_address(sK, np * 16 + lane % 8 + (lane / 16) * 8, (lane / 8) % 2, ks));
           const std::uint32_t b0[2] = {kb[0], kb[1]};
           const std::uint32_t b1[2] = {kb[2], kb[3]};
 #pragma unroll
@@ -307,7 +302,7 @@ __global__ void __launch_bounds__(C::kThreads) flash_decode_kernel(const Forward
 #pragma unroll
         for (int dp = 0; dp < C::DT / 2; ++dp) {
           std::uint32_t vb[4];
-          ldmatrix_x4_trans(vb, v_address(sV, kk, dp));
+          ldmatrix_x4_trans(vb, tile_address(sV, kk * 16 + lane % 8 + ((lane / 8) % 2) * 8, lane / 16, dp));
           const std::uint32_t b0[2] = {vb[0], vb[1]};
           const std::uint32_t b1[2] = {vb[2], vb[3]};
 #pragma unroll
