@@ -5,8 +5,9 @@
 // (group x q_len from 1 to 64 query rows per kv head: one or several row
 // blocks), speculative decode (q_len 4..16 with as many keys appended),
 // chunked prefill, long single-sequence caches that take split-KV, the score
-// options, every head dim, and calls whose indices are read on the device
-// only (check_index_contents off). No dtype yet: the suites give them theirs.
+// options, every head dim, calls whose indices are read on the device only
+// (check_index_contents off), and both CTA shapes of the kernel (per kv head
+// and wide). No dtype yet: the suites give them theirs.
 #pragma once
 
 #include <string>
@@ -89,6 +90,30 @@ inline std::vector<CaseSpec> decode_cases() {
   s = decode_case("paged64_no_lse_bhsd", 64, 1, 1, {300, 0, 1000}, 8, 2, 128);
   s.with_lse = false;
   s.bhsd = true;
+  add(s);
+  // The wide CTA (a warp per kv head, 8 heads at D=64/128, 4 at D=256, 16-key
+  // tiles; up to 16 query rows per kv head): length edges, two head blocks
+  // per sequence (16 kv heads), the 16-row limit (q_len 4 x group 4; q_len 5
+  // takes the per-head kernel), long splits with score options, pages from
+  // one row (row by row) to 256, and unchecked indices.
+  for (int page : {0, 1, 4, 16, 64, 256}) {
+    const std::string p = page == 0 ? "contiguous" : "paged" + std::to_string(page);
+    add(decode_case("wide_" + p + "_lengths_edges", page, 1, 1, {0, 1, 15, 16, 17, 63, 64, 65, 257}, 16, 8, 128));
+  }
+  add(decode_case("wide_paged16_hk16_gqa2", 16, 1, 1, {300, 17, 1000}, 32, 16, 128));
+  add(decode_case("wide_paged16_spec4_rows16", 16, 4, 4, {300, 0, 700}, 32, 8, 128));
+  add(decode_case("wide_limit_paged16_spec5_rows20", 16, 5, 5, {300, 0, 700}, 32, 8, 128));
+  add(decode_case("wide_paged16_long_b1_split", 16, 1, 1, {5000}, 32, 8, 128));
+  add(decode_case("wide_paged16_d64", 16, 2, 1, {300, 0, 1000}, 16, 8, 64));
+  add(decode_case("wide_paged16_d256", 16, 1, 1, {300, 0, 1000}, 8, 4, 256));
+  add(decode_case("wide_contiguous_d256_long_split", 0, 1, 0, {4000}, 8, 4, 256));
+  s = decode_case("wide_paged64_long_window_softcap_alibi", 64, 1, 1, {3000, 40}, 16, 8, 128);
+  s.options.window_left = 700;
+  s.options.softcap = 3.0f;
+  s.alibi = AlibiKind::per_head;
+  add(s);
+  s = decode_case("wide_paged16_unchecked_indices", 16, 2, 2, {3000, 0, 65}, 16, 8, 128);
+  s.options.check_index_contents = false;
   add(s);
   return cases;
 }

@@ -22,6 +22,25 @@ TEST(DecodePlan, EveryShapeFitsAnA100Block) {
     }
 }
 
+// The wide CTA: a warp per head, its heads' rows of a key fill 1-2 KiB, and
+// it fits an A100 block too.
+TEST(DecodePlan, WideShapes) {
+  for (int d : kHeadDims) {
+    const int heads = decode_wide_heads(d);
+    if (heads == 0) continue;
+    SCOPED_TRACE("head_dim " + std::to_string(d));
+    const DecodeShape shape = decode_shape(d, true);
+    EXPECT_EQ(shape.warps, heads);
+    EXPECT_EQ(shape.block_n, 16);  // the k extent of one P V mma per warp
+    EXPECT_GE(heads * d * 2, 1024);
+    EXPECT_LE(heads * d * 2, 2048);
+    EXPECT_LE(decode_smem_bytes(d, 1, 2, true), kA100OptInBytes);
+  }
+  EXPECT_EQ(decode_wide_heads(96), 0);  // 12 chunks per row do not tile the CTA
+  EXPECT_EQ(decode_shape(128, false).heads, 1);
+  EXPECT_EQ(decode_shape(128, false).block_n, 64);
+}
+
 // Two CTAs per H100 SM up to D=128 (more loads in flight, overlapping prologues).
 TEST(DecodePlan, TwoCtasPerH100SmUpToD128) {
   for (int d : {32, 64, 96, 128})
@@ -48,7 +67,18 @@ TEST(DecodePlan, SplitsOnIssueShapes) {
   EXPECT_EQ(decode_splits(64 * 8, kSlots, tiles(4096)), 1);     // B=64
   EXPECT_EQ(decode_splits(1 * 8, kSlots, tiles(1024)), 8);      // short cache: two tiles per split
   EXPECT_EQ(decode_splits(1 * 8, kSlots, tiles(0)), 1);         // empty caches
-  EXPECT_EQ(decode_splits(1, 4 * 132, tiles(1 << 20)), 64);     // capped at 64
+  EXPECT_EQ(decode_splits(1, 4 * 132, tiles(1 << 20)), 256);    // capped at 256
+}
+
+// Wide (D=128): one CTA per SM, a CTA per (sequence, 8 kv heads), 16-key tiles.
+TEST(DecodePlan, WideSplitsOnIssueShapes) {
+  constexpr long long kSlots = 132;
+  const auto tiles = [](long long kv_len) { return (kv_len + 15) / 16 + 1; };
+  EXPECT_EQ(decode_splits(1, kSlots, tiles(4096)), 128);     // B=1, 32/8, 4k: 132 by slots, 128 by tiles
+  EXPECT_EQ(decode_splits(1, kSlots, tiles(131072)), 132);   // one wave
+  EXPECT_EQ(decode_splits(8, kSlots, tiles(4096)), 16);      // B=8, 32/8
+  EXPECT_EQ(decode_splits(64, kSlots, tiles(4096)), 2);      // B=64
+  EXPECT_EQ(decode_splits(128, kSlots, tiles(4096)), 1);     // B=128 fills the slots
 }
 
 TEST(DecodePlan, SplitsNeverShrinkAsTheCacheGrows) {

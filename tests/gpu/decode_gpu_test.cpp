@@ -11,6 +11,8 @@
 #include <gtest/gtest.h>
 
 #include <algorithm>
+#include <cstdlib>
+#include <optional>
 #include <ostream>
 #include <string>
 #include <vector>
@@ -60,10 +62,53 @@ INSTANTIATE_TEST_SUITE_P(KvCache, CudaDecode, ::testing::ValuesIn(shared_kv_case
 INSTANTIATE_TEST_SUITE_P(Decode, CudaDecode, ::testing::ValuesIn(for_gpu_dtypes(decode_cases(), kHalfDtypes)),
                          CaseSpecName());
 
+// CUFLASH_DECODE_CTA for one scope: the kernel's CTA shape, which its rule
+// picks by grid size (the wide CTA only for grids that fill the GPU), forced
+// so that small cases run either shape.
+class ScopedDecodeCta {
+ public:
+  explicit ScopedDecodeCta(const char* shape) {
+    const char* old = std::getenv(kName);
+    had_ = old != nullptr;
+    if (had_) old_ = old;
+    setenv(kName, shape, 1);
+  }
+  ~ScopedDecodeCta() {
+    if (had_) setenv(kName, old_.c_str(), 1);
+    else unsetenv(kName);
+  }
+
+ private:
+  static constexpr const char* kName = "CUFLASH_DECODE_CTA";
+  bool had_ = false;
+  std::string old_;
+};
+
+// The wide CTA on every decode case it can take (rows of one m16 tile, its
+// heads dividing the kv heads; the others run the per-head CTA, as the
+// knob only applies where the wide one can run).
+class CudaDecodeWide : public ::testing::TestWithParam<CaseSpec> {};
+
+TEST_P(CudaDecodeWide, MatchesOracleOrRefused) {
+  SKIP_WITHOUT_GPU();
+  ScopedDecodeCta wide("wide");
+  check_cuda_kv_case(GetParam());
+}
+
+std::vector<CaseSpec> wide_decode_cases() {
+  std::vector<CaseSpec> cases;
+  for (CaseSpec& s : decode_cases())
+    if (s.label.rfind("wide_", 0) == 0) cases.push_back(std::move(s));
+  return for_gpu_dtypes(cases, kHalfDtypes);
+}
+
+INSTANTIATE_TEST_SUITE_P(Decode, CudaDecodeWide, ::testing::ValuesIn(wide_decode_cases()), CaseSpecName());
+
 // The compute-sanitizer subset: the decode kernel in each of its shapes
 // (one and two m-tiles, split and unsplit, plain and transformed scores, the
 // loader's page-at-a-time paths from one page per tile to one per row, its
-// row-by-row path of head dim 96), the append, the combine; small caches.
+// row-by-row path of head dim 96, the wide CTA), the append, the combine;
+// small caches.
 std::vector<CaseSpec> sanitize_cases() {
   std::vector<CaseSpec> cases;
   auto add = [&](CaseSpec s, DType dtype) {
@@ -87,6 +132,24 @@ std::vector<CaseSpec> sanitize_cases() {
 
 INSTANTIATE_TEST_SUITE_P(Sanitize, CudaDecode, ::testing::ValuesIn(sanitize_cases()), CaseSpecName());
 
+// ... and the wide CTA: split with a page per tile, row by row (page 1),
+// D=256 with unchecked indices.
+std::vector<CaseSpec> sanitize_wide_cases() {
+  std::vector<CaseSpec> cases;
+  auto add = [&](CaseSpec s, DType dtype) {
+    s.dtype = dtype;
+    cases.push_back(std::move(s));
+  };
+  add(decode_case("decode_wide_paged16_split", 16, 1, 1, {1500, 0, 33}, 32, 8, 128), DType::bf16);
+  add(decode_case("decode_wide_paged1_d64", 1, 2, 1, {40, 0, 17}, 16, 8, 64), DType::f16);
+  CaseSpec s = decode_case("decode_wide_paged16_d256_unchecked", 16, 1, 1, {40, 0, 17}, 8, 4, 256);
+  s.options.check_index_contents = false;
+  add(s, DType::bf16);
+  return cases;
+}
+
+INSTANTIATE_TEST_SUITE_P(SanitizeWide, CudaDecodeWide, ::testing::ValuesIn(sanitize_wide_cases()), CaseSpecName());
+
 // ----- paged and contiguous: the same bits ------------------------------------------------
 
 struct LayoutCase {
@@ -95,19 +158,24 @@ struct LayoutCase {
   int page_size;
   int q_len, new_len;
   std::vector<int> cached;
+  int heads_q = 8, heads_kv = 2;
+  const char* cta = nullptr;  // CUFLASH_DECODE_CTA for both calls, if set
 };
 
 void PrintTo(const LayoutCase& c, std::ostream* os) { *os << c.label; }
 
 class CudaDecodePagedVsContiguous : public ::testing::TestWithParam<LayoutCase> {};
 
-// Tiles sit at multiples of 64 keys whatever the page size, and the split
-// count depends on lengths, not on the layout: the two calls must agree bit for bit.
+// Tiles sit at multiples of 64 keys (16 for the wide CTA) whatever the page
+// size, and the CTA shape and split count depend on shapes and lengths, not
+// on the layout: the two calls must agree bit for bit.
 TEST_P(CudaDecodePagedVsContiguous, SameBits) {
   SKIP_WITHOUT_GPU();
   CUFLASH_TEST_RNG(rng);
   const LayoutCase& l = GetParam();
-  CaseSpec contiguous_spec = decode_case(l.label + "_contiguous", 0, l.q_len, l.new_len, l.cached, 8, 2, 128);
+  std::optional<ScopedDecodeCta> cta;
+  if (l.cta != nullptr) cta.emplace(l.cta);
+  CaseSpec contiguous_spec = decode_case(l.label + "_contiguous", 0, l.q_len, l.new_len, l.cached, l.heads_q, l.heads_kv, 128);
   contiguous_spec.dtype = l.dtype;
   contiguous_spec.alibi = AlibiKind::per_head;
   CaseSpec paged_spec = contiguous_spec;
@@ -134,7 +202,9 @@ INSTANTIATE_TEST_SUITE_P(
     ::testing::Values(LayoutCase{"page16_decode_append1", DType::bf16, 16, 1, 1, {300, 0, 1000, 64}},
                       LayoutCase{"page64_spec4_append4", DType::f16, 64, 4, 4, {300, 0, 1000, 63}},
                       LayoutCase{"page256_long_split", DType::bf16, 256, 1, 1, {5000}},
-                      LayoutCase{"page32_chunk40", DType::f16, 32, 40, 40, {100, 7}}),
+                      LayoutCase{"page32_chunk40", DType::f16, 32, 40, 40, {100, 7}},
+                      LayoutCase{"wide_page16_decode", DType::bf16, 16, 1, 1, {300, 0, 1000, 64}, 32, 8, "wide"},
+                      LayoutCase{"wide_page64_long_split", DType::f16, 64, 1, 1, {5000}, 32, 8, "wide"}),
     [](const ::testing::TestParamInfo<LayoutCase>& info) { return info.param.label; });
 
 // ----- the append writes exactly its slots ------------------------------------------------

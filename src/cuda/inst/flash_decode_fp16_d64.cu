@@ -2,5 +2,5 @@
 #include "sm80/flash_decode_launch.cuh"
 
 namespace cuflash::detail::sm80 {
-template Status launch_flash_decode<__half, 64>(const ForwardParams&, int, cudaStream_t);
+template Status launch_flash_decode<__half, 64>(const ForwardParams&, int, bool, cudaStream_t);
 }  // namespace cuflash::detail::sm80

@@ -13,12 +13,15 @@
 #include "common/score_mask.cuh"
 #include "common/tensor_core.cuh"
 #include "problem.hpp"
+#include "sm80/flash_decode_tiles.hpp"
 
 namespace cuflash::detail {
 
 namespace {
 
-constexpr int kMaxCombineSplits = 64;  // two per lane of the first warp
+constexpr int kMaxCombineSplits = sm80::kDecodeMaxSplits;
+constexpr int kSplitsPerLane = kMaxCombineSplits / 32;  // of the first warp
+static_assert(kMaxCombineSplits % 32 == 0, "whole lanes of splits");
 constexpr int kMaxCombineDim = 256;
 constexpr int kCombineWarps = 4;
 
@@ -64,21 +67,22 @@ __global__ void __launch_bounds__(kCombineWarps * 32) combine_splits_kernel(cons
   const int warp = threadIdx.x / 32, lane = threadIdx.x % 32;
 
   if (warp == 0) {
-    float lse_s[2];
+    float lse_s[kSplitsPerLane];
+    float max_lse = -INFINITY;
 #pragma unroll
-    for (int k = 0; k < 2; ++k) {
+    for (int k = 0; k < kSplitsPerLane; ++k) {
       const int s = lane + 32 * k;
       lse_s[k] = s < splits ? p.lse_partial[s * rows + row] : -INFINITY;
+      max_lse = fmaxf(max_lse, lse_s[k]);
     }
-    float max_lse = fmaxf(lse_s[0], lse_s[1]);
 #pragma unroll
     for (int offset = 16; offset > 0; offset /= 2)
       max_lse = fmaxf(max_lse, __shfl_xor_sync(0xffffffffu, max_lse, offset));
-    float weight[2] = {0.0f, 0.0f};
+    float weight[kSplitsPerLane] = {};
     float total = 0.0f;
     if (max_lse != -INFINITY) {
 #pragma unroll
-      for (int k = 0; k < 2; ++k) {
+      for (int k = 0; k < kSplitsPerLane; ++k) {
         weight[k] = expf(lse_s[k] - max_lse);  // 0 for splits that saw no key, and past the splits
         total += weight[k];
       }
@@ -86,8 +90,8 @@ __global__ void __launch_bounds__(kCombineWarps * 32) combine_splits_kernel(cons
 #pragma unroll
     for (int offset = 16; offset > 0; offset /= 2) total += __shfl_xor_sync(0xffffffffu, total, offset);
     const float inv_total = max_lse == -INFINITY ? 0.0f : 1.0f / total;
-    s_weight[lane] = weight[0] * inv_total;
-    s_weight[lane + 32] = weight[1] * inv_total;
+#pragma unroll
+    for (int k = 0; k < kSplitsPerLane; ++k) s_weight[lane + 32 * k] = weight[k] * inv_total;
     if (lane == 0 && p.lse != nullptr) {
       p.lse[lse_offset(p, b, q_start, i, h)] =
           max_lse == -INFINITY ? -INFINITY : max_lse + logf(total);

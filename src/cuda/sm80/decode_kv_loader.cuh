@@ -1,12 +1,11 @@
-// The decode kernel's K/V loader: a CTA's 64-key tiles of one kv head, from a
-// contiguous or paged cache into the kernel's cp.async stages.
+// The decode kernel's K/V loader: a CTA's key tiles of its C::NH kv heads,
+// from a contiguous or paged cache into the kernel's cp.async stages (each
+// head's rows of a tile in turn, K then V).
 //
-// Decode moves every cache byte once, and what bounds a CTA's bandwidth is
-// the rate at which its warps issue instructions (NOTES.md, decode rounds 2
-// and 3), so the loader's job is to issue 16-byte copies with as little
-// integer work between them as it can:
-//  - a thread keeps one 16-byte column of the rows r0, r0 + kRowStep, ...;
-//    its column's address is formed once per CTA;
+// Decode moves every cache byte once; the loader issues 16-byte copies with
+// little integer work between them (NOTES.md, decode rounds 2 and 3):
+//  - a thread keeps one 16-byte column of the keys r0, r0 + kRowStep, ...,
+//    a column of one of the CTA's heads; its address is formed once per CTA;
 //  - a tile is addressed per page, not per row: the rows of a thread that
 //    share a page differ by a pointer step. A contiguous cache is one page
 //    per sequence. Paged caches take this path when a page holds at least
@@ -31,20 +30,25 @@ namespace cuflash::detail::sm80 {
 template <class C>
 class DecodeKvLoader {
   using T = typename C::Element;
-  static constexpr int kChunksPerRow = C::D / 8;
-  // A thread per 16-byte column of kRowStep rows at a time (every head dim
+  static constexpr int kHeadChunks = C::D / 8;               // 16-byte chunks of one head's row
+  static constexpr int kChunksPerKey = C::NH * kHeadChunks;  // ... of the CTA's heads' rows of one key
+  // A thread per 16-byte column of kRowStep keys at a time (every head dim
   // but 96 and 192, whose rows of 12 and 24 chunks do not divide the CTA).
-  static constexpr bool kByColumn = C::kThreads % kChunksPerRow == 0 && C::BN % (C::kThreads / kChunksPerRow) == 0;
-  static constexpr int kRowStep = kByColumn ? C::kThreads / kChunksPerRow : 1;
-  static constexpr int kRows = kByColumn ? C::BN / kRowStep : 0;  // a thread's rows of a tile
+  static constexpr bool kByColumn = C::kThreads % kChunksPerKey == 0 && C::BN % (C::kThreads / kChunksPerKey) == 0;
+  static constexpr int kRowStep = kByColumn ? C::kThreads / kChunksPerKey : 1;
+  static constexpr int kRows = kByColumn ? C::BN / kRowStep : 0;  // a thread's keys of a tile
+
+  // Shared-memory row of key r of head-local head hl in a stage's K (or V) half.
+  static __device__ __forceinline__ int smem_row(int hl, int r) { return hl * C::BN + r; }
 
  public:
-  __device__ __forceinline__ DecodeKvLoader(const ForwardParams& p, int b, int hk) : p_(p), b_(b), hk_(hk) {
+  __device__ __forceinline__ DecodeKvLoader(const ForwardParams& p, int b, int hk0) : p_(p), b_(b), hk0_(hk0) {
     if constexpr (kByColumn) {
       const KvCacheParams& cache = p.cache;
-      const int r0 = threadIdx.x / kChunksPerRow, c = threadIdx.x % kChunksPerRow;
-      std::int64_t k_col = hk * p.k_strides.head + c * 8 + r0 * p.k_strides.row;
-      std::int64_t v_col = hk * p.v_strides.head + c * 8 + r0 * p.v_strides.row;
+      const int r0 = threadIdx.x / kChunksPerKey, hl = threadIdx.x % kChunksPerKey / kHeadChunks;
+      const int c = threadIdx.x % kHeadChunks;
+      std::int64_t k_col = (hk0 + hl) * p.k_strides.head + c * 8 + r0 * p.k_strides.row;
+      std::int64_t v_col = (hk0 + hl) * p.v_strides.head + c * 8 + r0 * p.v_strides.row;
       if (cache.block_table == nullptr) {
         // One page per sequence, its rows at any offset: the tile's first key
         // is its slot.
@@ -135,7 +139,8 @@ class DecodeKvLoader {
   // step per row. Page q of the tile is lane q's `page` (paged).
   template <int kIts, bool kPaged>
   __device__ __forceinline__ void issue(T* sK, T* sV, int n0, int page) {
-    const int r0 = threadIdx.x / kChunksPerRow, c = threadIdx.x % kChunksPerRow;
+    const int r0 = threadIdx.x / kChunksPerKey, hl = threadIdx.x % kChunksPerKey / kHeadChunks;
+    const int c = threadIdx.x % kHeadChunks;
     const std::int64_t slot = n0 & slot_mask_;  // paged with pages < BN: 0
     const char* k_tile = k_col_ + slot * k_slot_bytes_;
     const char* v_tile = v_col_ + slot * v_slot_bytes_;
@@ -151,7 +156,7 @@ class DecodeKvLoader {
       }
 #pragma unroll
       for (int i = 0; i < kIts; ++i) {
-        const int at = C::Rows::offset(r0 + (q * kIts + i) * kRowStep, c);
+        const int at = C::Rows::offset(smem_row(hl, r0 + (q * kIts + i) * kRowStep), c);
         cp_async_16(sK + at, k_row);
         cp_async_16(sV + at, v_row);
         k_row += k_step;
@@ -166,22 +171,22 @@ class DecodeKvLoader {
     const T* k = static_cast<const T*>(p_.k);
     const T* v = static_cast<const T*>(p_.v);
 #pragma unroll
-    for (int idx = threadIdx.x; idx < C::BN * kChunksPerRow; idx += C::kThreads) {
-      const int r = idx / kChunksPerRow, c = idx % kChunksPerRow;
+    for (int idx = threadIdx.x; idx < C::BN * kChunksPerKey; idx += C::kThreads) {
+      const int r = idx / kChunksPerKey, hl = idx % kChunksPerKey / kHeadChunks, c = idx % kHeadChunks;
       const int j = n0 + r;
       const int page = j < k_len ? cache_page(p_.cache, b_, j) : -1;
       const bool valid = page >= 0;
       const int slot = cache_slot(p_.cache, j);
-      const T* k_src = valid ? k + cache_offset(p_.k_strides, page, slot, hk_) + c * 8 : k;
-      const T* v_src = valid ? v + cache_offset(p_.v_strides, page, slot, hk_) + c * 8 : v;
-      const int at = C::Rows::offset(r, c);
+      const T* k_src = valid ? k + cache_offset(p_.k_strides, page, slot, hk0_ + hl) + c * 8 : k;
+      const T* v_src = valid ? v + cache_offset(p_.v_strides, page, slot, hk0_ + hl) + c * 8 : v;
+      const int at = C::Rows::offset(smem_row(hl, r), c);
       cp_async_16(sK + at, k_src, valid);
       cp_async_16(sV + at, v_src, valid);
     }
   }
 
   const ForwardParams& p_;
-  const int b_, hk_;
+  const int b_, hk0_;  // sequence, first kv head
   const char* k_col_ = nullptr;  // this thread's column of its first row (contiguous: of sequence b)
   const char* v_col_ = nullptr;
   std::int64_t k_slot_bytes_ = 0, v_slot_bytes_ = 0;   // from one row (slot) to the next

@@ -7,6 +7,7 @@
 
 #include <algorithm>
 #include <cstdint>
+#include <cstdlib>
 #include <limits>
 #include <string>
 
@@ -23,43 +24,94 @@ namespace cuflash::detail {
 
 namespace sm80 {
 template <typename T, int D>
-Status launch_flash_decode(const ForwardParams& p, int m_tiles, cudaStream_t stream);
+Status launch_flash_decode(const ForwardParams& p, int m_tiles, bool wide, cudaStream_t stream);
 }  // namespace sm80
 
 namespace {
 
 constexpr int kElementBytes = 2;  // f16 / bf16
-constexpr int kMaxGridYz = 65535;       // splits (<= 64) and sequences
+constexpr int kMaxGridYz = 65535;       // splits (<= kDecodeMaxSplits) and sequences
 constexpr long long kMaxGridX = 2147483647;  // kv heads x row blocks
 
-// The grid's shape before splitting: CTAs per (sequence, kv head), and how
-// many of them one SM holds (shared memory is what limits them).
+// The grid's shape before splitting: the CTA shape (per head or wide), CTAs
+// per (sequence, kv heads), and how many of them one SM holds (shared memory
+// is what limits them).
 struct DecodeGrid {
+  bool wide = false;
   int m_tiles = 1;
   int row_blocks = 1;
+  int block_n = sm80::kDecodeBlockN;
   long long ctas = 0;
   int smem_bytes = 0;
 };
 
-DecodeGrid decode_grid(const Problem& problem) {
-  DecodeGrid grid;
-  const int rows = problem.group_size() * problem.max_q_len;
-  grid.m_tiles = sm80::decode_m_tiles(problem.head_dim, rows);
-  grid.row_blocks = (rows + 16 * grid.m_tiles - 1) / (16 * grid.m_tiles);
-  grid.ctas = static_cast<long long>(problem.batch) * problem.heads_kv * grid.row_blocks;
-  grid.smem_bytes = sm80::decode_smem_bytes(problem.head_dim, grid.m_tiles, kElementBytes);
-  return grid;
+// CTAs the GPU holds at once: SMs x CTAs per SM by shared memory; 0 if unknown.
+long long decode_slots(const DeviceInfo& info, int smem_bytes) {
+  if (!info.valid || info.sm_count <= 0) return 0;
+  const int per_sm = info.smem_per_sm > 0 ? std::clamp(info.smem_per_sm / (smem_bytes + 1024), 1, 4) : 1;
+  return static_cast<long long>(info.sm_count) * per_sm;
+}
+
+// The CTA shape asked for by CUFLASH_DECODE_CTA (`wide` or `per_head`, read
+// on every call so that tests can run both); empty: the rule below. Either
+// shape computes the same function.
+std::string decode_cta_override() {
+  const char* value = std::getenv("CUFLASH_DECODE_CTA");
+  return value == nullptr ? std::string() : std::string(value);
+}
+
+// The wide CTA (several kv heads, flash_decode_tiles.hpp) where it can run:
+// its rows fit one m16 tile, its heads divide the kv heads, each key's heads
+// lie side by side in the cache (so that it reads them in one run) and its
+// shared memory fits the GPU; and, unless CUFLASH_DECODE_CTA says otherwise,
+// where its grid fills one or two waves of the GPU at least 90%, unsplit.
+// Measured on an H100 (NOTES.md, decode round 4) against the per-head CTA:
+// +1-2% at D=128 on such grids (B=128 32/8, B=64 32/32), +3.5-5.5% at D=64,
+// +0.3-0.8% at D=256; but -1 to -30% where it would split (B <= 64 at 32/8:
+// 8x fewer CTAs per sequence, so 8x the splits, each with the fixed cost of
+// a CTA that holds a whole SM), -1% over four waves (B=128 32/32), and a
+// grid of a few CTAs past a wave would leave most SMs idle in the last one.
+bool decode_wide(const Problem& problem, int rows) {
+  const int heads = sm80::decode_wide_heads(problem.head_dim);
+  if (heads == 0 || rows > 16 || problem.heads_kv % heads != 0) return false;
+  if (problem.k.strides[2] != problem.head_dim || problem.v.strides[2] != problem.head_dim) return false;
+  const DeviceInfo& info = device_info(problem.device.index);
+  const int smem = sm80::decode_smem_bytes(problem.head_dim, 1, kElementBytes, true);
+  if (!info.valid || smem > info.max_smem_per_block) return false;
+  const std::string forced = decode_cta_override();
+  if (forced == "wide" || forced == "per_head") return forced == "wide";
+  const long long slots = decode_slots(info, smem);
+  const long long ctas = static_cast<long long>(problem.batch) * (problem.heads_kv / heads);
+  if (slots <= 0) return false;
+  const long long waves = (ctas + slots - 1) / slots;
+  return waves <= 2 && ctas * 10 >= waves * slots * 9;  // >= 90% of a wave: no split
 }
 
 // Key tiles one CTA may have to read for caches of up to kv_len keys: all of
 // them, or, with a left window, the window plus the rows' own span.
-long long visible_tiles(const Problem& problem, long long kv_len) {
+long long visible_tiles(const Problem& problem, long long kv_len, int block_n) {
   long long keys = kv_len;
   if (problem.window_left >= 0)
     keys = std::min<long long>(keys, static_cast<long long>(problem.window_left) + problem.max_q_len +
                                          std::max(problem.window_right, 0) + 1);
   // +1: the visible keys need not start on a tile boundary.
-  return (keys + sm80::kDecodeBlockN - 1) / sm80::kDecodeBlockN + 1;
+  return (keys + block_n - 1) / block_n + 1;
+}
+
+// The CTA shape depends on shapes and the device, never on the call's
+// lengths or the cache's layout: paged and contiguous caches, and every
+// call of a decode loop, take the same kernel.
+DecodeGrid decode_grid(const Problem& problem) {
+  DecodeGrid grid;
+  const int rows = problem.group_size() * problem.max_q_len;
+  grid.wide = decode_wide(problem, rows);
+  grid.m_tiles = grid.wide ? 1 : sm80::decode_m_tiles(problem.head_dim, rows);
+  grid.row_blocks = (rows + 16 * grid.m_tiles - 1) / (16 * grid.m_tiles);
+  const sm80::DecodeShape shape = sm80::decode_shape(problem.head_dim, grid.wide);
+  grid.block_n = shape.block_n;
+  grid.ctas = static_cast<long long>(problem.batch) * (problem.heads_kv / shape.heads) * grid.row_blocks;
+  grid.smem_bytes = sm80::decode_smem_bytes(problem.head_dim, grid.m_tiles, kElementBytes, grid.wide);
+  return grid;
 }
 
 // Split-KV when the grid would not fill the GPU (sm80::decode_splits): the
@@ -69,24 +121,23 @@ long long visible_tiles(const Problem& problem, long long kv_len) {
 // combine would cost more than the idle tail saves. Depends on shapes,
 // `kv_len` and the device only.
 int choose_splits(const Problem& problem, long long kv_len) {
-  const DeviceInfo& info = device_info(problem.device.index);
-  if (!info.valid || info.sm_count <= 0) return 1;
   const DecodeGrid grid = decode_grid(problem);
-  const int per_sm = info.smem_per_sm > 0 ? std::clamp(info.smem_per_sm / (grid.smem_bytes + 1024), 1, 4) : 1;
-  const long long slots = static_cast<long long>(info.sm_count) * per_sm;
-  return sm80::decode_splits(grid.ctas, slots, visible_tiles(problem, kv_len));
+  const long long slots = decode_slots(device_info(problem.device.index), grid.smem_bytes);
+  if (slots <= 0) return 1;
+  return sm80::decode_splits(grid.ctas, slots, visible_tiles(problem, kv_len, grid.block_n));
 }
 
 template <typename T>
-Status launch_for_dim(const ForwardParams& p, int head_dim, int m_tiles, cudaStream_t stream) {
+Status launch_for_dim(const ForwardParams& p, int head_dim, const DecodeGrid& grid, cudaStream_t stream) {
   return sm80::with_head_dim(
-      head_dim, [&](auto d) { return sm80::launch_flash_decode<T, decltype(d)::value>(p, m_tiles, stream); },
+      head_dim,
+      [&](auto d) { return sm80::launch_flash_decode<T, decltype(d)::value>(p, grid.m_tiles, grid.wide, stream); },
       [&] { return Status::unsupported("backend cuda: head_dim " + std::to_string(head_dim) + " has no decode kernel"); });
 }
 
 template <typename T>
-Status run_decode(const ForwardParams& p, int head_dim, int m_tiles, cudaStream_t stream) {
-  CUFLASH_TRY(launch_for_dim<T>(p, head_dim, m_tiles, stream));
+Status run_decode(const ForwardParams& p, int head_dim, const DecodeGrid& grid, cudaStream_t stream) {
+  CUFLASH_TRY(launch_for_dim<T>(p, head_dim, grid, stream));
   if (p.num_splits == 1) return {};
   return launch_combine_splits<T>(p, stream);
 }
@@ -158,9 +209,9 @@ Status flash_decode(const Problem& problem, void* workspace, cudaStream_t stream
   ForwardParams p = make_forward_params(problem);
   CUFLASH_TRY(launch_kv_append(p, kElementBytes, stream));
   place_split_partials(p, flash_decode_splits(problem), workspace);
-  const int m_tiles = decode_grid(problem).m_tiles;
-  if (problem.dtype == DType::bf16) return run_decode<__nv_bfloat16>(p, problem.head_dim, m_tiles, stream);
-  return run_decode<__half>(p, problem.head_dim, m_tiles, stream);
+  const DecodeGrid grid = decode_grid(problem);
+  if (problem.dtype == DType::bf16) return run_decode<__nv_bfloat16>(p, problem.head_dim, grid, stream);
+  return run_decode<__half>(p, problem.head_dim, grid, stream);
 }
 
 }  // namespace cuflash::detail

@@ -1,6 +1,6 @@
 // Decode / paged-KV attention on mma.sync (sm80+; the same code runs on sm90).
 //
-// One CTA per (kv head x row block, split, sequence); the kv heads vary
+// One CTA per (kv heads x row block, split, sequence); the kv heads vary
 // fastest, so CTAs that run together read the same keys' rows of
 // neighbouring heads, which share DRAM pages in a [.., slot, Hk, D] cache.
 // A CTA's query rows are the group's query heads x the sequence's queries,
@@ -10,14 +10,16 @@
 //
 // Decode moves every cache byte once and does ~2 FLOP per byte with 4 of 16
 // mma rows doing real work: it is a copy loop. So, unlike the prefill kernel,
-// the four warps split each 64-key tile's keys between them (16 each) rather
-// than the rows, every warp keeps all rows and a private online softmax, and
-// K/V stream through a cp.async pipeline several tiles deep; the warps'
-// partial (max, sum, O) meet once, through shared memory, at the end.
+// warps split the keys rather than the rows, every warp keeps all rows of
+// its head and a private online softmax, and K/V stream through a cp.async
+// pipeline; the partial (max, sum, O) of a head's warps meet once, through
+// shared memory, at the end. Two shapes (flash_decode_tiles.hpp):
+//  - per head: one kv head, four warps taking 16 keys each of a 64-key tile;
+//  - wide: NH kv heads, a warp per head taking all 16 keys of a tile, so the
+//    CTA reads each key's NH x D run of the cache in one piece (page-order
+//    independent bandwidth, NOTES.md decode round 4).
 //
-// Pages: each cache row is found through the block table when its load is
-// issued (common/kv_cache.cuh); a 64-key tile may span several pages
-// (page size < 64) or be part of one (>= 64), either way per-row addressing.
+// Pages: sm80/decode_kv_loader.cuh finds each page through the block table.
 // Split-KV: split s of a sequence takes its share of the key tiles the rows
 // can see and writes a normalized partial (out, lse) for combine_splits.
 #pragma once
@@ -35,26 +37,34 @@
 
 namespace cuflash::detail::sm80 {
 
-template <typename T, int D_, int MT_>
+// Wide: the CTA reads decode_wide_heads(D) kv heads, a warp each
+// (flash_decode_tiles.hpp); otherwise one kv head, four warps.
+template <typename T, int D_, int MT_, bool Wide = false>
 struct DecodeConfig {
   using Element = T;
   static constexpr int D = D_, MT = MT_;
-  static constexpr int NW = kDecodeWarps, kThreads = NW * 32;
-  static constexpr int BN = kDecodeBlockN;
-  static constexpr int KW = BN / NW;  // keys of a tile per warp
-  static constexpr int STAGES = decode_tile(D).stages;
-  static constexpr int BM = 16 * MT;  // query rows per CTA
+  static constexpr DecodeShape kShape = decode_shape(D, Wide);
+  static constexpr int NH = kShape.heads;  // kv heads per CTA
+  static constexpr int NW = kShape.warps, kThreads = NW * 32;
+  static constexpr int WH = NW / NH;  // warps per head: they split each tile's keys
+  static constexpr int BN = kShape.block_n;
+  static constexpr int KW = BN / WH;  // keys of a tile per warp
+  static constexpr int STAGES = kShape.stages;
+  static constexpr int BM = 16 * MT;  // query rows per CTA and head
   static constexpr int NT = KW / 8;   // n8 tiles of S per warp
   static constexpr int KQ = D / 16;   // k-steps of Q K^T
   static constexpr int KP = KW / 16;  // k-steps of P V
   static constexpr int DT = D / 8;    // n8 tiles of O
   using Rows = SwizzledRows<D>;       // Q, K and V tiles in shared memory
   static constexpr int kPitch = Rows::kPitch;
-  static constexpr int kStageElems = 2 * BN * kPitch;  // K tile then V tile
+  static constexpr int kHeadTileElems = BN * kPitch;          // one head's K (or V) rows of a tile
+  static constexpr int kStageElems = 2 * NH * kHeadTileElems;  // the heads' K tiles, then their V tiles
   // Epilogue: each warp's scaled O rows as floats, padded by 8 so that the
   // float2 fragment stores of a half-warp hit 32 distinct banks.
   static constexpr int kOutRow = D + 8;
-  static constexpr int kSmemBytes = decode_smem_bytes(D, MT, static_cast<int>(sizeof(T)));
+  static constexpr int kSmemBytes = decode_smem_bytes(D, MT, static_cast<int>(sizeof(T)), Wide);
+  static_assert(NH >= 1 && NW % NH == 0, "whole warps per head");
+  static_assert(!Wide || MT == 1, "the wide variant holds one m16 tile of rows");
   static_assert(KW % 16 == 0, "a warp's keys must fill whole k-steps of P V");
   static_assert(D % 16 == 0, "head_dim must be a multiple of 16");
   static_assert(STAGES >= 2, "the pipeline needs at least two stages");
@@ -62,21 +72,22 @@ struct DecodeConfig {
                 "the epilogue's float rows must fit in the stage buffers they reuse");
 };
 
-// The CTA's BM query rows into shared memory; rows past the group's
-// heads x q_len are zero-filled (computed on, never stored).
+// The CTA's BM query rows of each of its kv heads hk0, hk0 + 1, ... into
+// shared memory (head after head); rows past the group's heads x q_len are
+// zero-filled (computed on, never stored).
 template <class C>
-__device__ __forceinline__ void load_q_rows(typename C::Element* sQ, const ForwardParams& p, int b, int hk, int row0,
+__device__ __forceinline__ void load_q_rows(typename C::Element* sQ, const ForwardParams& p, int b, int hk0, int row0,
                                             int rows_total) {
   using T = typename C::Element;
   constexpr int kChunksPerRow = C::D / 8;
   const T* q = static_cast<const T*>(p.q);
 #pragma unroll
-  for (int idx = threadIdx.x; idx < C::BM * kChunksPerRow; idx += C::kThreads) {
-    const int r = idx / kChunksPerRow, c = idx % kChunksPerRow;
-    const int row = row0 + r;
+  for (int idx = threadIdx.x; idx < C::NH * C::BM * kChunksPerRow; idx += C::kThreads) {
+    const int hr = idx / kChunksPerRow, c = idx % kChunksPerRow;  // hr: head-local x BM + r
+    const int row = row0 + hr % C::BM;
     const bool valid = row < rows_total;
-    const int i = row / p.group, h = hk * p.group + row % p.group;
-    cp_async_16(sQ + C::Rows::offset(r, c), valid ? q + row_offset(p.q_strides, b, 0, i, h) + c * 8 : q, valid);
+    const int i = row / p.group, h = (hk0 + hr / C::BM) * p.group + row % p.group;
+    cp_async_16(sQ + C::Rows::offset(hr, c), valid ? q + row_offset(p.q_strides, b, 0, i, h) + c * 8 : q, valid);
   }
 }
 
@@ -87,7 +98,7 @@ __global__ void __launch_bounds__(C::kThreads) flash_decode_kernel(const Forward
   using T = typename C::Element;
   extern __shared__ __align__(1024) unsigned char smem_raw[];  // rows of 2^n bytes: see tile_address
   T* sQ = reinterpret_cast<T*>(smem_raw);
-  T* sStages = sQ + C::BM * C::kPitch;
+  T* sStages = sQ + C::NH * C::BM * C::kPitch;
   float* sRowMax = reinterpret_cast<float*>(sStages + C::STAGES * C::kStageElems);  // [NW][BM], base 2
   float* sRowSum = sRowMax + C::NW * C::BM;                                         // [NW][BM]
   float* sOut = reinterpret_cast<float*>(sStages);  // [NW][BM][kOutRow], after the last tile
@@ -96,8 +107,9 @@ __global__ void __launch_bounds__(C::kThreads) flash_decode_kernel(const Forward
   // wait there (it reads nothing before this grid has finished).
   allow_dependent_launch();
 
-  const int hk = blockIdx.x % p.heads_kv;
-  const int row0 = static_cast<int>(blockIdx.x / p.heads_kv) * C::BM;
+  const int head_blocks = p.heads_kv / C::NH;  // the host launches wide CTAs only where NH divides heads_kv
+  const int hk0 = static_cast<int>(blockIdx.x % head_blocks) * C::NH;
+  const int row0 = static_cast<int>(blockIdx.x / head_blocks) * C::BM;
   const int split = blockIdx.y;
   const int b = blockIdx.z;
   const int group = p.group;
@@ -108,7 +120,7 @@ __global__ void __launch_bounds__(C::kThreads) flash_decode_kernel(const Forward
   seq.q_len = p.max_q_len;
   seq.k_len = cache_kv_len(p.cache, b);
   // Masks depend on the sequence only; the ALiBi slope, on the head, is per row below.
-  const ScoreRules rules = score_rules(p, seq, b, hk * group);
+  const ScoreRules rules = score_rules(p, seq, b, hk0 * group);
   const int i_first = row0 / group;
   const int i_count = (row0 + rows_here - 1) / group - i_first + 1;
 
@@ -122,6 +134,9 @@ __global__ void __launch_bounds__(C::kThreads) flash_decode_kernel(const Forward
 
   const int tid = threadIdx.x, warp = tid / 32, lane = tid % 32;
   const int g = lane / 4, t4 = lane % 4;
+  // This warp's kv head and its share of each tile's keys.
+  const int head = warp / C::WH, key_part = warp % C::WH;
+  const int hk = hk0 + head;
 
   // The two rows (g, g + 8) of each m16 tile this lane holds: query position,
   // visible keys and (Transformed) ALiBi slope.
@@ -159,14 +174,14 @@ __global__ void __launch_bounds__(C::kThreads) flash_decode_kernel(const Forward
     // Prologue: Q with the first tile, then STAGES - 1 tiles in flight. A
     // group is committed even when it is empty, so that the wait count below
     // is the same in every iteration.
-    DecodeKvLoader<C> loader(p, b, hk);
+    DecodeKvLoader<C> loader(p, b, hk0);
     loader.start(t_lo);
-    load_q_rows<C>(sQ, p, b, hk, row0, rows_total);
+    load_q_rows<C>(sQ, p, b, hk0, row0, rows_total);
 #pragma unroll
     for (int s = 0; s < C::STAGES - 1; ++s) {
       if (t_lo + s < t_hi) {
         T* stage = sStages + s * C::kStageElems;
-        loader.load(stage, stage + C::BN * C::kPitch, t_lo + s, seq.k_len);
+        loader.load(stage, stage + C::NH * C::kHeadTileElems, t_lo + s, seq.k_len);
       }
       cp_async_commit();
     }
@@ -180,7 +195,8 @@ __global__ void __launch_bounds__(C::kThreads) flash_decode_kernel(const Forward
     constexpr std::uint32_t kRowBytes = C::kPitch * sizeof(T);
     constexpr bool kXorSteps = (kRowBytes & (kRowBytes - 1)) == 0 && kRowBytes >= 16 * (C::D / 8);
     static_assert(!kXorSteps || (C::kStageElems * sizeof(T)) % kRowBytes == 0, "stages start on a row");
-    const std::uint32_t stage_base = smem_address(sStages) + warp * C::KW * kRowBytes;
+    const std::uint32_t stage_base = smem_address(sStages) + (head * C::BN + key_part * C::KW) * kRowBytes;
+    const T* sQ_head = sQ + head * C::BM * C::kPitch;
     // Lane's row `row` of the tile at `base`, at chunk 2s + h.
     auto tile_address = [&](std::uint32_t base, int row, int h, int s) -> std::uint32_t {
       if constexpr (kXorSteps) return (base + C::Rows::offset(row, h) * sizeof(T)) ^ (s << 5);
@@ -196,16 +212,16 @@ __global__ void __launch_bounds__(C::kThreads) flash_decode_kernel(const Forward
       __syncthreads();
       if (tile + C::STAGES - 1 < t_hi) {
         T* stage = sStages + ((it + C::STAGES - 1) % C::STAGES) * C::kStageElems;
-        loader.load(stage, stage + C::BN * C::kPitch, tile + C::STAGES - 1, seq.k_len);
+        loader.load(stage, stage + C::NH * C::kHeadTileElems, tile + C::STAGES - 1, seq.k_len);
       }
       cp_async_commit();
       cp_async_wait<C::STAGES - 1>();  // this tile's group (and Q) has landed
       __syncthreads();                 // ... for every thread
 
-      // This warp's 16 keys: a whole number of swizzle periods into the tile.
+      // This warp's keys: a whole number of swizzle periods into the tile.
       const std::uint32_t sK = stage_base + (it % C::STAGES) * (C::kStageElems * sizeof(T));
-      const std::uint32_t sV = sK + C::BN * C::kPitch * sizeof(T);
-      const int n0 = tile * C::BN + warp * C::KW;  // this warp's first key
+      const std::uint32_t sV = sK + C::NH * C::kHeadTileElems * sizeof(T);
+      const int n0 = tile * C::BN + key_part * C::KW;  // this warp's first key
 
       // S = Q K^T over this warp's keys.
       float s[C::MT][C::NT][4];
@@ -220,7 +236,7 @@ __global__ void __launch_bounds__(C::kThreads) flash_decode_kernel(const Forward
         std::uint32_t qa[C::MT][4];
 #pragma unroll
         for (int mt = 0; mt < C::MT; ++mt)
-          ldmatrix_x4(qa[mt], sQ + C::Rows::offset(mt * 16 + lane % 16, ks * 2 + lane / 16));
+          ldmatrix_x4(qa[mt], sQ_head + C::Rows::offset(mt * 16 + lane % 16, ks * 2 + lane / 16));
 #pragma unroll
         for (int np = 0; np < C::NT / 2; ++np) {
           std::uint32_t kb[4];
@@ -332,21 +348,22 @@ __global__ void __launch_bounds__(C::kThreads) flash_decode_kernel(const Forward
     }
   __syncthreads();  // stats visible; every warp is done with the stage buffers
 
-  // The CTA's max and sum of row r over the warps; max -inf: no key seen.
-  auto merged_row = [&](int r, float* m_all, float* l_all) {
+  // Max and sum of head hl's row r over that head's warps; max -inf: no key seen.
+  auto merged_row = [&](int hl, int r, float* m_all, float* l_all) {
     float m = -INFINITY;
 #pragma unroll
-    for (int w = 0; w < C::NW; ++w) m = fmaxf(m, sRowMax[w * C::BM + r]);
+    for (int w = hl * C::WH; w < (hl + 1) * C::WH; ++w) m = fmaxf(m, sRowMax[w * C::BM + r]);
     float l = 0.0f;
     if (m != -INFINITY) {
 #pragma unroll
-      for (int w = 0; w < C::NW; ++w) l += sRowSum[w * C::BM + r] * fast_exp2(sRowMax[w * C::BM + r] - m);
+      for (int w = hl * C::WH; w < (hl + 1) * C::WH; ++w)
+        l += sRowSum[w * C::BM + r] * fast_exp2(sRowMax[w * C::BM + r] - m);
     }
     *m_all = m;
     *l_all = l;
   };
 
-  // Epilogue 2: each warp's O rows, rescaled to the CTA's max and normalized.
+  // Epilogue 2: each warp's O rows, rescaled to its head's max and normalized.
 #pragma unroll
   for (int mt = 0; mt < C::MT; ++mt)
 #pragma unroll
@@ -354,7 +371,7 @@ __global__ void __launch_bounds__(C::kThreads) flash_decode_kernel(const Forward
       const int r = mt * 16 + g + half * 8;
       if (r >= rows_here) continue;
       float m_all, l_all;
-      merged_row(r, &m_all, &l_all);
+      merged_row(head, r, &m_all, &l_all);
       const float own = sRowMax[warp * C::BM + r];
       const float factor = m_all == -INFINITY || l_all == 0.0f ? 0.0f : fast_exp2(own - m_all) / l_all;
       float* dst = sOut + (warp * C::BM + r) * C::kOutRow + 2 * t4;
@@ -365,23 +382,24 @@ __global__ void __launch_bounds__(C::kThreads) flash_decode_kernel(const Forward
     }
   __syncthreads();
 
-  // Epilogue 3: sum over the warps, 4 dims per thread; write out (or this
-  // split's partial) and lse.
+  // Epilogue 3: sum over each head's warps, 4 dims per thread; write out (or
+  // this split's partial) and lse.
   const std::int64_t partial_base = (static_cast<std::int64_t>(split) * p.batch + b) * p.heads_q;
   constexpr int kQuads = C::D / 4;
-  for (int idx = tid; idx < rows_here * kQuads; idx += C::kThreads) {
-    const int r = idx / kQuads, c4 = idx % kQuads;
-    float4 acc = *reinterpret_cast<const float4*>(sOut + r * C::kOutRow + c4 * 4);
+  for (int idx = tid; idx < C::NH * rows_here * kQuads; idx += C::kThreads) {
+    const int hl = idx / (rows_here * kQuads), r = idx / kQuads % rows_here, c4 = idx % kQuads;
+    const float* own = sOut + (hl * C::WH * C::BM + r) * C::kOutRow + c4 * 4;
+    float4 acc = *reinterpret_cast<const float4*>(own);
 #pragma unroll
-    for (int w = 1; w < C::NW; ++w) {
-      const float4 x = *reinterpret_cast<const float4*>(sOut + (w * C::BM + r) * C::kOutRow + c4 * 4);
+    for (int w = 1; w < C::WH; ++w) {
+      const float4 x = *reinterpret_cast<const float4*>(own + w * C::BM * C::kOutRow);
       acc.x += x.x;
       acc.y += x.y;
       acc.z += x.z;
       acc.w += x.w;
     }
     const int row = row0 + r;
-    const int i = row / group, h = hk * group + row % group;
+    const int i = row / group, h = (hk0 + hl) * group + row % group;
     if (p.num_splits > 1) {
       float* dst = p.out_partial + ((partial_base + h) * p.max_q_len + i) * C::D + c4 * 4;
       *reinterpret_cast<float4*>(dst) = acc;
@@ -390,12 +408,13 @@ __global__ void __launch_bounds__(C::kThreads) flash_decode_kernel(const Forward
       *reinterpret_cast<uint2*>(dst) = make_uint2(pack2<T>(acc.x, acc.y), pack2<T>(acc.z, acc.w));
     }
   }
-  for (int r = tid; r < rows_here; r += C::kThreads) {
+  for (int idx = tid; idx < C::NH * rows_here; idx += C::kThreads) {
+    const int hl = idx / rows_here, r = idx % rows_here;
     float m_all, l_all;
-    merged_row(r, &m_all, &l_all);
+    merged_row(hl, r, &m_all, &l_all);
     const float lse = m_all == -INFINITY || l_all == 0.0f ? -INFINITY : (m_all + __log2f(l_all)) * kLn2;
     const int row = row0 + r;
-    const int i = row / group, h = hk * group + row % group;
+    const int i = row / group, h = (hk0 + hl) * group + row % group;
     if (p.num_splits > 1) {
       p.lse_partial[(partial_base + h) * p.max_q_len + i] = lse;
     } else if (p.lse != nullptr) {
