@@ -67,15 +67,17 @@ TEST(DecodePlan, SplitsOnIssueShapes) {
   EXPECT_EQ(decode_splits(64 * 8, kSlots, tiles(4096)), 1);     // B=64
   EXPECT_EQ(decode_splits(1 * 8, kSlots, tiles(1024)), 8);      // short cache: two tiles per split
   EXPECT_EQ(decode_splits(1 * 8, kSlots, tiles(0)), 1);         // empty caches
-  EXPECT_EQ(decode_splits(1, 4 * 132, tiles(1 << 20)), 256);    // capped at 256
+  EXPECT_EQ(decode_splits(1, 4 * 132, tiles(1 << 20)), 64);     // capped at 64
 }
 
-// Wide (D=128): one CTA per SM, a CTA per (sequence, 8 kv heads), 16-key tiles.
+// Wide (D=128): one CTA per SM, a CTA per (sequence, 8 kv heads), 16-key
+// tiles. The host picks it only for grids that need no split; forced
+// (CUFLASH_DECODE_CTA=wide) on small ones, it splits like the per-head CTA.
 TEST(DecodePlan, WideSplitsOnIssueShapes) {
   constexpr long long kSlots = 132;
   const auto tiles = [](long long kv_len) { return (kv_len + 15) / 16 + 1; };
-  EXPECT_EQ(decode_splits(1, kSlots, tiles(4096)), 128);     // B=1, 32/8, 4k: 132 by slots, 128 by tiles
-  EXPECT_EQ(decode_splits(1, kSlots, tiles(131072)), 132);   // one wave
+  EXPECT_EQ(decode_splits(1, kSlots, tiles(4096)), 64);      // B=1, 32/8: 132 by slots, capped
+  EXPECT_EQ(decode_splits(1, kSlots, tiles(80)), 3);         // two tiles per split
   EXPECT_EQ(decode_splits(8, kSlots, tiles(4096)), 16);      // B=8, 32/8
   EXPECT_EQ(decode_splits(64, kSlots, tiles(4096)), 2);      // B=64
   EXPECT_EQ(decode_splits(128, kSlots, tiles(4096)), 1);     // B=128 fills the slots

@@ -87,7 +87,7 @@ constexpr int decode_smem_bytes(int head_dim, int m_tiles, int element_bytes, bo
          2 * shape.warps * 16 * m_tiles * 4;
 }
 
-inline constexpr int kDecodeMaxSplits = 256;  // combine_splits' limit
+inline constexpr int kDecodeMaxSplits = 64;  // combine_splits' limit
 inline constexpr int kDecodeMinTilesPerSplit = 2;
 
 // The split count (flash_decode.cu's choose_splits, here so that the CPU
