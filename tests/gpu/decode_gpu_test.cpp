@@ -109,25 +109,24 @@ INSTANTIATE_TEST_SUITE_P(Decode, CudaDecodeWide, ::testing::ValuesIn(wide_decode
 // loader's page-at-a-time paths from one page per tile to one per row, its
 // row-by-row path of head dim 96, the wide CTA), the append, the combine;
 // small caches.
+CaseSpec in_dtype(CaseSpec s, DType dtype) {
+  s.dtype = dtype;
+  return s;
+}
+
 std::vector<CaseSpec> sanitize_cases() {
-  std::vector<CaseSpec> cases;
-  auto add = [&](CaseSpec s, DType dtype) {
-    s.dtype = dtype;
-    cases.push_back(std::move(s));
-  };
-  add(decode_case("decode_paged16_gqa4_append1", 16, 1, 1, {37, 0, 70}, 8, 2, 128), DType::bf16);
-  add(decode_case("decode_contiguous_spec8_append8_rows32", 0, 8, 8, {37, 0, 70}, 8, 2, 64), DType::f16);
-  CaseSpec s = decode_case("decode_paged64_split_window_softcap_alibi", 64, 1, 1, {2000}, 8, 2, 128);
-  s.options.window_left = 700;
-  s.options.softcap = 3.0f;
-  s.alibi = AlibiKind::per_batch;
-  add(s, DType::bf16);
-  add(decode_case("decode_paged1_d96_chunk20_append20", 1, 20, 20, {30, 0}, 4, 2, 96), DType::f16);
-  add(decode_case("decode_paged8_d128_row_per_page", 8, 1, 1, {37, 0, 140}, 8, 2, 128), DType::f16);
-  s = decode_case("decode_paged16_d256_unchecked", 16, 2, 1, {40, 0, 17}, 4, 2, 256);
-  s.options.check_index_contents = false;
-  add(s, DType::bf16);
-  return cases;
+  CaseSpec options = decode_case("decode_paged64_split_window_softcap_alibi", 64, 1, 1, {2000}, 8, 2, 128);
+  options.options.window_left = 700;
+  options.options.softcap = 3.0f;
+  options.alibi = AlibiKind::per_batch;
+  CaseSpec unchecked = decode_case("decode_paged16_d256_unchecked", 16, 2, 1, {40, 0, 17}, 4, 2, 256);
+  unchecked.options.check_index_contents = false;
+  return {in_dtype(decode_case("decode_paged16_gqa4_append1", 16, 1, 1, {37, 0, 70}, 8, 2, 128), DType::bf16),
+          in_dtype(decode_case("decode_contiguous_spec8_append8_rows32", 0, 8, 8, {37, 0, 70}, 8, 2, 64), DType::f16),
+          in_dtype(options, DType::bf16),
+          in_dtype(decode_case("decode_paged1_d96_chunk20_append20", 1, 20, 20, {30, 0}, 4, 2, 96), DType::f16),
+          in_dtype(decode_case("decode_paged8_d128_row_per_page", 8, 1, 1, {37, 0, 140}, 8, 2, 128), DType::f16),
+          in_dtype(unchecked, DType::bf16)};
 }
 
 INSTANTIATE_TEST_SUITE_P(Sanitize, CudaDecode, ::testing::ValuesIn(sanitize_cases()), CaseSpecName());
@@ -135,17 +134,11 @@ INSTANTIATE_TEST_SUITE_P(Sanitize, CudaDecode, ::testing::ValuesIn(sanitize_case
 // ... and the wide CTA: split with a page per tile, row by row (page 1),
 // D=256 with unchecked indices.
 std::vector<CaseSpec> sanitize_wide_cases() {
-  std::vector<CaseSpec> cases;
-  auto add = [&](CaseSpec s, DType dtype) {
-    s.dtype = dtype;
-    cases.push_back(std::move(s));
-  };
-  add(decode_case("decode_wide_paged16_split", 16, 1, 1, {1500, 0, 33}, 32, 8, 128), DType::bf16);
-  add(decode_case("decode_wide_paged1_d64", 1, 2, 1, {40, 0, 17}, 16, 8, 64), DType::f16);
-  CaseSpec s = decode_case("decode_wide_paged16_d256_unchecked", 16, 1, 1, {40, 0, 17}, 8, 4, 256);
-  s.options.check_index_contents = false;
-  add(s, DType::bf16);
-  return cases;
+  CaseSpec unchecked = decode_case("decode_wide_paged16_d256_unchecked", 16, 1, 1, {40, 0, 17}, 8, 4, 256);
+  unchecked.options.check_index_contents = false;
+  return {in_dtype(decode_case("decode_wide_paged16_split", 16, 1, 1, {1500, 0, 33}, 32, 8, 128), DType::bf16),
+          in_dtype(decode_case("decode_wide_paged1_d64", 1, 2, 1, {40, 0, 17}, 16, 8, 64), DType::f16),
+          in_dtype(unchecked, DType::bf16)};
 }
 
 INSTANTIATE_TEST_SUITE_P(SanitizeWide, CudaDecodeWide, ::testing::ValuesIn(sanitize_wide_cases()), CaseSpecName());
