@@ -38,17 +38,23 @@ class DecodeKvLoader {
   static constexpr int kRowStep = kByColumn ? C::kThreads / kChunksPerKey : 1;
   static constexpr int kRows = kByColumn ? C::BN / kRowStep : 0;  // a thread's keys of a tile
 
-  // Shared-memory row of key r of head-local head hl in a stage's K (or V) half.
-  static __device__ __forceinline__ int smem_row(int hl, int r) { return hl * C::BN + r; }
+  // 16-byte chunk `idx` of a tile (key-major, then head, then column), and
+  // where it goes in a stage's K (or V) half: head h's rows follow head h - 1's.
+  struct Chunk {
+    int key, head, col;  // key of the tile, head-local kv head, 16-byte column of the head's row
+    __device__ __forceinline__ int smem_offset() const { return C::Rows::offset(head * C::BN + key, col); }
+  };
+  static __device__ __forceinline__ Chunk chunk(int idx) {
+    return {idx / kChunksPerKey, idx % kChunksPerKey / kHeadChunks, idx % kHeadChunks};
+  }
 
  public:
   __device__ __forceinline__ DecodeKvLoader(const ForwardParams& p, int b, int hk0) : p_(p), b_(b), hk0_(hk0) {
     if constexpr (kByColumn) {
       const KvCacheParams& cache = p.cache;
-      const int r0 = threadIdx.x / kChunksPerKey, hl = threadIdx.x % kChunksPerKey / kHeadChunks;
-      const int c = threadIdx.x % kHeadChunks;
-      std::int64_t k_col = (hk0 + hl) * p.k_strides.head + c * 8 + r0 * p.k_strides.row;
-      std::int64_t v_col = (hk0 + hl) * p.v_strides.head + c * 8 + r0 * p.v_strides.row;
+      const Chunk own = chunk(threadIdx.x);  // this thread's column, at its first key
+      std::int64_t k_col = (hk0 + own.head) * p.k_strides.head + own.col * 8 + own.key * p.k_strides.row;
+      std::int64_t v_col = (hk0 + own.head) * p.v_strides.head + own.col * 8 + own.key * p.v_strides.row;
       if (cache.block_table == nullptr) {
         // One page per sequence, its rows at any offset: the tile's first key
         // is its slot.
@@ -139,8 +145,7 @@ class DecodeKvLoader {
   // step per row. Page q of the tile is lane q's `page` (paged).
   template <int kIts, bool kPaged>
   __device__ __forceinline__ void issue(T* sK, T* sV, int n0, int page) {
-    const int r0 = threadIdx.x / kChunksPerKey, hl = threadIdx.x % kChunksPerKey / kHeadChunks;
-    const int c = threadIdx.x % kHeadChunks;
+    const Chunk own = chunk(threadIdx.x);
     const std::int64_t slot = n0 & slot_mask_;  // paged with pages < BN: 0
     const char* k_tile = k_col_ + slot * k_slot_bytes_;
     const char* v_tile = v_col_ + slot * v_slot_bytes_;
@@ -156,7 +161,7 @@ class DecodeKvLoader {
       }
 #pragma unroll
       for (int i = 0; i < kIts; ++i) {
-        const int at = C::Rows::offset(smem_row(hl, r0 + (q * kIts + i) * kRowStep), c);
+        const int at = Chunk{own.key + (q * kIts + i) * kRowStep, own.head, own.col}.smem_offset();
         cp_async_16(sK + at, k_row);
         cp_async_16(sV + at, v_row);
         k_row += k_step;
@@ -172,14 +177,14 @@ class DecodeKvLoader {
     const T* v = static_cast<const T*>(p_.v);
 #pragma unroll
     for (int idx = threadIdx.x; idx < C::BN * kChunksPerKey; idx += C::kThreads) {
-      const int r = idx / kChunksPerKey, hl = idx % kChunksPerKey / kHeadChunks, c = idx % kHeadChunks;
-      const int j = n0 + r;
+      const Chunk x = chunk(idx);
+      const int j = n0 + x.key;
       const int page = j < k_len ? cache_page(p_.cache, b_, j) : -1;
       const bool valid = page >= 0;
       const int slot = cache_slot(p_.cache, j);
-      const T* k_src = valid ? k + cache_offset(p_.k_strides, page, slot, hk0_ + hl) + c * 8 : k;
-      const T* v_src = valid ? v + cache_offset(p_.v_strides, page, slot, hk0_ + hl) + c * 8 : v;
-      const int at = C::Rows::offset(smem_row(hl, r), c);
+      const T* k_src = valid ? k + cache_offset(p_.k_strides, page, slot, hk0_ + x.head) + x.col * 8 : k;
+      const T* v_src = valid ? v + cache_offset(p_.v_strides, page, slot, hk0_ + x.head) + x.col * 8 : v;
+      const int at = x.smem_offset();
       cp_async_16(sK + at, k_src, valid);
       cp_async_16(sV + at, v_src, valid);
     }

@@ -34,8 +34,8 @@ constexpr int kMaxGridYz = 65535;       // splits (<= kDecodeMaxSplits) and sequ
 constexpr long long kMaxGridX = 2147483647;  // kv heads x row blocks
 
 // The grid's shape before splitting: the CTA shape (per head or wide), CTAs
-// per (sequence, kv heads), and how many of them one SM holds (shared memory
-// is what limits them).
+// per (sequence, kv heads), and how many CTAs the GPU holds at once (SMs x
+// CTAs per SM by shared memory; 0 if unknown).
 struct DecodeGrid {
   bool wide = false;
   int m_tiles = 1;
@@ -43,13 +43,24 @@ struct DecodeGrid {
   int block_n = sm80::kDecodeBlockN;
   long long ctas = 0;
   int smem_bytes = 0;
+  long long slots = 0;
 };
 
-// CTAs the GPU holds at once: SMs x CTAs per SM by shared memory; 0 if unknown.
-long long decode_slots(const DeviceInfo& info, int smem_bytes) {
-  if (!info.valid || info.sm_count <= 0) return 0;
-  const int per_sm = info.smem_per_sm > 0 ? std::clamp(info.smem_per_sm / (smem_bytes + 1024), 1, 4) : 1;
-  return static_cast<long long>(info.sm_count) * per_sm;
+// The grid of one CTA shape for `rows` query rows per kv head.
+DecodeGrid grid_of_shape(const Problem& problem, const DeviceInfo& info, int rows, bool wide) {
+  DecodeGrid grid;
+  grid.wide = wide;
+  grid.m_tiles = wide ? 1 : sm80::decode_m_tiles(problem.head_dim, rows);
+  grid.row_blocks = (rows + 16 * grid.m_tiles - 1) / (16 * grid.m_tiles);
+  const sm80::DecodeShape shape = sm80::decode_shape(problem.head_dim, wide);
+  grid.block_n = shape.block_n;
+  grid.ctas = static_cast<long long>(problem.batch) * (problem.heads_kv / shape.heads) * grid.row_blocks;
+  grid.smem_bytes = sm80::decode_smem_bytes(problem.head_dim, grid.m_tiles, kElementBytes, wide);
+  if (info.valid && info.sm_count > 0) {
+    const int per_sm = info.smem_per_sm > 0 ? std::clamp(info.smem_per_sm / (grid.smem_bytes + 1024), 1, 4) : 1;
+    grid.slots = static_cast<long long>(info.sm_count) * per_sm;
+  }
+  return grid;
 }
 
 // The CTA shape asked for by CUFLASH_DECODE_CTA (`wide` or `per_head`, read
@@ -60,31 +71,42 @@ std::string decode_cta_override() {
   return value == nullptr ? std::string() : std::string(value);
 }
 
-// The wide CTA (several kv heads, flash_decode_tiles.hpp) where it can run:
-// its rows fit one m16 tile, its heads divide the kv heads, each key's heads
-// lie side by side in the cache (so that it reads them in one run) and its
-// shared memory fits the GPU; and, unless CUFLASH_DECODE_CTA says otherwise,
-// where its grid fills one or two waves of the GPU at least 90%, unsplit.
+// Whether the wide CTA (several kv heads, flash_decode_tiles.hpp) can run:
+// its rows fit one m16 tile, its heads divide the kv heads, and each key's
+// heads lie side by side in the cache (so that it reads them in one run).
+bool wide_can_run(const Problem& problem, int rows) {
+  const int heads = sm80::decode_wide_heads(problem.head_dim);
+  if (heads == 0 || rows > 16 || problem.heads_kv % heads != 0) return false;
+  return problem.k.strides[2] == problem.head_dim && problem.v.strides[2] == problem.head_dim;
+}
+
+// The CTA shape: wide where it can run, its shared memory fits the GPU and,
+// unless CUFLASH_DECODE_CTA says otherwise, its grid fills one or two waves
+// of the GPU at least 90%, unsplit; else per head.
 // Measured on an H100 (NOTES.md, decode round 4) against the per-head CTA:
 // +1-2% at D=128 on such grids (B=128 32/8, B=64 32/32), +3.5-5.5% at D=64,
 // +0.3-0.8% at D=256; but -1 to -30% where it would split (B <= 64 at 32/8:
 // 8x fewer CTAs per sequence, so 8x the splits, each with the fixed cost of
 // a CTA that holds a whole SM), -1% over four waves (B=128 32/32), and a
 // grid of a few CTAs past a wave would leave most SMs idle in the last one.
-bool decode_wide(const Problem& problem, int rows) {
-  const int heads = sm80::decode_wide_heads(problem.head_dim);
-  if (heads == 0 || rows > 16 || problem.heads_kv % heads != 0) return false;
-  if (problem.k.strides[2] != problem.head_dim || problem.v.strides[2] != problem.head_dim) return false;
+// The shape depends on shapes and the device, never on the call's lengths
+// or the cache's layout: paged and contiguous caches, and every call of a
+// decode loop, take the same kernel.
+DecodeGrid decode_grid(const Problem& problem) {
   const DeviceInfo& info = device_info(problem.device.index);
-  const int smem = sm80::decode_smem_bytes(problem.head_dim, 1, kElementBytes, true);
-  if (!info.valid || smem > info.max_smem_per_block) return false;
-  const std::string forced = decode_cta_override();
-  if (forced == "wide" || forced == "per_head") return forced == "wide";
-  const long long slots = decode_slots(info, smem);
-  const long long ctas = static_cast<long long>(problem.batch) * (problem.heads_kv / heads);
-  if (slots <= 0) return false;
-  const long long waves = (ctas + slots - 1) / slots;
-  return waves <= 2 && ctas * 10 >= waves * slots * 9;  // >= 90% of a wave: no split
+  const int rows = problem.group_size() * problem.max_q_len;
+  if (wide_can_run(problem, rows)) {
+    const DecodeGrid wide = grid_of_shape(problem, info, rows, true);
+    if (info.valid && wide.smem_bytes <= info.max_smem_per_block) {
+      const std::string forced = decode_cta_override();
+      if (forced == "wide") return wide;
+      if (forced != "per_head" && wide.slots > 0) {
+        const long long waves = (wide.ctas + wide.slots - 1) / wide.slots;
+        if (waves <= 2 && wide.ctas * 10 >= waves * wide.slots * 9) return wide;  // >= 90% of a wave: no split
+      }
+    }
+  }
+  return grid_of_shape(problem, info, rows, false);
 }
 
 // Key tiles one CTA may have to read for caches of up to kv_len keys: all of
@@ -98,33 +120,15 @@ long long visible_tiles(const Problem& problem, long long kv_len, int block_n) {
   return (keys + block_n - 1) / block_n + 1;
 }
 
-// The CTA shape depends on shapes and the device, never on the call's
-// lengths or the cache's layout: paged and contiguous caches, and every
-// call of a decode loop, take the same kernel.
-DecodeGrid decode_grid(const Problem& problem) {
-  DecodeGrid grid;
-  const int rows = problem.group_size() * problem.max_q_len;
-  grid.wide = decode_wide(problem, rows);
-  grid.m_tiles = grid.wide ? 1 : sm80::decode_m_tiles(problem.head_dim, rows);
-  grid.row_blocks = (rows + 16 * grid.m_tiles - 1) / (16 * grid.m_tiles);
-  const sm80::DecodeShape shape = sm80::decode_shape(problem.head_dim, grid.wide);
-  grid.block_n = shape.block_n;
-  grid.ctas = static_cast<long long>(problem.batch) * (problem.heads_kv / shape.heads) * grid.row_blocks;
-  grid.smem_bytes = sm80::decode_smem_bytes(problem.head_dim, grid.m_tiles, kElementBytes, grid.wide);
-  return grid;
-}
-
 // Split-KV when the grid would not fill the GPU (sm80::decode_splits): the
 // (sequence, kv head, row block) CTAs get split into equal key ranges until
 // there is about one CTA per slot (SMs x CTAs that fit an SM by shared
 // memory). A grid that already fills 80% of the slots runs unsplit: the
 // combine would cost more than the idle tail saves. Depends on shapes,
 // `kv_len` and the device only.
-int choose_splits(const Problem& problem, long long kv_len) {
-  const DecodeGrid grid = decode_grid(problem);
-  const long long slots = decode_slots(device_info(problem.device.index), grid.smem_bytes);
-  if (slots <= 0) return 1;
-  return sm80::decode_splits(grid.ctas, slots, visible_tiles(problem, kv_len, grid.block_n));
+int choose_splits(const Problem& problem, const DecodeGrid& grid, long long kv_len) {
+  if (grid.slots <= 0) return 1;
+  return sm80::decode_splits(grid.ctas, grid.slots, visible_tiles(problem, kv_len, grid.block_n));
 }
 
 template <typename T>
@@ -198,18 +202,20 @@ Status flash_decode_supports(const Problem& problem) {
   return {};
 }
 
-int flash_decode_splits(const Problem& problem) { return choose_splits(problem, problem.max_kv_len); }
+int flash_decode_splits(const Problem& problem) {
+  return choose_splits(problem, decode_grid(problem), problem.max_kv_len);
+}
 
 std::size_t flash_decode_workspace_bytes(const Problem& problem) {
   // choose_splits grows with kv_len, so the capacity's count bounds every call's.
-  return split_partials_bytes(problem, choose_splits(problem, problem.cache_capacity));
+  return split_partials_bytes(problem, choose_splits(problem, decode_grid(problem), problem.cache_capacity));
 }
 
 Status flash_decode(const Problem& problem, void* workspace, cudaStream_t stream) {
   ForwardParams p = make_forward_params(problem);
   CUFLASH_TRY(launch_kv_append(p, kElementBytes, stream));
-  place_split_partials(p, flash_decode_splits(problem), workspace);
   const DecodeGrid grid = decode_grid(problem);
+  place_split_partials(p, choose_splits(problem, grid, problem.max_kv_len), workspace);
   if (problem.dtype == DType::bf16) return run_decode<__nv_bfloat16>(p, problem.head_dim, grid, stream);
   return run_decode<__half>(p, problem.head_dim, grid, stream);
 }
