@@ -202,10 +202,6 @@ Status flash_decode_supports(const Problem& problem) {
   return {};
 }
 
-int flash_decode_splits(const Problem& problem) {
-  return choose_splits(problem, decode_grid(problem), problem.max_kv_len);
-}
-
 std::size_t flash_decode_workspace_bytes(const Problem& problem) {
   // choose_splits grows with kv_len, so the capacity's count bounds every call's.
   return split_partials_bytes(problem, choose_splits(problem, decode_grid(problem), problem.cache_capacity));

@@ -21,7 +21,5 @@ Status flash_decode_supports(const Problem& problem);
 std::size_t flash_decode_workspace_bytes(const Problem& problem);
 // Append (when new_len > 0), then attention, then the split combine; all on `stream`.
 Status flash_decode(const Problem& problem, void* workspace, cudaStream_t stream);
-// The split count this call runs with (exposed for tests and the benchmark notes).
-int flash_decode_splits(const Problem& problem);
 
 }  // namespace cuflash::detail
