@@ -148,16 +148,18 @@ __global__ void __launch_bounds__(C::kThreads, C::MinBlocks) flash_fwd_wgmma_ker
     // ahead. Every iteration commits a group, empty or not, so that "all but
     // the newest Stages - 2 groups have landed" always means g_j.
     const int n_tiles = t_hi - t_lo;
-    auto issue_group = [&](int g) {
-      if (g < n_tiles)
-        load_sw128_tile<C, C::BN>(sK(g % C::Stages), k_base, p.k_strides.row, (t_hi - 1 - g) * C::BN, seq.k_len);
-      if (g >= 1 && g <= n_tiles)
-        load_sw128_tile<C, C::BN>(sV((g - 1) % C::Stages), v_base, p.v_strides.row, (t_hi - g) * C::BN, seq.k_len);
+    auto issue_group = [&](int group) {
+      if (group < n_tiles)
+        load_sw128_tile<C, C::BN>(sK(group % C::Stages), k_base, p.k_strides.row, (t_hi - 1 - group) * C::BN,
+                                  seq.k_len);
+      if (group >= 1 && group <= n_tiles)
+        load_sw128_tile<C, C::BN>(sV((group - 1) % C::Stages), v_base, p.v_strides.row, (t_hi - group) * C::BN,
+                                  seq.k_len);
       cp_async_commit();
     };
     load_sw128_tile<C, C::BM>(sQ, q_base, p.q_strides.row, m0, seq.q_len);
 #pragma unroll
-    for (int g = 0; g < C::Stages - 1; ++g) issue_group(g);
+    for (int group = 0; group < C::Stages - 1; ++group) issue_group(group);
 
     std::uint32_t pa[C::KP][4];  // P_{j-1}, the A operand of the pending P V
     float correction[2] = {1.0f, 1.0f};
