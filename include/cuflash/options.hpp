@@ -38,11 +38,28 @@ struct AttentionOptions {
   Backend backend = Backend::automatic;
 };
 
-// Where and with what scratch memory a call runs.
+// Scratch memory on demand, from the caller's allocator (a framework's caching
+// allocator, say), for calls that give no workspace: a GPU backend asks once
+// per call for the bytes it needs, on the call's stream, and hands the block
+// back with `release` once its kernels are enqueued on that stream (so the
+// allocator may reuse it in stream order, as caching allocators do). allocate
+// returns nullptr when it cannot; the call then fails (cuda_error, "out of memory").
+struct WorkspaceAllocator {
+  void* (*allocate)(std::size_t bytes, void* stream, void* state) = nullptr;
+  void (*release)(void* pointer, void* stream, void* state) = nullptr;
+  void* state = nullptr;
+
+  bool given() const { return allocate != nullptr; }
+};
+
+// Where and with what scratch memory a call runs: `workspace` if given (at
+// least the *_workspace_size bytes), else `allocator` if given, else
+// stream-ordered cudaMallocAsync/cudaFreeAsync.
 struct RunContext {
   void* stream = nullptr;  // cudaStream_t for GPU backends; nullptr = default stream
   void* workspace = nullptr;
   std::size_t workspace_bytes = 0;
+  WorkspaceAllocator allocator;
 };
 
 }  // namespace cuflash

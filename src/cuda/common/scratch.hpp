@@ -1,6 +1,7 @@
-// Scratch memory of a GPU call: the caller's workspace or (when it gives
-// none) stream-ordered memory from the CUDA pool, freed on the same stream
-// after the call's kernels. Shared by the cuda and cudnn backends.
+// Scratch memory of a GPU call: the caller's workspace, else a block from the
+// caller's allocator, else stream-ordered memory from the CUDA pool; the last
+// two go back on the same stream after the call's kernels are enqueued.
+// Shared by the cuda and cudnn backends.
 #pragma once
 
 #include <cuda_runtime_api.h>
@@ -24,7 +25,10 @@ class Scratch {
   Scratch(const Scratch&) = delete;
   Scratch& operator=(const Scratch&) = delete;
   ~Scratch() {
-    if (owned_) (void)cudaFreeAsync(pointer_, stream_);
+    if (from_allocator_.given())
+      from_allocator_.release(pointer_, stream_, from_allocator_.state);
+    else if (owned_)
+      (void)cudaFreeAsync(pointer_, stream_);
   }
 
   // A workspace smaller than `bytes` is the caller's mistake: invalid_argument, nothing written.
@@ -39,6 +43,15 @@ class Scratch {
       pointer_ = context.workspace;
       return {};
     }
+    if (context.allocator.given()) {
+      pointer_ = context.allocator.allocate(bytes, stream, context.allocator.state);
+      if (pointer_ == nullptr)
+        return Status(StatusCode::cuda_error,
+                      "workspace: out of memory: the caller's allocator could not give " + std::to_string(bytes) +
+                          " bytes");
+      if (context.allocator.release != nullptr) from_allocator_ = context.allocator;
+      return {};
+    }
     CUFLASH_TRY(cuda_status(cudaMallocAsync(&pointer_, bytes, stream), "cudaMallocAsync(workspace)"));
     owned_ = true;
     return {};
@@ -48,6 +61,7 @@ class Scratch {
  private:
   void* pointer_ = nullptr;
   bool owned_ = false;
+  WorkspaceAllocator from_allocator_;  // given: pointer_ goes back to it
   cudaStream_t stream_ = nullptr;
 };
 

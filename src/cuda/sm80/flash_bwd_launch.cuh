@@ -10,6 +10,7 @@
 #include <string>
 
 #include "common/cuda_check.hpp"
+#include "common/kernel_attributes.hpp"
 #include "sm80/flash_bwd_kernel.cuh"
 
 namespace cuflash::detail::sm80 {
@@ -47,8 +48,7 @@ Status launch_flash_backward(const BackwardParams& p, int max_smem_per_block, cu
   if (p.max_kv_len > 0) {
     auto kernel = flash_bwd_dkdv_kernel<T, D>;
     const std::size_t smem = Tr::main_smem_bytes(main_stages);
-    CUFLASH_TRY(cuda_status(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, static_cast<int>(smem)),
-                            "cudaFuncSetAttribute(flash_bwd_dkdv_kernel)"));
+    CUFLASH_TRY(allow_dynamic_smem(kernel, smem, "flash_bwd_dkdv_kernel"));
     const dim3 grid(static_cast<unsigned>((p.max_kv_len + Tr::BN - 1) / Tr::BN), static_cast<unsigned>(p.heads_kv),
                     static_cast<unsigned>(p.batch));
     kernel<<<grid, Tr::kThreads, smem, stream>>>(p, main_stages);
@@ -59,8 +59,7 @@ Status launch_flash_backward(const BackwardParams& p, int max_smem_per_block, cu
   if (p.deterministic) {
     auto kernel = flash_bwd_dq_kernel<T, D>;
     const std::size_t smem = Tr::dq_smem_bytes(dq_stages);
-    CUFLASH_TRY(cuda_status(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, static_cast<int>(smem)),
-                            "cudaFuncSetAttribute(flash_bwd_dq_kernel)"));
+    CUFLASH_TRY(allow_dynamic_smem(kernel, smem, "flash_bwd_dq_kernel"));
     const dim3 grid(static_cast<unsigned>((p.max_q_len + Tr::BM - 1) / Tr::BM), static_cast<unsigned>(p.heads_q),
                     static_cast<unsigned>(p.batch));
     kernel<<<grid, Tr::kThreads, smem, stream>>>(p, dq_stages);

@@ -5,6 +5,7 @@
 #include <cuda_runtime_api.h>
 
 #include "common/cuda_check.hpp"
+#include "common/kernel_attributes.hpp"
 #include "sm80/flash_decode_kernel.cuh"
 #include "sm80/flash_decode_tiles.hpp"
 
@@ -15,10 +16,7 @@ Status launch_flash_decode_rows(const ForwardParams& p, cudaStream_t stream) {
   using C = DecodeConfig<T, D, MT, Wide>;
   const bool transformed = p.softcap > 0.0f || p.alibi_slopes != nullptr;
   auto kernel = transformed ? flash_decode_kernel<C, true> : flash_decode_kernel<C, false>;
-  if (C::kSmemBytes > 48 * 1024) {
-    CUFLASH_TRY(cuda_status(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, C::kSmemBytes),
-                            "cudaFuncSetAttribute(flash_decode_kernel)"));
-  }
+  CUFLASH_TRY(allow_dynamic_smem(kernel, C::kSmemBytes, "flash_decode_kernel"));
   const int rows = p.group * p.max_q_len;
   const int row_blocks = (rows + C::BM - 1) / C::BM;
   const dim3 grid(p.heads_kv / C::NH * row_blocks, p.num_splits, p.batch);

@@ -5,6 +5,7 @@
 #include <cuda_runtime_api.h>
 
 #include "common/cuda_check.hpp"
+#include "common/kernel_attributes.hpp"
 #include "sm80/flash_fwd_kernel.cuh"
 #include "sm80/flash_fwd_tiles.hpp"
 
@@ -16,11 +17,7 @@ Status launch_flash_fwd(const ForwardParams& p, cudaStream_t stream) {
   using C = FwdConfig<T, D, tile.block_m, tile.block_n, tile.warps, tile.q_in_regs, tile.min_blocks>;
   const bool transformed = p.softcap > 0.0f || p.alibi_slopes != nullptr;
   auto kernel = transformed ? flash_fwd_kernel<C, true> : flash_fwd_kernel<C, false>;
-  if (C::kSmemBytes > 48 * 1024) {
-    CUFLASH_TRY(cuda_status(
-        cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, C::kSmemBytes),
-        "cudaFuncSetAttribute(flash_fwd_kernel)"));
-  }
+  CUFLASH_TRY(allow_dynamic_smem(kernel, C::kSmemBytes, "flash_fwd_kernel"));
   const dim3 grid((p.max_q_len + C::BM - 1) / C::BM, p.heads_q, p.batch * p.num_splits);
   kernel<<<grid, C::kThreads, C::kSmemBytes, stream>>>(p);
   return launch_status("flash_fwd_kernel");

@@ -5,6 +5,7 @@
 #include <cuda_runtime_api.h>
 
 #include "common/cuda_check.hpp"
+#include "common/kernel_attributes.hpp"
 #include "sm90/flash_fwd_wgmma_kernel.cuh"
 #include "sm90/flash_fwd_wgmma_tiles.hpp"
 
@@ -17,8 +18,7 @@ Status launch_flash_fwd_wgmma(const ForwardParams& p, cudaStream_t stream) {
   using C = WgmmaFwdConfig<T, D, tile.block_n, tile.stages, tile.min_blocks>;
   const bool transformed = p.softcap > 0.0f || p.alibi_slopes != nullptr;
   auto kernel = transformed ? flash_fwd_wgmma_kernel<C, true> : flash_fwd_wgmma_kernel<C, false>;
-  CUFLASH_TRY(cuda_status(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, C::kSmemBytes),
-                          "cudaFuncSetAttribute(flash_fwd_wgmma_kernel)"));
+  CUFLASH_TRY(allow_dynamic_smem(kernel, C::kSmemBytes, "flash_fwd_wgmma_kernel"));
   const dim3 grid((p.max_q_len + C::BM - 1) / C::BM, p.heads_q, p.batch * p.num_splits);
   kernel<<<grid, C::kThreads, C::kSmemBytes, stream>>>(p);
   return launch_status("flash_fwd_wgmma_kernel");
