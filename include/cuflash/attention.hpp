@@ -13,6 +13,12 @@
 //   out like q; lse float32 [B, Hq, q_len] (varlen: [Hq, total_q]), natural log.
 // Hq must be a multiple of Hk (GQA/MQA). A query row with no visible key gets
 // out = 0 and lse = -inf.
+// Empty tensors, as in torch SDPA and flash-attn: every extent but head_dim may
+// be 0 (B, q_len, kv_len, heads, packed rows; cu_seqlens = [0] is a batch of
+// no sequence), and a view without elements may have a null data pointer. A
+// call with no query row writes nothing; rows without keys get out = 0 and
+// lse = -inf; a backward without any (query, key) pair writes dq = dk = dv = 0.
+// Such calls run no kernel and need no workspace (docs/semantics.md, "Empty tensors").
 #pragma once
 
 #include <cstddef>

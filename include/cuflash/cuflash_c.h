@@ -14,7 +14,9 @@
  *            [num_pages, page_size, Hk, D] with block_table i32 [B, max_pages];
  *            seqlens_k i32 [B] = keys already cached; optional k_new/v_new
  *            [B, new_len, Hk, D] appended into the cache at seqlens_k[b].. first.
- * Strides are in elements; the last dimension must be contiguous.
+ * Strides are in elements; the last dimension must be contiguous. Every extent
+ * but head_dim may be 0 (an empty result, as in the C++ API), and a tensor
+ * without elements may have a NULL data pointer.
  *
  * Structs are plain data: zero-initialise them (or call the *_init helpers),
  * then fill what the call needs. A tensor with rank 0 means "not given". */

@@ -13,7 +13,8 @@ namespace cuflash {
 
 struct MergeArgs {
   // out_* [B, S, H, D] (any dtype of f32/f16/bf16, all the same);
-  // lse_* float32 [B, H, S].
+  // lse_* float32 [B, H, S]. B, S or H may be 0 (nothing to merge; views
+  // without elements may have null data); D may not.
   TensorView out_a, lse_a;
   TensorView out_b, lse_b;
   // May be exactly out_a / lse_a (same data and strides) to merge in place;

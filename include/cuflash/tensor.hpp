@@ -33,6 +33,8 @@ struct TensorView {
   std::int64_t shape[kMaxRank] = {};
   std::int64_t strides[kMaxRank] = {};  // in elements, not bytes
 
+  // Not given (rank 0). A given view may still hold no element (an extent
+  // of 0, numel() == 0): that is an empty tensor, not a missing one.
   bool empty() const { return rank == 0; }
   std::int64_t numel() const;
   bool is_contiguous() const;

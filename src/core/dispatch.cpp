@@ -72,6 +72,19 @@ Status choose_backend(Backend requested, const Problem& problem, BackendImpl** c
                 chosen);
 }
 
+Status check_backend_placement(Backend requested, Device device, const char* first_tensor) {
+  BackendImpl* impl = nullptr;
+  if (requested != Backend::automatic) return explicit_backend(requested, device, first_tensor, &impl);
+  if (device.kind == DeviceKind::host) return {};
+  std::string reasons;
+  for (Backend candidate : {Backend::cuda, Backend::cudnn}) {
+    const Status status = explicit_backend(candidate, device, first_tensor, &impl);
+    if (status.ok()) return {};
+    reasons += std::string(reasons.empty() ? "" : "; ") + status.message();
+  }
+  return Status::unsupported("backend auto: no GPU backend runs this call (" + reasons + ")");
+}
+
 Status choose_merge_backend(Backend requested, const MergeProblem& problem, BackendImpl** chosen) {
   // Both GPU backends merge with the same kernel.
   return choose(requested, problem, "out_a", [&](const BackendImpl& impl) { return impl.supports_merge(problem); },

@@ -12,5 +12,10 @@ namespace cuflash::detail {
 
 Status choose_backend(Backend requested, const Problem& problem, BackendImpl** chosen);
 Status choose_merge_backend(Backend requested, const MergeProblem& problem, BackendImpl** chosen);
+// For a call that runs no kernel (empty_calls.hpp): only that the backend asked
+// for is built, usable here and matches where the tensors live (for auto on
+// the GPU: that some GPU backend is), not what its kernels support.
+// `first_tensor` names the tensor whose device decides ("q", "out_a").
+Status check_backend_placement(Backend requested, Device device, const char* first_tensor);
 
 }  // namespace cuflash::detail

@@ -138,16 +138,14 @@ Status check_dims(const TensorView& view, const char* name, std::initializer_lis
   return {};
 }
 
-Status check_nonempty(const TensorView& view, const char* name, const char* dims_doc) {
-  for (int d = 0; d < view.rank; ++d)
-    if (view.shape[d] < 1)
-      return Status::invalid(std::string(name) + ": every dimension of " + dims_doc + " must be >= 1, got shape " +
-                             shape_string(view));
-  return {};
+Status check_head_dim(const TensorView& view, const char* name, const char* dims_doc) {
+  if (view.shape[view.rank - 1] >= 1) return {};
+  return Status::invalid(std::string(name) + ": head_dim (the last dimension of " + dims_doc +
+                         ") must be >= 1 (flash-attn refuses 0 as well), got shape " + shape_string(view));
 }
 
 Status check_no_self_overlap(const TensorView& view, const char* name) {
-  if (nests(byte_dims(view))) return {};
+  if (view.numel() == 0 || nests(byte_dims(view))) return {};
   return Status::invalid(std::string(name) + ": output elements overlap in memory (shape " + shape_string(view) +
                          ", strides " + stride_string(view) + ")");
 }

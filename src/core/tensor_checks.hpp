@@ -32,9 +32,11 @@ Status check_device(const TensorView& view, const char* name, Device expected);
 // Every dimension's extent; `like` says where the expectation comes from ("like q").
 Status check_dims(const TensorView& view, const char* name, std::initializer_list<DimSpec> dims,
                   const char* like);
-// Every extent >= 1.
-Status check_nonempty(const TensorView& view, const char* name, const char* dims_doc);
-// Outputs: no two elements of the view may share memory.
+// The last dimension (head_dim) >= 1. Every other extent may be 0: such a call
+// has an empty result (docs/semantics.md, "Empty tensors").
+Status check_head_dim(const TensorView& view, const char* name, const char* dims_doc);
+// Outputs: no two elements of the view may share memory (a view without
+// elements never does, whatever its strides).
 Status check_no_self_overlap(const TensorView& view, const char* name);
 
 // Whether two views may touch a common byte. Exact for views with the same

@@ -61,20 +61,22 @@ Status check_qkv(const TensorView& q, const TensorView& k, const TensorView& v, 
     return Status::invalid(std::string("q: expected dtype f32, f16 or bf16, got ") + dtype_name(q.dtype));
   if (q.device.kind == DeviceKind::cuda && !built_with_cuda())
     return Status::unsupported("q: is in CUDA memory, but this build of cuflash has no CUDA support");
-  CUFLASH_TRY(check_nonempty(q, "q", q_doc));
+  CUFLASH_TRY(check_head_dim(q, "q", q_doc));
   for (const auto& [name, view] : {std::pair{"k", k}, std::pair{"v", v}}) {
     CUFLASH_TRY(check_given(view, name));
     CUFLASH_TRY(check_layout(view, name, rank, kv_doc, true));
     CUFLASH_TRY(check_dtype(view, name, q.dtype, "same as q"));
     CUFLASH_TRY(check_device(view, name, q.device));
-    CUFLASH_TRY(check_nonempty(view, name, kv_doc));
   }
   const int head_axis = rank - 2;
   const int dim_axis = rank - 1;
   if (k.shape[dim_axis] != q.shape[dim_axis])
     return Status::invalid("k: head_dim (last dim) expected " + str(q.shape[dim_axis]) + " (like q), got " +
                            str(k.shape[dim_axis]));
-  if (q.shape[head_axis] % k.shape[head_axis] != 0)
+  // heads_kv = 0 divides only heads_q = 0 (no heads at all: an empty result).
+  const bool heads_divide = k.shape[head_axis] == 0 ? q.shape[head_axis] == 0
+                                                    : q.shape[head_axis] % k.shape[head_axis] == 0;
+  if (!heads_divide)
     return Status::invalid("k: heads_kv (dim " + str(head_axis) + ") must divide heads_q = " + str(q.shape[head_axis]) +
                            " (GQA/MQA), got " + str(k.shape[head_axis]));
   if (p->layout == Layout::dense && k.shape[0] != q.shape[0])
@@ -172,7 +174,8 @@ Status check_varlen(const VarlenBatch& varlen, const AttentionOptions& options, 
   CUFLASH_TRY(check_index_layout(varlen.cu_seqlens_q, "varlen.cu_seqlens_q", 1, "[batch + 1]", p->device));
   CUFLASH_TRY(check_index_layout(varlen.cu_seqlens_k, "varlen.cu_seqlens_k", 1, "[batch + 1]", p->device));
   const std::int64_t entries = varlen.cu_seqlens_q.shape[0];
-  if (entries < 2) return Status::invalid("varlen.cu_seqlens_q: expected at least 2 entries [batch + 1], got " + str(entries));
+  // One entry, [0], is a batch of no sequences.
+  if (entries < 1) return Status::invalid("varlen.cu_seqlens_q: expected at least 1 entry [batch + 1], got " + str(entries));
   CUFLASH_TRY(check_dims(varlen.cu_seqlens_k, "varlen.cu_seqlens_k", {{"batch + 1", entries}}, "like cu_seqlens_q"));
   if (varlen.max_seqlen_q < 0) return Status::invalid("varlen.max_seqlen_q: expected >= 0, got " + str(varlen.max_seqlen_q));
   if (varlen.max_seqlen_k < 0) return Status::invalid("varlen.max_seqlen_k: expected >= 0, got " + str(varlen.max_seqlen_k));
@@ -198,9 +201,12 @@ Status check_kv_cache_layout(const KvCache& cache, bool forward, Problem* p) {
   if (p->paged) {
     CUFLASH_TRY(check_index_layout(cache.block_table, "kv_cache.block_table", 2, "[batch, max_pages]", p->device));
     CUFLASH_TRY(check_dims(cache.block_table, "kv_cache.block_table", {{"batch", p->batch}, {"max_pages", -1}}, "from q"));
-    if (cache.block_table.shape[1] < 1)
+    if (cache.block_table.shape[1] < 1 && p->batch > 0)
       return Status::invalid("kv_cache.block_table: expected at least one page per sequence, got shape " +
                              shape_string(cache.block_table));
+    if (p->k.shape[1] < 1)
+      return Status::invalid("k: page_size (dim 1 of a paged cache " + std::string(kPagedKv) +
+                             ") must be >= 1, got shape " + shape_string(p->k));
     p->page_size = static_cast<int>(p->k.shape[1]);
     p->num_pages = static_cast<int>(p->k.shape[0]);
     p->max_pages = static_cast<int>(cache.block_table.shape[1]);
@@ -232,7 +238,6 @@ Status check_kv_cache_layout(const KvCache& cache, bool forward, Problem* p) {
     CUFLASH_TRY(check_layout(view, name, 4, kNewKv, true));
     CUFLASH_TRY(check_dtype(view, name, p->dtype, "same as q"));
     CUFLASH_TRY(check_device(view, name, p->device));
-    CUFLASH_TRY(check_nonempty(view, name, kNewKv));
     CUFLASH_TRY(check_dims(view, name, {{"batch", p->batch}, {"new_len", cache.k_new.shape[1]}, {"heads_kv", p->heads_kv},
                                         {"head_dim", p->head_dim}},
                            "from q, k and k_new"));
@@ -457,7 +462,7 @@ Status validate_merge(const MergeArgs& args, MergeProblem* problem) {
     return Status::invalid(std::string("out_a: expected dtype f32, f16 or bf16, got ") + dtype_name(args.out_a.dtype));
   if (args.out_a.device.kind == DeviceKind::cuda && !built_with_cuda())
     return Status::unsupported("out_a: is in CUDA memory, but this build of cuflash has no CUDA support");
-  CUFLASH_TRY(check_nonempty(args.out_a, "out_a", kOutDoc));
+  CUFLASH_TRY(check_head_dim(args.out_a, "out_a", kOutDoc));
   CUFLASH_TRY(check_like(args.out_b, "out_b", args.out_a, "out_a", kOutDoc));
   CUFLASH_TRY(check_like(args.out, "out", args.out_a, "out_a", kOutDoc));
   const TensorView& a = args.out_a;

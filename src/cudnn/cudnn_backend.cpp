@@ -20,6 +20,7 @@
 #include "cudnn_kernels.hpp"
 #include "cudnn_support.hpp"
 #include "device_handle.hpp"
+#include "empty_calls.hpp"
 #include "graph_cache.hpp"
 #include "sdpa_graph.hpp"
 #include "sdpa_plan.hpp"
@@ -45,12 +46,20 @@ bool log_builds() {
 struct Prepared {
   SdpaPlan plan;
   std::shared_ptr<const BuiltGraph> graph;
+  bool keyless = false;  // a forward over no key: no plan, no graph (write_keyless_rows)
 };
 
 // The checks, the plan and the (cached) graph of a call: everything that can
 // refuse it, before anything is written.
 Status prepare(const Problem& problem, Prepared* prepared) {
   CUFLASH_TRY(check_problem(problem));
+  // cuDNN builds no graph over zero keys (dense kv_len 0, varlen without key
+  // rows or with max_seqlen_k 0, a KV cache without capacity), and such a
+  // graph would compute nothing: every query row sees no key.
+  if (problem.pass == Pass::forward && !has_keys(problem)) {
+    prepared->keyless = true;
+    return {};
+  }
   prepared->plan = make_plan(problem);
   DeviceGuard guard(problem.device.index);
   CUFLASH_TRY(guard.status());
@@ -75,6 +84,7 @@ Status prepare(const Problem& problem, Prepared* prepared) {
 }
 
 std::size_t workspace_bytes(const Prepared& prepared) {
+  if (prepared.keyless) return 0;
   return aligned(static_cast<std::size_t>(prepared.graph->workspace_bytes)) + prepared.plan.scratch.bytes;
 }
 
@@ -255,12 +265,28 @@ Status finish_backward(const Problem& p, const SdpaPlan& plan, const DeviceLengt
   return zero_rows_after_sequences(p.dv, p.cu_seqlens_k.data, p.batch, stream);
 }
 
+// A forward over no key: every row of every sequence gets out = 0 and lse =
+// -inf, from the forward fix-up alone (every kv length 0).
+Status write_keyless_rows(const Problem& p, cudaStream_t stream) {
+  ForwardFixArgs fix;
+  fix.rows = q_rows(p);
+  if (p.layout == Layout::varlen) fix.lengths.cu_q = static_cast<const std::int32_t*>(p.cu_seqlens_q.data);
+  fix.lengths.q_len = p.max_q_len;
+  fix.window_right = p.window_right;
+  fix.head_dim = p.head_dim;
+  fix.fix_empty_rows = true;
+  fix.out = rows_of(p.out);
+  if (!p.lse.empty()) fix.lse = lse_rows(p.lse);
+  return launch_forward_fix(fix, stream);
+}
+
 // One call on the caller's stream: index tensors, (backward: stats), the graph, fix-ups.
 Status run(const Problem& p, const Prepared& prepared, const RunContext& context) {
   const SdpaPlan& plan = prepared.plan;
   DeviceGuard guard(p.device.index);
   CUFLASH_TRY(guard.status());
   const auto stream = static_cast<cudaStream_t>(context.stream);
+  if (prepared.keyless) return write_keyless_rows(p, stream);
   Call call(p, prepared);
   CUFLASH_TRY(call.acquire(context, stream));
   const DeviceLengths lengths = lengths_of(p);

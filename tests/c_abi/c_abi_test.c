@@ -1,7 +1,7 @@
 /* The C ABI (include/cuflash/cuflash_c.h) used from C, compiled by a C
  * compiler: dense forward/backward, varlen, a paged KV cache with append,
  * merge_states and errors, each checked against attention computed here in
- * double precision on the CPU backend. */
+ * double precision on the CPU backend, and calls with empty tensors. */
 #include <math.h>
 #include <pthread.h>
 #include <stdio.h>
@@ -353,6 +353,93 @@ static void test_merge_states(void) {
   free(q), free(k), free(v), free(out_a), free(out_b), free(lse_a), free(lse_b), free(out_full), free(lse_full);
 }
 
+/* Empty tensors: NULL data with a zero extent is fine; a batch of no sequence
+ * writes nothing; rows without keys get out = 0 and lse = -inf; a backward
+ * without queries writes dk = dv = 0; the workspace of an empty call is 0. */
+static void test_empty_tensors(void) {
+  enum { B = 2, SQ = 3, SK = 4, H = 2, D = 8 };
+  const int64_t no_batch[4] = {0, SQ, H, D}, no_batch_kv[4] = {0, SK, H, D}, no_batch_lse[3] = {0, H, SQ};
+  const int64_t q_shape[4] = {B, SQ, H, D}, no_keys[4] = {B, 0, H, D}, lse_shape[3] = {B, H, SQ};
+  const int64_t no_queries[4] = {B, 0, H, D}, kv_shape[4] = {B, SK, H, D}, no_queries_lse[3] = {B, H, 0};
+  const int64_t one_entry[1] = {1}, varlen_q[3] = {0, H, D}, no_seqlens[1] = {0}, cache_shape[4] = {0, 16, H, D};
+  const int64_t merge_shape[4] = {0, SQ, H, D};
+  float *q = random_floats(B * SQ * H * D), *k = random_floats(B * SK * H * D), *v = random_floats(B * SK * H * D);
+  float *out = filled_floats(B * SQ * H * D, NAN), *lse = filled_floats(B * H * SQ, NAN);
+  float *dk = filled_floats(B * SK * H * D, NAN), *dv = filled_floats(B * SK * H * D, NAN);
+  int32_t zero = 0;
+  cuflash_forward_args args;
+  cuflash_backward_args bwd;
+  cuflash_merge_args merge;
+  cuflash_tensor cache_q, cache_k, cache_out, seqlens;
+  cuflash_status status;
+  size_t bytes = 123;
+  int i, ok = 1;
+
+  memset(&args, 0, sizeof args);
+  args.q = host_tensor(NULL, CUFLASH_F32, 4, no_batch);
+  args.k = args.v = host_tensor(NULL, CUFLASH_F32, 4, no_batch_kv);
+  args.out = host_tensor(NULL, CUFLASH_F32, 4, no_batch);
+  args.lse = host_tensor(NULL, CUFLASH_F32, 3, no_batch_lse);
+  status = cuflash_forward_workspace_size(&args, NULL, &bytes);
+  CHECK(status == CUFLASH_OK && bytes == 0, "B=0 workspace %zu: %s", bytes, cuflash_last_error_message());
+  status = cuflash_attention_forward(&args, NULL, NULL);
+  CHECK(status == CUFLASH_OK, "B=0 forward: %s", cuflash_last_error_message());
+  args.q.shape[3] = 0;
+  CHECK(cuflash_attention_forward(&args, NULL, NULL) == CUFLASH_INVALID_ARGUMENT, "head_dim 0 accepted");
+  CHECK(strstr(cuflash_last_error_message(), "head_dim") != NULL, "message: '%s'", cuflash_last_error_message());
+
+  /* Keys of length 0: every row sees no key. */
+  args.q = host_tensor(q, CUFLASH_F32, 4, q_shape);
+  args.k = args.v = host_tensor(NULL, CUFLASH_F32, 4, no_keys);
+  args.out = host_tensor(out, CUFLASH_F32, 4, q_shape);
+  args.lse = host_tensor(lse, CUFLASH_F32, 3, lse_shape);
+  status = cuflash_attention_forward(&args, NULL, NULL);
+  CHECK(status == CUFLASH_OK, "Sk=0 forward: %s", cuflash_last_error_message());
+  for (i = 0; i < B * SQ * H * D; ++i) ok &= out[i] == 0.0f;
+  for (i = 0; i < B * H * SQ; ++i) ok &= isinf(lse[i]) && lse[i] < 0;
+  CHECK(ok, "Sk=0: out must be 0 and lse -inf");
+
+  /* Backward of no query: dk = dv = 0. */
+  memset(&bwd, 0, sizeof bwd);
+  bwd.q = bwd.out = bwd.dout = bwd.dq = host_tensor(NULL, CUFLASH_F32, 4, no_queries);
+  bwd.lse = host_tensor(NULL, CUFLASH_F32, 3, no_queries_lse);
+  bwd.k = host_tensor(k, CUFLASH_F32, 4, kv_shape);
+  bwd.v = host_tensor(v, CUFLASH_F32, 4, kv_shape);
+  bwd.dk = host_tensor(dk, CUFLASH_F32, 4, kv_shape);
+  bwd.dv = host_tensor(dv, CUFLASH_F32, 4, kv_shape);
+  bytes = 123;
+  status = cuflash_backward_workspace_size(&bwd, NULL, &bytes);
+  CHECK(status == CUFLASH_OK && bytes == 0, "Sq=0 backward workspace %zu: %s", bytes, cuflash_last_error_message());
+  status = cuflash_attention_backward(&bwd, NULL, NULL);
+  CHECK(status == CUFLASH_OK, "Sq=0 backward: %s", cuflash_last_error_message());
+  ok = 1;
+  for (i = 0; i < B * SK * H * D; ++i) ok &= dk[i] == 0.0f && dv[i] == 0.0f;
+  CHECK(ok, "Sq=0 backward: dk and dv must be 0");
+
+  /* Varlen batch of no sequence: cu_seqlens = [0]. */
+  memset(&args, 0, sizeof args);
+  args.q = args.k = args.v = args.out = host_tensor(NULL, CUFLASH_F32, 3, varlen_q);
+  args.cu_seqlens_q = args.cu_seqlens_k = host_tensor(&zero, CUFLASH_I32, 1, one_entry);
+  status = cuflash_attention_forward(&args, NULL, NULL);
+  CHECK(status == CUFLASH_OK, "varlen B=0: %s", cuflash_last_error_message());
+
+  /* KV cache of no sequence. */
+  cache_q = host_tensor(NULL, CUFLASH_F32, 4, no_batch);
+  cache_out = host_tensor(NULL, CUFLASH_F32, 4, no_batch);
+  cache_k = host_tensor(NULL, CUFLASH_F32, 4, cache_shape);
+  seqlens = host_tensor(NULL, CUFLASH_I32, 1, no_seqlens);
+  status = cuflash_attention_with_kvcache(&cache_q, &cache_k, &cache_k, NULL, NULL, &seqlens, NULL, NULL, &cache_out,
+                                          NULL, NULL, NULL);
+  CHECK(status == CUFLASH_OK, "kvcache B=0: %s", cuflash_last_error_message());
+
+  memset(&merge, 0, sizeof merge);
+  merge.out_a = merge.out_b = merge.out = host_tensor(NULL, CUFLASH_F32, 4, merge_shape);
+  merge.lse_a = merge.lse_b = merge.lse = host_tensor(NULL, CUFLASH_F32, 3, no_batch_lse);
+  status = cuflash_merge_states(&merge, CUFLASH_BACKEND_CPU, NULL);
+  CHECK(status == CUFLASH_OK, "merge_states B=0: %s", cuflash_last_error_message());
+  free(q), free(k), free(v), free(out), free(lse), free(dk), free(dv);
+}
+
 static void* failing_call(void* message_out) {
   cuflash_forward_args args;
   memset(&args, 0, sizeof args);
@@ -450,6 +537,7 @@ int main(void) {
   test_varlen();
   test_paged_kvcache_append();
   test_merge_states();
+  test_empty_tensors();
   test_errors();
   printf("%d passed, %d failed\n", checks_passed, checks_failed);
   return checks_failed == 0 ? 0 : 1;

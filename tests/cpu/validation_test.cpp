@@ -164,11 +164,13 @@ TEST_F(BadInput, NegativeStride) {
   expect_invalid_forward(args, {"k: strides must be non-negative", "got strides [6144, -128, 64, 1]"});
 }
 
-TEST_F(BadInput, EmptyDimension) {
+// Zero extents are valid (an empty result: cpu/empty_tensors_test.cpp), but a
+// head of no features is not.
+TEST_F(BadInput, ZeroHeadDim) {
   ForwardArgs args = forward_args();
-  args.q.shape[1] = 0;
-  expect_invalid_forward(args, {"q: every dimension of [batch, seqlen_q, heads_q, head_dim] must be >= 1",
-                                "got shape [2, 0, 4, 64]"});
+  args.q.shape[3] = 0;
+  expect_invalid_forward(args, {"q: head_dim (the last dimension of [batch, seqlen_q, heads_q, head_dim]) must be >= 1",
+                                "got shape [2, 40, 4, 0]"});
 }
 
 TEST_F(BadInput, DimensionBeyondInt32) {
