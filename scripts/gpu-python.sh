@@ -21,6 +21,15 @@ logs=${OUT:-build-python-gpu/logs}
 work=${CUFLASH_GPU_PYTHON_DIR:-build-python-gpu}
 mkdir -p "$logs" "$work"
 export PATH=/usr/local/cuda/bin:$PATH
+# The package is loaded into a Python process whose libstdc++ is the
+# system's (torch brings it in). The GPU image sets CXX to /opt/gcc/bin/g++, a
+# compiler whose libstdc++ code then ends up inside libcuflash.so beside the
+# process's own copy: the two disagree on std::locale's facet ids, and the
+# cuDNN frontend's first ostream write crashed (SIGSEGV in
+# cudnn_frontend::...::check_support_at_index -> basic_ostream::_M_insert;
+# docs/perf/NOTES.md, Python path). Built with the system compiler, the
+# library uses the one libstdc++ of the process.
+export CXX=${CUFLASH_PY_CXX:-/usr/bin/g++} CC=${CUFLASH_PY_CC:-/usr/bin/gcc} CUDAHOSTCXX=${CUFLASH_PY_CXX:-/usr/bin/g++}
 summary=$logs/python-gpu.md
 say() { echo "$*" >>"$summary"; }
 now() { date +%s; }

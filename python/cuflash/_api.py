@@ -1,10 +1,12 @@
 """cuflash's own Python calls: every option of the C++ API, any framework.
 
-torch tensors go through the custom ops of ``_torch_ops`` (autograd,
-torch.compile); numpy, CuPy, JAX and other DLPack arrays through ``_frameworks``.
+Arguments are checked first (``_args``). torch tensors then take the eager
+path of ``_torch_call`` (autograd included) or, under torch.compile and for
+tensor subclasses, the custom ops of ``_torch_ops``; numpy, CuPy, JAX and
+other DLPack arrays go through ``_frameworks``, which allocates their outputs.
 """
 
-from . import _ext
+from . import _args, _ext
 from ._frameworks import Space
 
 try:  # torch is optional; with it, torch tensors are differentiable and compile.
@@ -13,17 +15,19 @@ except ImportError:  # pragma: no cover - depends on the environment
     _torch = None
 
 if _torch is not None:
-    from . import _torch_ops
+    from . import _torch_call, _torch_ops
+
+    _Tensor = _torch.Tensor
+    _is_compiling = _torch.compiler.is_compiling
 else:  # pragma: no cover
-    _torch_ops = None
+    _torch_call = _torch_ops = _Tensor = _is_compiling = None
 
 __all__ = ["attention", "attention_backward", "merge_states", "backend_available", "set_index_checks"]
 
-_BACKENDS = ("auto", "cpu", "cuda", "cudnn")
-
 # Default of check_index_contents: copy GPU index tensors (cu_seqlens, cache
 # lengths, block tables) to the host to check them. That waits on the stream;
-# hot loops (and CUDA graph capture) with known-good indices turn it off.
+# hot loops with known-good indices turn it off (a CUDA-graph capture skips
+# it on its own: see _torch_call).
 _check_index_contents = True
 
 
@@ -35,27 +39,16 @@ def set_index_checks(enabled):
 
 def backend_available(backend):
     """True when ``backend`` ('auto', 'cpu', 'cuda', 'cudnn') is built in and usable here now."""
-    return _ext.backend_available(backend)
+    return _ext.backend_available(_args.backend(backend))
 
 
 def _is_torch(x):
-    return _torch is not None and isinstance(x, _torch.Tensor)
+    return _Tensor is not None and isinstance(x, _Tensor)
 
 
-def _window(window_size):
-    if window_size is None:
-        return -1, -1
-    left, right = window_size
-    return int(left), int(right)
-
-
-def _check_backend(backend):
-    if backend not in _BACKENDS:
-        raise ValueError(f"backend: expected one of {', '.join(map(repr, _BACKENDS))}, got {backend!r}")
-
-
-def _scale(softmax_scale):
-    return None if softmax_scale is None else float(softmax_scale)
+def _eager(q):
+    """Plain torch tensors outside dynamo tracing take the direct path; the rest the custom ops."""
+    return type(q) is _Tensor and not _is_compiling()
 
 
 def _forward(q, k, v, *, alibi_slopes=None, cu_seqlens_q=None, cu_seqlens_k=None, max_seqlen_q=0,
@@ -64,32 +57,71 @@ def _forward(q, k, v, *, alibi_slopes=None, cu_seqlens_q=None, cu_seqlens_k=None
              backend="auto"):
     """(out, lse) in q's framework. The shared path of attention() and the flash-attn functions."""
     check = _check_index_contents if check_index_contents is None else bool(check_index_contents)
+    tensor = _Tensor
+    if (tensor is not None and type(q) is tensor and type(k) is tensor and type(v) is tensor and q.dim() == 4
+            and alibi_slopes is None and cu_seqlens_q is None and cu_seqlens_k is None and seqlens_k is None
+            and block_table is None and k_new is None and v_new is None and not _is_compiling()):
+        # The common call, a dense batch of plain eager tensors: nothing is left for _args to check
+        # that the library does not (shapes, dtypes, devices), so it goes straight to the call.
+        return _torch_call.attention_eager(q, k, v, (softmax_scale, causal, window[0], window[1], softcap,
+                                                     deterministic, check, backend))
+    varlen = cu_seqlens_q is not None or cu_seqlens_k is not None
+    if varlen:
+        _args.ranked(q, "q", (3,), "varlen: [total_q, heads_q, head_dim]")
+        max_seqlen_q = _args.integer(max_seqlen_q, "max_seqlen_q")
+        max_seqlen_k = _args.integer(max_seqlen_k, "max_seqlen_k")
+    else:
+        _args.ranked(q, "q", (4,), "[batch, seqlen_q, heads_q, head_dim]")
+    _args.array(k, "k")
+    _args.array(v, "v")
+    appends = k_new is not None or v_new is not None
+    if appends and (k_new is None or v_new is None):
+        raise ValueError("k_new and v_new: give both or neither")
     if _is_torch(q):
-        if k_new is not None or v_new is not None:
-            if k_new is None or v_new is None:
-                raise ValueError("k_new and v_new: give both or neither")
+        extras = dict(alibi_slopes=alibi_slopes, cu_seqlens_q=cu_seqlens_q, cu_seqlens_k=cu_seqlens_k,
+                      max_seqlen_q=max_seqlen_q, max_seqlen_k=max_seqlen_k, seqlens_k=seqlens_k, block_table=block_table)
+        for name in ("alibi_slopes", "cu_seqlens_q", "cu_seqlens_k", "seqlens_k", "block_table"):
+            _args.optional_array(extras[name], name)
+        key = (softmax_scale, bool(causal), window[0], window[1], softcap, bool(deterministic), check, backend)
+        if appends:
+            if seqlens_k is None:
+                raise ValueError("seqlens_k: required when appending k_new/v_new")
+            if _eager(q):
+                return _torch_call.append_and_attend(q, k, v, k_new, v_new, key, alibi_slopes=alibi_slopes,
+                                                     seqlens_k=seqlens_k, block_table=block_table)
             return _torch_ops.fwd_kvcache(q, k, v, k_new, v_new, seqlens_k, block_table, alibi_slopes,
                                           _scale(softmax_scale), bool(causal), window[0], window[1],
                                           float(softcap), check, backend)
-        return _torch_ops.fwd(q, k, v, alibi_slopes, cu_seqlens_q, cu_seqlens_k, int(max_seqlen_q),
-                              int(max_seqlen_k), seqlens_k, block_table, _scale(softmax_scale), bool(causal),
-                              window[0], window[1], float(softcap), bool(deterministic), check, backend)
+        if _eager(q):
+            return _torch_call.attention_eager(q, k, v, key, **extras)
+        return _torch_ops.fwd(q, k, v, alibi_slopes, cu_seqlens_q, cu_seqlens_k, max_seqlen_q, max_seqlen_k,
+                              seqlens_k, block_table, _scale(softmax_scale), bool(causal), window[0], window[1],
+                              float(softcap), bool(deterministic), check, backend)
+    for name, x in (("alibi_slopes", alibi_slopes), ("cu_seqlens_q", cu_seqlens_q), ("cu_seqlens_k", cu_seqlens_k),
+                    ("seqlens_k", seqlens_k), ("block_table", block_table), ("k_new", k_new), ("v_new", v_new)):
+        _args.optional_array(x, name)
     space = Space(q)
-    if (k_new is not None) and space.immutable:
-        raise NotImplementedError(
-            "appending k/v into a KV cache writes into it, and JAX arrays are immutable: "
-            "update the cache with JAX and call without k/v"
-        )
-    varlen = cu_seqlens_q is not None
+    if appends:
+        if space.immutable:
+            raise NotImplementedError(
+                "appending k/v into a KV cache writes into it, and JAX arrays are immutable: "
+                "update the cache with JAX and call without k/v"
+            )
+        _args.writable(k, "k_cache")
+        _args.writable(v, "v_cache")
+    options = _args.options(softmax_scale, causal, window[0], window[1], softcap, deterministic, check, backend)
     make = space.zeros if varlen else space.empty
     out = make(q.shape)
     lse = make((q.shape[1], q.shape[0]) if varlen else (q.shape[0], q.shape[2], q.shape[1]), "float32")
     space.before(q, k, v, alibi_slopes, cu_seqlens_q, cu_seqlens_k, seqlens_k, block_table, k_new, v_new)
-    _ext.forward(q, k, v, out, lse, alibi_slopes, cu_seqlens_q, cu_seqlens_k, int(max_seqlen_q),
-                 int(max_seqlen_k), seqlens_k, block_table, k_new, v_new, _scale(softmax_scale), bool(causal),
-                 window[0], window[1], float(softcap), check, backend, space.stream)
+    _ext.forward(q, k, v, out, lse, options, space.stream, None, alibi_slopes, cu_seqlens_q, cu_seqlens_k,
+                 max_seqlen_q, max_seqlen_k, seqlens_k, block_table, k_new, v_new)
     space.after()
     return space.finish(out), space.finish(lse)
+
+
+def _scale(softmax_scale):
+    return None if softmax_scale is None else float(softmax_scale)
 
 
 def attention(q, k, v, *, softmax_scale=None, causal=False, window_size=(-1, -1), softcap=0.0,
@@ -119,14 +151,13 @@ def attention(q, k, v, *, softmax_scale=None, causal=False, window_size=(-1, -1)
     natural log; ``[B, Hq, Sq]``, varlen ``[Hq, Tq]``), in q's framework. With
     torch tensors the call is differentiable (but for appends) and compiles.
     """
-    _check_backend(backend)
     if cu_seqlens_q is not None or cu_seqlens_k is not None:
         if max_seqlen_q is None or max_seqlen_k is None:
             raise ValueError("max_seqlen_q and max_seqlen_k: required with cu_seqlens_q/cu_seqlens_k")
     out, lse = _forward(q, k, v, alibi_slopes=alibi_slopes, cu_seqlens_q=cu_seqlens_q, cu_seqlens_k=cu_seqlens_k,
                         max_seqlen_q=max_seqlen_q or 0, max_seqlen_k=max_seqlen_k or 0, seqlens_k=seqlens_k,
                         block_table=block_table, k_new=k_new, v_new=v_new, softmax_scale=softmax_scale,
-                        causal=causal, window=_window(window_size), softcap=softcap, deterministic=deterministic,
+                        causal=causal, window=_args.window(window_size), softcap=softcap, deterministic=deterministic,
                         check_index_contents=check_index_contents, backend=backend)
     return (out, lse) if return_lse else out
 
@@ -140,20 +171,34 @@ def attention_backward(dout, q, k, v, out, lse, *, softmax_scale=None, causal=Fa
     Same layouts and options as :func:`attention` (no appends); dq is like q,
     dk/dv like k/v (for GQA summed over each group of query heads).
     """
-    _check_backend(backend)
     check = _check_index_contents if check_index_contents is None else bool(check_index_contents)
-    left, right = _window(window_size)
-    max_q, max_k = int(max_seqlen_q or 0), int(max_seqlen_k or 0)
+    left, right = _args.window(window_size)
+    varlen = cu_seqlens_q is not None or cu_seqlens_k is not None
+    if varlen:
+        _args.ranked(q, "q", (3,), "varlen: [total_q, heads_q, head_dim]")
+    else:
+        _args.ranked(q, "q", (4,), "[batch, seqlen_q, heads_q, head_dim]")
+    max_q = 0 if max_seqlen_q is None else _args.integer(max_seqlen_q, "max_seqlen_q")
+    max_k = 0 if max_seqlen_k is None else _args.integer(max_seqlen_k, "max_seqlen_k")
+    for name, x in (("dout", dout), ("k", k), ("v", v), ("out", out), ("lse", lse)):
+        _args.array(x, name)
+    for name, x in (("alibi_slopes", alibi_slopes), ("cu_seqlens_q", cu_seqlens_q), ("cu_seqlens_k", cu_seqlens_k),
+                    ("seqlens_k", seqlens_k), ("block_table", block_table)):
+        _args.optional_array(x, name)
     if _is_torch(q):
+        if _eager(q):
+            key = (softmax_scale, bool(causal), left, right, softcap, bool(deterministic), check, backend)
+            return _torch_call.backward(dout, q, k, v, out, lse, key, alibi_slopes, cu_seqlens_q, cu_seqlens_k,
+                                        max_q, max_k, seqlens_k, block_table)
         return _torch_ops.bwd(dout, q, k, v, out, lse, alibi_slopes, cu_seqlens_q, cu_seqlens_k, max_q, max_k,
                               seqlens_k, block_table, _scale(softmax_scale), bool(causal), left, right,
                               float(softcap), bool(deterministic), check, backend)
+    options = _args.options(softmax_scale, causal, left, right, softcap, deterministic, check, backend)
     space = Space(q)
     dq, dk, dv = space.empty(q.shape), space.empty(k.shape), space.empty(v.shape)
     space.before(dout, q, k, v, out, lse, alibi_slopes, cu_seqlens_q, cu_seqlens_k, seqlens_k, block_table)
-    _ext.backward(dout, q, k, v, out, lse, dq, dk, dv, alibi_slopes, cu_seqlens_q, cu_seqlens_k, max_q, max_k,
-                  seqlens_k, block_table, _scale(softmax_scale), bool(causal), left, right, float(softcap),
-                  bool(deterministic), check, backend, space.stream)
+    _ext.backward(dout, q, k, v, out, lse, dq, dk, dv, options, space.stream, None, alibi_slopes, cu_seqlens_q,
+                  cu_seqlens_k, max_q, max_k, seqlens_k, block_table)
     space.after()
     return space.finish(dq), space.finish(dk), space.finish(dv)
 
@@ -164,8 +209,12 @@ def merge_states(out_a, lse_a, out_b, lse_b, *, backend="auto"):
     ``out_*`` ``[B, S, H, D]``, ``lse_*`` float32 ``[B, H, S]``;
     ``lse = log(exp(lse_a) + exp(lse_b))``, ``out = exp(lse_a - lse) out_a + exp(lse_b - lse) out_b``.
     """
-    _check_backend(backend)
+    _args.backend(backend)
+    for name, x in (("out_a", out_a), ("lse_a", lse_a), ("out_b", out_b), ("lse_b", lse_b)):
+        _args.array(x, name)
     if _is_torch(out_a):
+        if _eager(out_a):
+            return _torch_call.merge_states(out_a, lse_a, out_b, lse_b, backend)
         return _torch_ops.merge_states(out_a, lse_a, out_b, lse_b, backend)
     space = Space(out_a, "out_a")
     out, lse = space.empty(out_a.shape), space.empty(lse_a.shape, "float32")

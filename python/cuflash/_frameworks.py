@@ -22,7 +22,7 @@ __all__ = ["Space", "framework_name"]
 
 
 def framework_name(array, name="q"):
-    """'numpy', 'cupy', 'jax', 'torch', 'array_api' or 'dlpack'; TypeError for anything else."""
+    """'numpy', 'cupy', 'jax', 'torch', 'array_api' or 'dlpack'; ValueError for anything else."""
     top = type(array).__module__.partition(".")[0]
     if top in ("numpy", "cupy", "torch"):
         return top
@@ -32,7 +32,7 @@ def framework_name(array, name="q"):
         return "array_api"
     if hasattr(array, "__dlpack__"):
         return "dlpack"
-    raise TypeError(
+    raise ValueError(
         f"{name}: expected a DLPack tensor (numpy, torch, CuPy, JAX, ...), got {type(array).__module__}."
         f"{type(array).__name__}"
     )
@@ -53,7 +53,7 @@ class Space:
         if self.kind == "torch":  # pragma: no cover - the torch path never builds a Space
             raise TypeError("torch tensors go through cuflash's torch ops")
         if self.kind == "dlpack":
-            raise TypeError(
+            raise ValueError(
                 f"{name}: {type(like).__module__}.{type(like).__name__} has __dlpack__ but no array namespace: "
                 "cuflash cannot allocate outputs beside it; pass numpy, torch, CuPy or JAX arrays"
             )

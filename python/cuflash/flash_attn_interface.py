@@ -12,6 +12,7 @@ differentiable (except ``flash_attn_with_kvcache``, as in flash-attn) and
 torch.compile traces them without graph breaks.
 """
 
+from . import _args
 from ._api import _forward, _is_torch, _torch
 from ._frameworks import Space
 
@@ -98,7 +99,7 @@ def _varlen(q, k, v, cu_seqlens_q, cu_seqlens_k, max_seqlen_q, max_seqlen_k, dro
                                   "yet; use flash_attn_with_kvcache for paged caches")
     return _attend(q, k, v, dropout_p, softmax_scale, causal, window_size, softcap, alibi_slopes, deterministic,
                    return_attn_probs, cu_seqlens_q=cu_seqlens_q, cu_seqlens_k=cu_seqlens_k,
-                   max_seqlen_q=int(max_seqlen_q), max_seqlen_k=int(max_seqlen_k))
+                   max_seqlen_q=max_seqlen_q, max_seqlen_k=max_seqlen_k)
 
 
 def flash_attn_varlen_func(q, k, v, cu_seqlens_q, cu_seqlens_k, max_seqlen_q, max_seqlen_k, dropout_p=0.0,
@@ -159,6 +160,10 @@ def flash_attn_with_kvcache(q, k_cache, v_cache, k=None, v=None, rotary_cos=None
         raise NotImplementedError("cache_leftpad: not supported yet")
     if (k is None) != (v is None):
         raise ValueError("k and v: give both or neither")
+    _args.ranked(q, "q", (4,), "[batch, seqlen_q, heads_q, head_dim]")
+    _args.ranked(k_cache, "k_cache", (4,), "[batch, capacity, heads_kv, head_dim] or paged [num_pages, page_size, heads_kv, head_dim]")
+    if block_table is not None:
+        _args.ranked(block_table, "block_table", (2,), "[batch, max_pages]")
     q, k, v = _last_dim_contiguous(q), _last_dim_contiguous(k), _last_dim_contiguous(v)
     batch = q.shape[0]
     if cache_seqlens is None:
@@ -167,7 +172,7 @@ def flash_attn_with_kvcache(q, k_cache, v_cache, k=None, v=None, rotary_cos=None
         capacity = k_cache.shape[1] if block_table is None else block_table.shape[1] * k_cache.shape[1]
         cache_seqlens = capacity
     if isinstance(cache_seqlens, int):
-        cache_seqlens = _int32_lengths(q, batch, cache_seqlens)
+        cache_seqlens = _int32_lengths(q, batch, _args.integer(cache_seqlens, "cache_seqlens"))
     out, lse = _forward(q, k_cache, v_cache, alibi_slopes=alibi_slopes, seqlens_k=cache_seqlens,
                         block_table=block_table, k_new=k, v_new=v, softmax_scale=softmax_scale, causal=causal,
                         window=(int(window_size[0]), int(window_size[1])), softcap=softcap)

@@ -1,10 +1,19 @@
 // cuflash._ext: the C++ API for Python through nanobind. It takes DLPack
-// tensors of any framework as they are (no copies; nanobind reads their
-// __dlpack__), turns them into TensorViews, runs the call with the GIL
-// released, and turns a failed Status into ValueError (invalid_argument),
-// NotImplementedError (unsupported) or RuntimeError (CUDA, cuDNN, internal).
-// Outputs are allocated by the Python layer, in the caller's framework; this
-// module only writes through views.
+// tensors of any framework as they are (no copies: a DLPack capsule, or an
+// object nanobind reads through __dlpack__ or the buffer protocol), turns
+// them into TensorViews, runs the call with the GIL released, and turns a
+// failed Status into ValueError (invalid_argument), NotImplementedError
+// (unsupported) or RuntimeError (CUDA, cuDNN, internal). Outputs are
+// allocated by the Python layer, in the caller's framework; this module only
+// writes through views. Argument types are checked by the Python layer
+// (cuflash/_args.py) before they get here, so that a wrong type is a
+// ValueError naming the argument rather than nanobind's TypeError.
+//
+// Per call the options cross as one Options object (built once per distinct
+// set of options by the Python layer), and scratch memory comes from the
+// caller's framework through `workspace`, a callable (bytes) -> array whose
+// memory the call may use on its stream (torch's caching allocator, which
+// also serves CUDA-graph captures from the graph's own pool).
 #include <nanobind/nanobind.h>
 #include <nanobind/ndarray.h>
 #include <nanobind/stl/optional.h>
@@ -14,6 +23,7 @@
 #include <optional>
 #include <stdexcept>
 #include <string>
+#include <vector>
 
 #include "cuflash/cuflash.hpp"
 
@@ -67,7 +77,7 @@ std::string dlpack_dtype_name(const nb::dlpack::dtype& dtype) {
   return name;
 }
 
-DType to_dtype(const nb::dlpack::dtype& dtype, const char* name) {
+DType to_dtype(const nb::dlpack::dtype& dtype, const char* name, bool index_tensor) {
   if (dtype.lanes == 1) {
     const auto code = static_cast<nb::dlpack::dtype_code>(dtype.code);
     if (code == nb::dlpack::dtype_code::Float && dtype.bits == 32) return DType::f32;
@@ -75,8 +85,12 @@ DType to_dtype(const nb::dlpack::dtype& dtype, const char* name) {
     if (code == nb::dlpack::dtype_code::Bfloat && dtype.bits == 16) return DType::bf16;
     if (code == nb::dlpack::dtype_code::Int && dtype.bits == 32) return DType::i32;
   }
-  throw InvalidArgument(std::string(name) + ": dtype " + dlpack_dtype_name(dtype) +
-                        " is not supported (expected float32, float16 or bfloat16; int32 for index tensors)");
+  throw InvalidArgument(std::string(name) + ": dtype " + dlpack_dtype_name(dtype) + " is not supported (expected " +
+                        (index_tensor ? "int32" : "float32, float16 or bfloat16") + ")");
+}
+
+bool is_index_tensor(const std::string& name) {
+  return name == "cu_seqlens_q" || name == "cu_seqlens_k" || name == "seqlens_k" || name == "block_table";
 }
 
 // A DLPack array as a view of the same memory; an absent (None) array as an
@@ -88,7 +102,7 @@ TensorView to_view(const Array& array, const char* name) {
   if (rank == 0 || rank > static_cast<std::size_t>(cuflash::kMaxRank))
     throw InvalidArgument(std::string(name) + ": expected 1 to " + std::to_string(cuflash::kMaxRank) +
                           " dimensions, got " + std::to_string(rank));
-  view.dtype = to_dtype(array.dtype(), name);
+  view.dtype = to_dtype(array.dtype(), name, is_index_tensor(name));
   switch (array.device_type()) {
     case nb::device::cpu::value:
     case nb::device::cuda_host::value: view.device = cuflash::Device::host(); break;
@@ -111,6 +125,44 @@ TensorView to_view(const std::optional<Array>& array, const char* name) {
   return array ? to_view(*array, name) : TensorView{};
 }
 
+// RunContext::allocator over a Python callable (bytes) -> array with a
+// data_ptr() (a torch tensor): the arrays it made are kept alive until the
+// call has enqueued its kernels, then dropped with the GIL held.
+class PythonWorkspace {
+ public:
+  explicit PythonWorkspace(nb::handle make) : make_(make) {}
+  ~PythonWorkspace() {
+    nb::gil_scoped_acquire gil;
+    arrays_.clear();
+  }
+  PythonWorkspace(const PythonWorkspace&) = delete;
+  PythonWorkspace& operator=(const PythonWorkspace&) = delete;
+
+  cuflash::WorkspaceAllocator allocator() {
+    cuflash::WorkspaceAllocator allocator;
+    if (make_.is_none()) return allocator;
+    allocator.allocate = [](std::size_t bytes, void*, void* state) -> void* {
+      auto* self = static_cast<PythonWorkspace*>(state);
+      nb::gil_scoped_acquire gil;
+      try {
+        nb::object array = self->make_(bytes);
+        void* pointer = reinterpret_cast<void*>(nb::cast<std::uintptr_t>(array.attr("data_ptr")()));
+        self->arrays_.push_back(std::move(array));
+        return pointer;
+      } catch (const std::exception&) {
+        PyErr_Clear();  // the call reports the failure as a Status
+        return nullptr;
+      }
+    };
+    allocator.state = this;
+    return allocator;
+  }
+
+ private:
+  nb::handle make_;
+  std::vector<nb::object> arrays_;
+};
+
 Backend to_backend(const std::string& name) {
   if (name == "auto") return Backend::automatic;
   if (name == "cpu") return Backend::cpu;
@@ -119,9 +171,8 @@ Backend to_backend(const std::string& name) {
   throw InvalidArgument("backend: expected 'auto', 'cpu', 'cuda' or 'cudnn', got '" + name + "'");
 }
 
-AttentionOptions to_options(std::optional<double> softmax_scale, bool causal, int window_left, int window_right,
-                            double softcap, bool deterministic, bool check_index_contents,
-                            const std::string& backend) {
+AttentionOptions make_options(std::optional<double> softmax_scale, bool causal, int window_left, int window_right,
+                              double softcap, bool deterministic, bool check_index_contents, const std::string& backend) {
   AttentionOptions options;
   if (softmax_scale) options.softmax_scale = static_cast<float>(*softmax_scale);
   options.causal = causal;
@@ -134,9 +185,10 @@ AttentionOptions to_options(std::optional<double> softmax_scale, bool causal, in
   return options;
 }
 
-cuflash::RunContext to_context(std::uintptr_t stream) {
+cuflash::RunContext to_context(std::uintptr_t stream, PythonWorkspace& workspace) {
   cuflash::RunContext context;
   context.stream = reinterpret_cast<void*>(stream);
+  context.allocator = workspace.allocator();
   return context;
 }
 
@@ -155,11 +207,10 @@ void set_batch_indices(const OptArray& cu_seqlens_q, const OptArray& cu_seqlens_
 }
 
 void forward(const Array& q, const Array& k, const Array& v, const Array& out, const OptArray& lse,
+             const AttentionOptions& options, std::uintptr_t stream, nb::handle workspace,
              const OptArray& alibi_slopes, const OptArray& cu_seqlens_q, const OptArray& cu_seqlens_k,
              int max_seqlen_q, int max_seqlen_k, const OptArray& seqlens_k, const OptArray& block_table,
-             const OptArray& k_new, const OptArray& v_new, std::optional<double> softmax_scale, bool causal,
-             int window_left, int window_right, double softcap, bool check_index_contents,
-             const std::string& backend, std::uintptr_t stream) {
+             const OptArray& k_new, const OptArray& v_new) {
   cuflash::ForwardArgs args;
   args.q = to_view(q, "q");
   args.k = to_view(k, "k");
@@ -170,22 +221,20 @@ void forward(const Array& q, const Array& k, const Array& v, const Array& out, c
   set_batch_indices(cu_seqlens_q, cu_seqlens_k, max_seqlen_q, max_seqlen_k, seqlens_k, block_table, &args);
   args.kv_cache.k_new = to_view(k_new, "k_new");
   args.kv_cache.v_new = to_view(v_new, "v_new");
-  const AttentionOptions options =
-      to_options(softmax_scale, causal, window_left, window_right, softcap, false, check_index_contents, backend);
+  PythonWorkspace scratch(workspace);
   Status status;
   {
     nb::gil_scoped_release release;
-    status = cuflash::attention_forward(args, options, to_context(stream));
+    status = cuflash::attention_forward(args, options, to_context(stream, scratch));
   }
   if (!status.ok()) raise_status(status);
 }
 
 void backward(const Array& dout, const Array& q, const Array& k, const Array& v, const Array& out, const Array& lse,
-              const Array& dq, const Array& dk, const Array& dv, const OptArray& alibi_slopes,
-              const OptArray& cu_seqlens_q, const OptArray& cu_seqlens_k, int max_seqlen_q, int max_seqlen_k,
-              const OptArray& seqlens_k, const OptArray& block_table, std::optional<double> softmax_scale,
-              bool causal, int window_left, int window_right, double softcap, bool deterministic,
-              bool check_index_contents, const std::string& backend, std::uintptr_t stream) {
+              const Array& dq, const Array& dk, const Array& dv, const AttentionOptions& options, std::uintptr_t stream,
+              nb::handle workspace, const OptArray& alibi_slopes, const OptArray& cu_seqlens_q,
+              const OptArray& cu_seqlens_k, int max_seqlen_q, int max_seqlen_k, const OptArray& seqlens_k,
+              const OptArray& block_table) {
   cuflash::BackwardArgs args;
   args.dout = to_view(dout, "dout");
   args.q = to_view(q, "q");
@@ -198,12 +247,11 @@ void backward(const Array& dout, const Array& q, const Array& k, const Array& v,
   args.dv = to_view(dv, "dv");
   args.alibi_slopes = to_view(alibi_slopes, "alibi_slopes");
   set_batch_indices(cu_seqlens_q, cu_seqlens_k, max_seqlen_q, max_seqlen_k, seqlens_k, block_table, &args);
-  const AttentionOptions options = to_options(softmax_scale, causal, window_left, window_right, softcap,
-                                              deterministic, check_index_contents, backend);
+  PythonWorkspace scratch(workspace);
   Status status;
   {
     nb::gil_scoped_release release;
-    status = cuflash::attention_backward(args, options, to_context(stream));
+    status = cuflash::attention_backward(args, options, to_context(stream, scratch));
   }
   if (!status.ok()) raise_status(status);
 }
@@ -218,10 +266,11 @@ void merge_states(const Array& out_a, const Array& lse_a, const Array& out_b, co
   args.out = to_view(out, "out");
   args.lse = to_view(lse, "lse");
   const Backend chosen = to_backend(backend);
+  PythonWorkspace scratch(nb::none());
   Status status;
   {
     nb::gil_scoped_release release;
-    status = cuflash::merge_states(args, chosen, to_context(stream));
+    status = cuflash::merge_states(args, chosen, to_context(stream, scratch));
   }
   if (!status.ok()) raise_status(status);
 }
@@ -249,16 +298,28 @@ NB_MODULE(_ext, m) {
   m.def("backend_available", &backend_available, "backend"_a,
         "Whether a backend ('auto', 'cpu', 'cuda', 'cudnn') is compiled in and usable here now.");
 
-  m.def("forward", &forward, "q"_a, "k"_a, "v"_a, "out"_a, "lse"_a.none(), "alibi_slopes"_a.none(),
-        "cu_seqlens_q"_a.none(), "cu_seqlens_k"_a.none(), "max_seqlen_q"_a, "max_seqlen_k"_a, "seqlens_k"_a.none(),
-        "block_table"_a.none(), "k_new"_a.none(), "v_new"_a.none(), "softmax_scale"_a.none(), "causal"_a,
-        "window_left"_a, "window_right"_a, "softcap"_a, "check_index_contents"_a, "backend"_a, "stream"_a,
+  nb::class_<AttentionOptions>(m, "Options", "cuflash::AttentionOptions: the options of a call, built once and reused.")
+      .def("__init__",
+           [](AttentionOptions* self, std::optional<double> softmax_scale, bool causal, int window_left,
+              int window_right, double softcap, bool deterministic, bool check_index_contents,
+              const std::string& backend) {
+             new (self) AttentionOptions(make_options(softmax_scale, causal, window_left, window_right, softcap,
+                                                      deterministic, check_index_contents, backend));
+           },
+           "softmax_scale"_a.none(), "causal"_a, "window_left"_a, "window_right"_a, "softcap"_a, "deterministic"_a,
+           "check_index_contents"_a, "backend"_a);
+
+  m.def("forward", &forward, "q"_a, "k"_a, "v"_a, "out"_a, "lse"_a.none(), "options"_a, "stream"_a,
+        "workspace"_a.none(), "alibi_slopes"_a.none() = nb::none(), "cu_seqlens_q"_a.none() = nb::none(),
+        "cu_seqlens_k"_a.none() = nb::none(), "max_seqlen_q"_a = 0, "max_seqlen_k"_a = 0,
+        "seqlens_k"_a.none() = nb::none(), "block_table"_a.none() = nb::none(), "k_new"_a.none() = nb::none(),
+        "v_new"_a.none() = nb::none(),
         "cuflash::attention_forward on views of the given arrays; writes out (and lse, and the cache on append).");
-  m.def("backward", &backward, "dout"_a, "q"_a, "k"_a, "v"_a, "out"_a, "lse"_a, "dq"_a, "dk"_a, "dv"_a,
-        "alibi_slopes"_a.none(), "cu_seqlens_q"_a.none(), "cu_seqlens_k"_a.none(), "max_seqlen_q"_a,
-        "max_seqlen_k"_a, "seqlens_k"_a.none(), "block_table"_a.none(), "softmax_scale"_a.none(), "causal"_a,
-        "window_left"_a, "window_right"_a, "softcap"_a, "deterministic"_a, "check_index_contents"_a, "backend"_a,
-        "stream"_a, "cuflash::attention_backward on views of the given arrays; writes dq, dk, dv.");
+  m.def("backward", &backward, "dout"_a, "q"_a, "k"_a, "v"_a, "out"_a, "lse"_a, "dq"_a, "dk"_a, "dv"_a, "options"_a,
+        "stream"_a, "workspace"_a.none(), "alibi_slopes"_a.none() = nb::none(),
+        "cu_seqlens_q"_a.none() = nb::none(), "cu_seqlens_k"_a.none() = nb::none(), "max_seqlen_q"_a = 0,
+        "max_seqlen_k"_a = 0, "seqlens_k"_a.none() = nb::none(), "block_table"_a.none() = nb::none(),
+        "cuflash::attention_backward on views of the given arrays; writes dq, dk, dv.");
   m.def("merge_states", &merge_states, "out_a"_a, "lse_a"_a, "out_b"_a, "lse_b"_a, "out"_a, "lse"_a, "backend"_a,
         "stream"_a, "cuflash::merge_states on views of the given arrays; writes out and lse.");
 }

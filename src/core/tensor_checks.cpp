@@ -103,7 +103,8 @@ Status check_layout(const TensorView& view, const char* name, int rank, const ch
   for (int d = 0; d < rank; ++d)
     if (view.strides[d] < 0)
       return Status::invalid(arg + ": strides must be non-negative, got strides " + stride_string(view));
-  if (last_dim_contiguous && view.shape[rank - 1] > 1 && view.strides[rank - 1] != 1)
+  // An empty tensor's strides address nothing (numpy's DLPack export gives them as 0).
+  if (last_dim_contiguous && view.shape[rank - 1] > 1 && view.strides[rank - 1] != 1 && view.numel() > 0)
     return Status::invalid(arg + ": last dimension must be contiguous (stride 1), got stride " +
                            std::to_string(view.strides[rank - 1]));
   const auto element_bytes = dtype_size(view.dtype);

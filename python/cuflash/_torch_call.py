@@ -1,0 +1,156 @@
+"""cuflash on torch tensors: the calls themselves, shared by the eager path and the custom ops.
+
+Eager calls (no dynamo tracing, plain tensors) run :func:`attention_eager`:
+the compiled module directly, and a ``torch.autograd.Function`` when a
+gradient is needed; torch.compile traces the custom ops of ``_torch_ops``
+instead, whose implementations call the same functions here. What a call
+pays on the host is kept to what it must do (measured in
+docs/perf/python-overhead.md):
+
+- tensors cross as DLPack capsules from ``torch.utils.dlpack.to_dlpack`` (a C
+  function; ``Tensor.__dlpack__`` is Python and costs ~3 us a tensor);
+- the stream is torch's current raw stream, read without making a Stream object;
+- outputs and scratch memory come from torch's caching allocator (scratch
+  through the ``workspace`` callable), so no cudaMalloc per call, and inside a
+  CUDA-graph capture they come from the graph's private pool;
+- the options cross as one object made once per distinct set (``_args.options``).
+"""
+
+import torch
+from torch.utils.dlpack import to_dlpack as _capsule
+
+from . import _args, _ext
+
+Tensor = torch.Tensor
+
+try:  # torch's own fast accessor (what inductor's generated code calls); public fallback below
+    from torch._C import _cuda_getCurrentRawStream as _raw_stream
+except ImportError:  # pragma: no cover - depends on the torch build
+    def _raw_stream(index):
+        return torch.cuda.current_stream(index).cuda_stream
+
+
+def _dl(t):
+    return None if t is None else _capsule(t)
+
+
+_workspaces = {}
+
+
+def _workspace_for(t):
+    """(bytes) -> uint8 tensor on t's device, from torch's caching allocator (None on the CPU)."""
+    if not t.is_cuda:
+        return None
+    device = t.device
+    make = _workspaces.get(device)
+    if make is None:
+        def make(nbytes, device=device):
+            return torch.empty(nbytes, dtype=torch.uint8, device=device)
+
+        _workspaces[device] = make
+    return make
+
+
+def _stream(t):
+    return _raw_stream(t.get_device()) if t.is_cuda else 0
+
+
+def lse_shape(q, varlen):
+    # dense / KV cache: [batch, heads_q, seqlen_q]; varlen: [heads_q, total_q]
+    return (q.shape[1], q.shape[0]) if varlen else (q.shape[0], q.shape[2], q.shape[1])
+
+
+def _capturing(t):
+    return t.is_cuda and torch.cuda.is_current_stream_capturing()
+
+
+def _index_options(options_key, index_tensors, q):
+    """The options for a call with index tensors: during a CUDA-graph capture their contents
+    cannot be copied to the host to be checked (that waits on the stream), so the capture
+    leaves the check to the eager calls made before it (documented in the README)."""
+    if options_key[6] and index_tensors and _capturing(q):
+        options_key = options_key[:6] + (False,) + options_key[7:]
+    return _args.options(*options_key)
+
+
+def forward(q, k, v, options_key, alibi_slopes=None, cu_seqlens_q=None, cu_seqlens_k=None, max_seqlen_q=0,
+            max_seqlen_k=0, seqlens_k=None, block_table=None, k_new=None, v_new=None):
+    """(out, lse) of one forward call; options_key is the tuple of _args.options' arguments."""
+    varlen = cu_seqlens_q is not None
+    indexed = varlen or seqlens_k is not None or block_table is not None
+    options = _index_options(options_key, indexed, q) if indexed else _args.options(*options_key)
+    # Packed rows after the last sequence belong to none and are not written: zeros, not garbage.
+    out = torch.zeros(q.shape, dtype=q.dtype, device=q.device) if varlen else torch.empty_like(
+        q, memory_format=torch.contiguous_format)
+    lse = torch.empty(lse_shape(q, varlen), dtype=torch.float32, device=q.device)
+    _ext.forward(_capsule(q), _capsule(k), _capsule(v), _capsule(out), _capsule(lse), options, _stream(q),
+                 _workspace_for(q), _dl(alibi_slopes), _dl(cu_seqlens_q), _dl(cu_seqlens_k), max_seqlen_q,
+                 max_seqlen_k, _dl(seqlens_k), _dl(block_table), _dl(k_new), _dl(v_new))
+    return out, lse
+
+
+def backward(dout, q, k, v, out, lse, options_key, alibi_slopes=None, cu_seqlens_q=None, cu_seqlens_k=None,
+             max_seqlen_q=0, max_seqlen_k=0, seqlens_k=None, block_table=None):
+    """(dq, dk, dv) from the forward's out and lse."""
+    if dout.stride(-1) != 1:  # e.g. the expanded ones of out.sum()
+        dout = dout.contiguous()
+    indexed = cu_seqlens_q is not None or seqlens_k is not None or block_table is not None
+    options = _index_options(options_key, indexed, q) if indexed else _args.options(*options_key)
+    dq = torch.empty_like(q, memory_format=torch.contiguous_format)
+    dk = torch.empty_like(k, memory_format=torch.contiguous_format)
+    dv = torch.empty_like(v, memory_format=torch.contiguous_format)
+    _ext.backward(_capsule(dout), _capsule(q), _capsule(k), _capsule(v), _capsule(out), _capsule(lse), _capsule(dq),
+                  _capsule(dk), _capsule(dv), options, _stream(q), _workspace_for(q), _dl(alibi_slopes),
+                  _dl(cu_seqlens_q), _dl(cu_seqlens_k), max_seqlen_q, max_seqlen_k, _dl(seqlens_k), _dl(block_table))
+    return dq, dk, dv
+
+
+def merge_states(out_a, lse_a, out_b, lse_b, backend):
+    out = torch.empty_like(out_a, memory_format=torch.contiguous_format)
+    lse = torch.empty(lse_a.shape, dtype=torch.float32, device=lse_a.device)
+    _ext.merge_states(_capsule(out_a), _capsule(lse_a), _capsule(out_b), _capsule(lse_b), _capsule(out),
+                      _capsule(lse), backend, _stream(out_a))
+    return out, lse
+
+
+class _Attention(torch.autograd.Function):
+    """Eager autograd for dense, varlen and KV-cache (no append) calls; lse is not differentiable."""
+
+    @staticmethod
+    def forward(ctx, q, k, v, options_key, extras):
+        out, lse = forward(q, k, v, options_key, **extras)
+        ctx.save_for_backward(q, k, v, out, lse)
+        ctx.options_key = options_key
+        ctx.extras = extras
+        ctx.mark_non_differentiable(lse)
+        return out, lse
+
+    @staticmethod
+    def backward(ctx, grad_out, grad_lse):
+        q, k, v, out, lse = ctx.saved_tensors
+        if grad_out is None:
+            grad_out = torch.zeros_like(out)
+        # A gradient through lse is not propagated (as in flash-attn).
+        dq, dk, dv = backward(grad_out, q, k, v, out, lse, ctx.options_key, **ctx.extras)
+        return dq, dk, dv, None, None
+
+
+def _needs_grad(q, k, v):
+    return torch.is_grad_enabled() and (q.requires_grad or k.requires_grad or v.requires_grad)
+
+
+def attention_eager(q, k, v, options_key, **extras):
+    """(out, lse), differentiable in q, k, v when autograd asks for it."""
+    if _needs_grad(q, k, v):
+        return _Attention.apply(q, k, v, options_key, extras)
+    return forward(q, k, v, options_key, **extras)
+
+
+def append_and_attend(q, k_cache, v_cache, k_new, v_new, options_key, **extras):
+    """KV-cache forward that first writes k_new/v_new into the caches (in place; not differentiable)."""
+    result = forward(q, k_cache, v_cache, options_key, k_new=k_new, v_new=v_new, **extras)
+    bump = getattr(torch.autograd.graph, "increment_version", None)
+    if bump is not None and not k_cache.is_inference():
+        bump(k_cache)  # autograd must see that the caches changed, as after any in-place op
+        bump(v_cache)
+    return result
