@@ -13,6 +13,7 @@
 #include "bench_decode.hpp"
 #include "bench_support.hpp"
 #include "device_buffers.hpp"
+#include "memory_budget.hpp"
 
 #ifdef CUFLASH_WITH_CUDA
 #include <cuda_runtime.h>
@@ -21,7 +22,7 @@
 namespace cuflash::tool {
 namespace {
 
-void print_json_row(const BenchRow& row, const BenchConfig& config, const std::string& device) {
+[[maybe_unused]] void print_json_row(const BenchRow& row, const BenchConfig& config, const std::string& device) {
   const BenchPoint& p = row.point;
   std::printf("{\"pass\": \"%s\", \"backend\": \"%s\", \"head_dim\": %d, \"heads\": %d, \"batch\": %d, "
               "\"seqlen\": %d, \"causal\": %s, \"dtype\": \"%s\", \"deterministic\": %s, \"device\": %s, "
@@ -32,12 +33,12 @@ void print_json_row(const BenchRow& row, const BenchConfig& config, const std::s
   print_json_timing(row, "tflops", row.error ? 0.0 : row.tflops());
 }
 
-void print_text_header() {
+[[maybe_unused]] void print_text_header() {
   std::printf("%-6s %4s %5s %5s %6s %-6s %-7s %10s %10s %10s %5s %8s %9s %8s\n", "pass", "D", "heads", "batch",
               "seqlen", "mask", "backend", "median ms", "min ms", "max ms", "reps", "TFLOP/s", "first ms", "host us");
 }
 
-void print_text_row(const BenchRow& row) {
+[[maybe_unused]] void print_text_row(const BenchRow& row) {
   const BenchPoint& p = row.point;
   std::printf("%-6s %4d %5d %5d %6d %-6s %-7s ", bench_pass_name(p.pass), p.head_dim, p.heads, p.batch, p.seqlen,
               p.causal ? "causal" : "none", backend_name(row.backend));
@@ -170,31 +171,67 @@ void measure(const BenchConfig& config, BenchMemory& memory, BenchScratch& scrat
 
 #endif  // CUFLASH_WITH_CUDA
 
+// What BenchMemory (and the backward's workspace) takes at the largest point,
+// in doubles: a product of flags can overflow size_t.
+struct PrefillMemory {
+  double host = 0.0;    // random_normal's values of one input, or one output copied back to count non-finites
+  double device = 0.0;  // inputs, out, lse, gradients and the backward's fp32 dq workspace; not the L2 flush
+};
+
+PrefillMemory prefill_memory(const BenchConfig& config, const std::vector<BenchPoint>& points) {
+  double elements = 0.0, rows = 0.0;
+  bool backward = false;
+  for (const BenchPoint& p : points) {
+    elements = std::max(elements, static_cast<double>(p.batch) * p.seqlen * p.heads * p.head_dim);
+    rows = std::max(rows, static_cast<double>(p.batch) * p.heads * p.seqlen);
+    backward = backward || p.pass == BenchPass::fwdbwd;
+  }
+  const double bytes = elements * static_cast<double>(dtype_size(config.dtype));
+  PrefillMemory memory;
+  memory.host = 2.0 * elements;
+  memory.device = (backward ? 4.0 : 3.0) * bytes + bytes + 4.0 * rows;
+  if (backward) memory.device += 3.0 * bytes + 4.0 * (elements + rows);
+  return memory;
+}
+
 int bench_error(const std::string& message) {
   std::fflush(stdout);
-  std::fprintf(stderr, "cuflash: bench: %s\n", message.c_str());
+  std::fprintf(stderr, "cuflash bench: %s\n", message.c_str());
   return 1;
 }
 
 }  // namespace
 
 int bench_command(const BenchConfig& config) {
+  // Checked before the GPU is looked for: a problem too big for this host is so with or without one.
+  const std::vector<BenchPoint> points = config.mode == BenchMode::prefill ? bench_points(config)
+                                                                           : std::vector<BenchPoint>{};
+  const PrefillMemory need = prefill_memory(config, points);
+  if (const std::string refusal = memory_refusal("the largest point needs", need.host, "host memory", "random inputs",
+                                                 host_bytes_available(), "available");
+      !refusal.empty())
+    return bench_error(refusal);
 #ifndef CUFLASH_WITH_CUDA
-  (void)config;
-  return bench_error("this cuflash was built without CUDA; the benchmark needs a CUDA GPU");
+  return bench_error("no CUDA device (this cuflash was built without CUDA); the benchmark needs a CUDA GPU");
 #else
   int devices = 0;
   if (const cudaError_t result = cudaGetDeviceCount(&devices); result != cudaSuccess)
-    return bench_error(std::string("no CUDA GPU usable here (cudaGetDeviceCount: ") + cudaGetErrorName(result) +
-                       ": " + cudaGetErrorString(result) + ")");
-  if (devices == 0) return bench_error("no CUDA GPU visible");
+    return bench_error(std::string("no CUDA device (cudaGetDeviceCount: ") + cudaGetErrorName(result) + ": " +
+                       cudaGetErrorString(result) + "); the benchmark needs a CUDA GPU");
+  if (devices == 0) return bench_error("no CUDA device visible; the benchmark needs a CUDA GPU");
 
   cudaDeviceProp properties{};
   check_cuda(cudaSetDevice(0), "cudaSetDevice");
   check_cuda(cudaGetDeviceProperties(&properties, 0), "cudaGetDeviceProperties");
   const std::string device = properties.name;
   if (config.mode == BenchMode::decode) return bench_decode(config, device, properties.major * 10 + properties.minor);
-  const std::vector<BenchPoint> points = bench_points(config);
+
+  const double device_need = need.device + static_cast<double>(l2_flush_bytes(config));
+  if (const std::string refusal = memory_refusal("the largest point needs", device_need, "GPU memory",
+                                                 "inputs, outputs, gradients, workspace, L2 flush",
+                                                 device_bytes_free(), "free");
+      !refusal.empty())
+    return bench_error(refusal);
 
   BenchMemory memory(config, points);
   BenchScratch scratch(config);

@@ -2,6 +2,7 @@
 
 #include <algorithm>
 #include <chrono>
+#include <cmath>
 #include <cstdint>
 #include <cstdio>
 #include <deque>
@@ -17,7 +18,7 @@
 namespace cuflash::tool {
 namespace {
 
-void print_json_row(const BenchRow& row, const BenchConfig& config, const std::string& device) {
+[[maybe_unused]] void print_json_row(const BenchRow& row, const BenchConfig& config, const std::string& device) {
   const BenchPoint& p = row.point;
   std::printf("{\"sweep\": \"decode\", \"pass\": \"fwd\", \"backend\": \"%s\", \"batch\": %d, \"kv_len\": %d, "
               "\"heads_q\": %d, \"heads_kv\": %d, \"head_dim\": %d, \"page_size\": %d, \"q_len\": %d, "
@@ -28,12 +29,12 @@ void print_json_row(const BenchRow& row, const BenchConfig& config, const std::s
   print_json_timing(row, "gbps", row.error ? 0.0 : row.gbps());
 }
 
-void print_text_header() {
+[[maybe_unused]] void print_text_header() {
   std::printf("%4s %7s %5s %5s %7s %-7s %10s %8s %5s %9s %8s\n", "D", "Hq/Hk", "page", "batch", "kv_len", "backend",
               "median us", "GB/s", "reps", "first ms", "host us");
 }
 
-void print_text_row(const BenchRow& row) {
+[[maybe_unused]] void print_text_row(const BenchRow& row) {
   const BenchPoint& p = row.point;
   const std::string heads = std::to_string(p.heads) + "/" + std::to_string(p.heads_kv);
   std::printf("%4d %7s %5d %5d %7d %-7s ", p.head_dim, heads.c_str(), p.page_size, p.batch, p.kv_len,
@@ -65,12 +66,13 @@ struct DecodeTensors {
   ForwardArgs args;
 };
 
-std::size_t point_bytes(const BenchPoint& p, std::size_t element) {
-  const std::size_t q_elements = std::size_t(p.batch) * p.seqlen * p.heads * p.head_dim;
-  const std::size_t pages = p.page_size > 0 ? std::size_t(p.batch) * ceil_div(p.kv_len, p.page_size) : 0;
-  const std::size_t cache_rows = p.page_size > 0 ? pages * p.page_size : std::size_t(p.batch) * p.kv_len;
-  return 2 * q_elements * element + 2 * cache_rows * p.heads_kv * p.head_dim * element +
-         std::size_t(p.batch) * p.heads * p.seqlen * sizeof(float) + (pages + p.batch) * sizeof(std::int32_t);
+// In doubles: a product of flags can overflow size_t, and such a point is skipped, not allocated.
+double point_bytes(const BenchPoint& p, std::size_t element) {
+  const double q_elements = static_cast<double>(p.batch) * p.seqlen * p.heads * p.head_dim;
+  const double pages = p.page_size > 0 ? static_cast<double>(p.batch) * std::ceil(double(p.kv_len) / p.page_size) : 0;
+  const double cache_rows = p.page_size > 0 ? pages * p.page_size : static_cast<double>(p.batch) * p.kv_len;
+  return (2.0 * q_elements + 2.0 * cache_rows * p.heads_kv * p.head_dim) * static_cast<double>(element) +
+         static_cast<double>(p.batch) * p.heads * p.seqlen * sizeof(float) + (pages + p.batch) * sizeof(std::int32_t);
 }
 
 class DecodeMemory {
@@ -153,12 +155,14 @@ void measure(const BenchConfig& config, DecodeMemory& memory, BenchScratch& scra
   const BenchPoint& p = row.point;
   std::size_t free_bytes = 0, total_bytes = 0;
   check_cuda(cudaMemGetInfo(&free_bytes, &total_bytes), "cudaMemGetInfo");
-  const std::size_t needed = point_bytes(p, dtype_size(config.dtype));
-  if (needed + kMemoryMargin > free_bytes) {
+  const double needed = point_bytes(p, dtype_size(config.dtype));
+  if (needed + static_cast<double>(kMemoryMargin) > static_cast<double>(free_bytes)) {
     row.skipped = true;
-    row.error = "skipped: the point's tensors need " + std::to_string(needed >> 20) + " MiB, " +
-                std::to_string(free_bytes >> 20) + " MiB of GPU memory are free (keeping " +
-                std::to_string(kMemoryMargin >> 20) + " MiB)";
+    // In MiB, as bench/decode.py words its peers' skips.
+    char text[160];
+    std::snprintf(text, sizeof text, "skipped: the point's tensors need %.0f MiB, %zu MiB of GPU memory are free "
+                  "(keeping %zu MiB)", std::floor(needed / (1 << 20)), free_bytes >> 20, kMemoryMargin >> 20);
+    row.error = text;
     return;
   }
   DecodeTensors t;

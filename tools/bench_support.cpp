@@ -46,13 +46,15 @@ void check_cuda(cudaError_t result, const char* what) {
                              cudaGetErrorString(result));
 }
 
-BenchScratch::BenchScratch(const BenchConfig& config) {
-  if (config.flush_l2) {
-    int l2_bytes = 0;
-    check_cuda(cudaDeviceGetAttribute(&l2_bytes, cudaDevAttrL2CacheSize, 0), "cudaDeviceGetAttribute");
-    flush_bytes_ = std::max<std::size_t>(2 * std::size_t(l2_bytes), 32u << 20);
-    flush_ = Buffer::raw(Placement::cuda, flush_bytes_);
-  }
+std::size_t l2_flush_bytes(const BenchConfig& config) {
+  if (!config.flush_l2) return 0;
+  int l2_bytes = 0;
+  check_cuda(cudaDeviceGetAttribute(&l2_bytes, cudaDevAttrL2CacheSize, 0), "cudaDeviceGetAttribute");
+  return std::max<std::size_t>(2 * std::size_t(l2_bytes), 32u << 20);
+}
+
+BenchScratch::BenchScratch(const BenchConfig& config) : flush_bytes_(l2_flush_bytes(config)) {
+  if (flush_bytes_ > 0) flush_ = Buffer::raw(Placement::cuda, flush_bytes_);
 }
 
 void* BenchScratch::workspace(std::size_t bytes) {

@@ -86,6 +86,10 @@ bool finite_16(std::uint16_t bits, DType dtype);
 std::size_t count_nonfinite(const Buffer& buffer, std::size_t count, DType dtype);
 std::size_t count_nonfinite_f32(const Buffer& buffer, std::size_t count);
 
+// Bytes of the buffer that flush_l2 overwrites: twice the L2 of device 0, at
+// least 32 MiB; 0 without config.flush_l2.
+std::size_t l2_flush_bytes(const BenchConfig& config);
+
 // Scratch of every benchmark mode: a workspace that grows to the largest
 // point's (never shrinks), and a buffer whose memset overwrites the L2 cache
 // before each timed call, as triton.testing.do_bench does (allocated only

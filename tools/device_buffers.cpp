@@ -20,7 +20,7 @@ void check_cuda(cudaError_t result, const char* what) {
 }
 #endif
 
-[[noreturn]] void no_cuda() { throw std::runtime_error("this cuflash was built without CUDA"); }
+[[noreturn, maybe_unused]] void no_cuda() { throw std::runtime_error("this cuflash was built without CUDA"); }
 
 }  // namespace
 
@@ -34,6 +34,19 @@ int cuda_device_count() {
   return count;
 #else
   return 0;
+#endif
+}
+
+std::string no_cuda_device_reason() {
+#ifdef CUFLASH_WITH_CUDA
+  int count = 0;
+  if (const cudaError_t result = cudaGetDeviceCount(&count); result != cudaSuccess) {
+    (void)cudaGetLastError();
+    return std::string("cudaGetDeviceCount: ") + cudaGetErrorName(result) + ": " + cudaGetErrorString(result);
+  }
+  return count > 0 ? std::string() : "cudaGetDeviceCount found none";
+#else
+  return "this cuflash was built without CUDA";
 #endif
 }
 
@@ -64,11 +77,12 @@ Buffer Buffer::raw(Placement placement, std::size_t bytes) {
   if (bytes == 0) return buffer;
   if (placement == Placement::host) {
     buffer.data_ = std::malloc(bytes);
-    if (buffer.data_ == nullptr) throw std::runtime_error("out of host memory");
+    if (buffer.data_ == nullptr)
+      throw std::runtime_error("out of host memory (allocating " + std::to_string(bytes) + " bytes)");
     return buffer;
   }
 #ifdef CUFLASH_WITH_CUDA
-  check_cuda(cudaMalloc(&buffer.data_, bytes), "cudaMalloc");
+  check_cuda(cudaMalloc(&buffer.data_, bytes), ("cudaMalloc of " + std::to_string(bytes) + " bytes").c_str());
 #else
   no_cuda();
 #endif

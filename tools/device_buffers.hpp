@@ -17,6 +17,9 @@ enum class Placement { host, cuda };
 // CUDA GPUs visible to this process; 0 when built without CUDA or on any error.
 int cuda_device_count();
 bool built_with_cuda();
+// Why no CUDA device is usable here ("this cuflash was built without CUDA",
+// the cudaGetDeviceCount error, ...); empty when one is.
+std::string no_cuda_device_reason();
 std::string cuda_device_name(int index);
 
 class Buffer {

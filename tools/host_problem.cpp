@@ -22,23 +22,23 @@ std::vector<std::int32_t> prefix_sums(const std::vector<int>& lengths) {
 }
 
 // Sequence 0 gets the longest lengths so that the flags' maxima are reached.
-void draw_lengths(const RunConfig& config, std::mt19937_64& engine, HostProblem* problem) {
+SequenceLengths draw_lengths(const RunConfig& config, std::mt19937_64& engine) {
   const int batch = config.batch;
-  problem->q_lens.assign(batch, config.seqlen_q);
-  problem->kv_lens.assign(batch, config.seqlen_k);
+  SequenceLengths lengths;
+  lengths.q.assign(batch, config.seqlen_q);
+  lengths.kv.assign(batch, config.seqlen_k);
   if (config.layout == InputLayout::varlen) {
     // Equal flags mean self-attention packing: each sequence's q and k lengths agree.
     for (int b = 1; b < batch; ++b) {
-      problem->q_lens[b] = uniform(engine, 1, config.seqlen_q);
-      problem->kv_lens[b] = config.seqlen_q == config.seqlen_k ? problem->q_lens[b] : uniform(engine, 1, config.seqlen_k);
+      lengths.q[b] = uniform(engine, 1, config.seqlen_q);
+      lengths.kv[b] = config.seqlen_q == config.seqlen_k ? lengths.q[b] : uniform(engine, 1, config.seqlen_k);
     }
   } else if (config.layout == InputLayout::paged) {
     const int max_cached = config.seqlen_k - config.append;
     for (int b = 1; b < batch; ++b)
-      problem->kv_lens[b] = uniform(engine, std::min(1, max_cached), max_cached) + config.append;
+      lengths.kv[b] = uniform(engine, std::min(1, max_cached), max_cached) + config.append;
   }
-  problem->max_q_len = *std::max_element(problem->q_lens.begin(), problem->q_lens.end());
-  problem->max_kv_len = *std::max_element(problem->kv_lens.begin(), problem->kv_lens.end());
+  return lengths;
 }
 
 // Standard normal values, drawn as float from the 64-bit engine: a seed gives
@@ -74,66 +74,99 @@ void apply_append(const RunConfig& config, HostProblem* problem) {
 
 }  // namespace
 
-HostProblem build_problem(const RunConfig& config) {
-  HostProblem problem;
+double TensorShape::elements() const {
+  if (dims.empty()) return 0.0;
+  double product = 1.0;
+  for (std::int64_t dim : dims) product *= static_cast<double>(dim);
+  return product;
+}
+
+double TensorShape::bytes() const { return elements() * static_cast<double>(dtype_size(dtype)); }
+
+std::int64_t SequenceLengths::total_q() const { return std::accumulate(q.begin(), q.end(), std::int64_t{0}); }
+std::int64_t SequenceLengths::total_kv() const { return std::accumulate(kv.begin(), kv.end(), std::int64_t{0}); }
+
+SequenceLengths draw_lengths(const RunConfig& config) {
   std::mt19937_64 engine(config.seed);
-  draw_lengths(config, engine, &problem);
-  auto& t = problem.tensors;
+  return draw_lengths(config, engine);
+}
+
+ProblemShapes problem_shapes(const RunConfig& config, std::int64_t total_q, std::int64_t total_k) {
+  ProblemShapes s;
   const std::int64_t batch = config.batch, heads_q = config.heads_q, heads_kv = config.heads_kv,
                      head_dim = config.head_dim;
   const DType dtype = config.dtype;
+  const auto index = [](std::vector<std::int64_t> dims) { return TensorShape{DType::i32, std::move(dims)}; };
 
   switch (config.layout) {
     case InputLayout::dense:
-      t[kQ] = HostTensor(dtype, {batch, config.seqlen_q, heads_q, head_dim});
-      t[kK] = HostTensor(dtype, {batch, config.seqlen_k, heads_kv, head_dim});
-      t[kLse] = HostTensor(DType::f32, {batch, heads_q, config.seqlen_q});
+      s[kQ] = {dtype, {batch, config.seqlen_q, heads_q, head_dim}};
+      s[kK] = {dtype, {batch, config.seqlen_k, heads_kv, head_dim}};
+      s[kLse] = {DType::f32, {batch, heads_q, config.seqlen_q}};
       break;
-    case InputLayout::varlen: {
-      const std::vector<std::int32_t> cu_q = prefix_sums(problem.q_lens), cu_k = prefix_sums(problem.kv_lens);
-      t[kQ] = HostTensor(dtype, {cu_q.back(), heads_q, head_dim});
-      t[kK] = HostTensor(dtype, {cu_k.back(), heads_kv, head_dim});
-      t[kLse] = HostTensor(DType::f32, {heads_q, cu_q.back()});
-      t[kCuSeqlensQ] = HostTensor::from_i32(cu_q, {batch + 1});
-      t[kCuSeqlensK] = HostTensor::from_i32(cu_k, {batch + 1});
+    case InputLayout::varlen:
+      s[kQ] = {dtype, {total_q, heads_q, head_dim}};
+      s[kK] = {dtype, {total_k, heads_kv, head_dim}};
+      s[kLse] = {DType::f32, {heads_q, total_q}};
+      s[kCuSeqlensQ] = s[kCuSeqlensK] = index({batch + 1});
       break;
-    }
     case InputLayout::paged: {
-      problem.max_pages = (config.seqlen_k + config.page_size - 1) / config.page_size;
-      problem.num_pages = config.batch * problem.max_pages;
-      std::vector<std::int32_t> pages(problem.num_pages);
-      std::iota(pages.begin(), pages.end(), 0);
-      std::shuffle(pages.begin(), pages.end(), engine);
-      std::vector<std::int32_t> cached(config.batch), after(config.batch);
-      for (int b = 0; b < config.batch; ++b) {
-        cached[b] = problem.kv_lens[b] - config.append;
-        after[b] = problem.kv_lens[b];
-      }
-      t[kQ] = HostTensor(dtype, {batch, config.seqlen_q, heads_q, head_dim});
-      t[kK] = HostTensor(dtype, {problem.num_pages, config.page_size, heads_kv, head_dim});
-      t[kLse] = HostTensor(DType::f32, {batch, heads_q, config.seqlen_q});
-      t[kBlockTable] = HostTensor::from_i32(pages, {batch, problem.max_pages});
-      t[kSeqlensK] = HostTensor::from_i32(cached, {batch});
-      t[kSeqlensKAfter] = HostTensor::from_i32(after, {batch});
-      if (config.append > 0) {
-        t[kKNew] = HostTensor(dtype, {batch, config.append, heads_kv, head_dim});
-        t[kVNew] = t[kKNew];
-      }
+      const std::int64_t max_pages = (std::int64_t{config.seqlen_k} + config.page_size - 1) / config.page_size;
+      s[kQ] = {dtype, {batch, config.seqlen_q, heads_q, head_dim}};
+      s[kK] = {dtype, {batch * max_pages, config.page_size, heads_kv, head_dim}};
+      s[kLse] = {DType::f32, {batch, heads_q, config.seqlen_q}};
+      s[kBlockTable] = index({batch, max_pages});
+      s[kSeqlensK] = s[kSeqlensKAfter] = index({batch});
+      if (config.append > 0) s[kKNew] = s[kVNew] = {dtype, {batch, config.append, heads_kv, head_dim}};
       break;
     }
   }
-  t[kV] = t[kK];
-  t[kOut] = t[kQ];
-  for (Slot slot : {kQ, kK, kV, kKNew, kVNew}) fill_normal(t[slot], engine);
+  s[kV] = s[kK];
+  s[kOut] = s[kQ];
   if (config.backward) {
-    t[kDout] = t[kQ];
-    fill_normal(t[kDout], engine);
-    t[kDq] = t[kQ];
-    t[kDk] = t[kK];
-    t[kDv] = t[kK];
+    s[kDout] = s[kDq] = s[kQ];
+    s[kDk] = s[kDv] = s[kK];
   }
+  if (config.alibi) s[kAlibi] = {DType::f32, {heads_q}};
+  return s;
+}
+
+HostProblem build_problem(const RunConfig& config) {
+  HostProblem problem;
+  std::mt19937_64 engine(config.seed);
+  SequenceLengths lengths = draw_lengths(config, engine);
+  const ProblemShapes shapes = problem_shapes(config, lengths.total_q(), lengths.total_kv());
+  problem.q_lens = std::move(lengths.q);
+  problem.kv_lens = std::move(lengths.kv);
+  problem.max_q_len = *std::max_element(problem.q_lens.begin(), problem.q_lens.end());
+  problem.max_kv_len = *std::max_element(problem.kv_lens.begin(), problem.kv_lens.end());
+  auto& t = problem.tensors;
+  for (std::size_t slot = 0; slot < kSlotCount; ++slot)
+    if (!shapes[slot].dims.empty() && shapes[slot].dtype != DType::i32)
+      t[slot] = HostTensor(shapes[slot].dtype, shapes[slot].dims);
+  const std::int64_t batch = config.batch, heads_q = config.heads_q, head_dim = config.head_dim;
+
+  if (config.layout == InputLayout::varlen) {
+    t[kCuSeqlensQ] = HostTensor::from_i32(prefix_sums(problem.q_lens), {batch + 1});
+    t[kCuSeqlensK] = HostTensor::from_i32(prefix_sums(problem.kv_lens), {batch + 1});
+  } else if (config.layout == InputLayout::paged) {
+    problem.max_pages = static_cast<int>(shapes[kBlockTable].dims[1]);
+    problem.num_pages = static_cast<int>(shapes[kK].dims[0]);
+    std::vector<std::int32_t> pages(problem.num_pages);
+    std::iota(pages.begin(), pages.end(), 0);
+    std::shuffle(pages.begin(), pages.end(), engine);
+    std::vector<std::int32_t> cached(config.batch), after(config.batch);
+    for (int b = 0; b < config.batch; ++b) {
+      cached[b] = problem.kv_lens[b] - config.append;
+      after[b] = problem.kv_lens[b];
+    }
+    t[kBlockTable] = HostTensor::from_i32(pages, {batch, problem.max_pages});
+    t[kSeqlensK] = HostTensor::from_i32(cached, {batch});
+    t[kSeqlensKAfter] = HostTensor::from_i32(after, {batch});
+  }
+  for (Slot slot : {kQ, kK, kV, kKNew, kVNew}) fill_normal(t[slot], engine);
+  if (config.backward) fill_normal(t[kDout], engine);
   if (config.alibi) {
-    t[kAlibi] = HostTensor(DType::f32, {heads_q});
     for (std::int64_t h = 0; h < heads_q; ++h)
       t[kAlibi].set(h, std::exp2(-8.0 * static_cast<double>(h + 1) / static_cast<double>(heads_q)));
   }

@@ -5,6 +5,7 @@
 
 #include <array>
 #include <cstddef>
+#include <cstdint>
 #include <string>
 #include <vector>
 
@@ -22,6 +23,32 @@ enum Slot : std::size_t {
   kSlotCount
 };
 using Views = std::array<TensorView, kSlotCount>;
+
+// The dtype and shape of one tensor; no dims: not given.
+struct TensorShape {
+  DType dtype = DType::f32;
+  std::vector<std::int64_t> dims;
+  // As a double: a product of flags can overflow any integer type.
+  double elements() const;
+  double bytes() const;
+};
+using ProblemShapes = std::array<TensorShape, kSlotCount>;
+
+// Every tensor's shape, from the flags alone: nothing drawn or allocated, so
+// that the memory a problem needs is known before it is built. Varlen packs
+// total_q and total_k rows (the sums of the drawn lengths; the other layouts
+// ignore them). build_problem() allocates exactly these.
+ProblemShapes problem_shapes(const RunConfig& config, std::int64_t total_q, std::int64_t total_k);
+
+// The per-sequence lengths, the first thing a seed draws (build_problem draws
+// the same): two ints a sequence, so a varlen problem's totals are known
+// before its tensors are allocated.
+struct SequenceLengths {
+  std::vector<int> q, kv;  // kv: cached + appended
+  std::int64_t total_q() const;
+  std::int64_t total_kv() const;
+};
+SequenceLengths draw_lengths(const RunConfig& config);
 
 struct HostProblem {
   std::array<host::HostTensor, kSlotCount> tensors;

@@ -1,8 +1,9 @@
 // The `cuflash` command: `cuflash run [flags]`, `cuflash bench [flags]`, `cuflash version`, `cuflash --help`.
-// Exit codes: 0 success, 1 a failed call or a result over tolerance (bench: a failed point,
-// or no GPU), 2 a bad command line.
+// Exit codes: 0 success, 1 a failed call, a result over tolerance or a problem that cannot
+// run here (too big for memory, no GPU; bench: a failed point), 2 a bad command line.
 #include <cstdio>
 #include <exception>
+#include <new>
 #include <string_view>
 #include <vector>
 
@@ -83,6 +84,10 @@ int main(int argc, char** argv) {
       return cuflash::tool::bench_command(config);
     }
     return usage_error("unknown command '" + std::string(args[0]) + "' (commands: run, bench, version, --help)");
+  } catch (const std::bad_alloc&) {  // past the commands' estimates of what they need
+    std::fflush(stdout);
+    std::fprintf(stderr, "cuflash: error: out of host memory (std::bad_alloc)\n");
+    return 1;
   } catch (const std::exception& error) {
     std::fflush(stdout);
     std::fprintf(stderr, "cuflash: error: %s\n", error.what());

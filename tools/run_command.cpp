@@ -12,6 +12,7 @@
 #include "cuflash/cuflash.hpp"
 #include "device_buffers.hpp"
 #include "host_problem.hpp"
+#include "memory_budget.hpp"
 #include "report.hpp"
 
 namespace cuflash::tool {
@@ -35,6 +36,15 @@ std::string backend_used(Placement placement, Backend backend) {
   if (backend != Backend::automatic) return backend_name(backend);
   return placement == Placement::host ? "cpu (auto; inputs in host memory)"
                                       : "auto on the GPU (the library picks cuda or cudnn)";
+}
+
+// A float64 check expected to take longer than this says so first.
+constexpr double kAnnounceCheckSeconds = 2.0;
+
+void announce_check(double seconds) {
+  if (seconds < kAnnounceCheckSeconds) return;
+  std::printf("  checking against float64 (about %s; --no-check to skip)\n", format_seconds(seconds).c_str());
+  std::fflush(stdout);
 }
 
 const char* host_note() {
@@ -129,6 +139,7 @@ class Execution {
       return {passed ? 0 : 1, false, {}};
     }
     if (!oracle_.forward) {
+      announce_check(oracle_seconds(problem_.forward_flops, false));
       oracle::ForwardResult result;
       const Status status = oracle::forward_float64(forward_args(host_views(problem_), problem_), options_, &result);
       if (!status.ok()) return failed(status, "float64 oracle forward");
@@ -156,6 +167,7 @@ class Execution {
       return {};
     }
     if (!oracle_.backward) {
+      announce_check(oracle_seconds(problem_.forward_flops, true));
       Views host = host_views(problem_);
       host[kK] = problem_.k_after.view();
       host[kV] = problem_.v_after.view();
@@ -191,21 +203,79 @@ void print_problem(const RunConfig& config, const HostProblem& problem) {
               config.backward ? "on" : "off", config.deterministic ? "on" : "off");
 }
 
+int refuse(const std::string& message) {
+  std::fflush(stdout);
+  std::fprintf(stderr, "cuflash run: %s\n", message.c_str());
+  return 1;
+}
+
+// The refusal of a problem whose tensors, copies and checks cannot fit where
+// it would run, else empty. `at_least`: the shapes are a lower bound.
+std::string shapes_refusal(const RunConfig& config, const ProblemShapes& shapes, Placement placement, bool at_least) {
+  const RunMemory need = run_memory(config, shapes, config.seqlen_q, config.seqlen_k, placement);
+  const double available = host_bytes_available();
+  const std::string subject = at_least ? "the problem needs at least" : "the problem needs";
+  std::string what = placement == Placement::host ? "inputs, outputs and their copies" : "inputs, outputs";
+  std::string hint;
+  if (config.check) {
+    what += ", float64 check";
+    const double unchecked = need.host - need.host_check;
+    if (unchecked <= available) hint = "--no-check needs " + format_bytes(unchecked);
+  }
+  std::string refusal = memory_refusal(subject, need.host, "host memory", what, available, "available", hint);
+  if (refusal.empty() && placement == Placement::cuda)
+    refusal = memory_refusal(subject, need.device, "GPU memory", "inputs, outputs, workspace", device_bytes_free(),
+                             "free");
+  return refusal;
+}
+
+ProblemShapes exact_shapes(const RunConfig& config) {
+  if (config.layout != InputLayout::varlen) return problem_shapes(config, 0, 0);
+  const SequenceLengths lengths = draw_lengths(config);
+  return problem_shapes(config, lengths.total_q(), lengths.total_kv());
+}
+
+// Varlen lengths are drawn (two ints a sequence) only once the problem at its
+// shortest (every other sequence one token long) fits; the other layouts'
+// shapes do not depend on them.
+std::string problem_refusal(const RunConfig& config, Placement placement) {
+  if (config.layout == InputLayout::varlen) {
+    const std::int64_t others = config.batch - 1;
+    const ProblemShapes shortest = problem_shapes(config, config.seqlen_q + others, config.seqlen_k + others);
+    if (std::string refusal = shapes_refusal(config, shortest, placement, true); !refusal.empty()) return refusal;
+  }
+  return shapes_refusal(config, exact_shapes(config), placement, false);
+}
+
+// Moving to the CPU backend after the GPU refused the problem: its host
+// buffers and scratch on top of what the GPU run needed, which is held now.
+std::string fallback_refusal(const RunConfig& config) {
+  const ProblemShapes shapes = exact_shapes(config);
+  const double more = run_memory(config, shapes, config.seqlen_q, config.seqlen_k, Placement::host).host -
+                      run_memory(config, shapes, config.seqlen_q, config.seqlen_k, Placement::cuda).host;
+  return memory_refusal("the CPU backend needs", more, "more host memory", "copies of the inputs and outputs, scratch",
+                        host_bytes_available(), "available");
+}
+
 }  // namespace
 
 int run_command(const RunConfig& config) {
   if (config.threads > 0) setenv("CUFLASH_NUM_THREADS", std::to_string(config.threads).c_str(), 1);
-  const HostProblem problem = build_problem(config);
-  print_problem(config, problem);
-
-  // Without a GPU, --backend cuda/cudnn still runs on host memory so that the library says why not.
+  if (config.backend == Backend::cuda || config.backend == Backend::cudnn)
+    if (const std::string reason = no_cuda_device_reason(); !reason.empty())
+      return refuse(std::string("no CUDA device for --backend ") + backend_name(config.backend) + " (" + reason + ")");
   const Placement placement =
       config.backend != Backend::cpu && cuda_device_count() > 0 ? Placement::cuda : Placement::host;
+  if (const std::string refusal = problem_refusal(config, placement); !refusal.empty()) return refuse(refusal);
+
+  const HostProblem problem = build_problem(config);
+  print_problem(config, problem);
   OracleResults oracle;
   Outcome outcome = Execution(config, problem, &oracle, placement, config.backend).run();
   if (outcome.gpu_unsupported) {
     std::printf("note:     the GPU backends cannot run this problem (%s); running it on the CPU backend instead\n",
                 outcome.message.c_str());
+    if (const std::string refusal = fallback_refusal(config); !refusal.empty()) return refuse(refusal);
     outcome = Execution(config, problem, &oracle, Placement::host, Backend::cpu).run();
   }
   std::printf("result:   %s\n", outcome.exit_code == 0 ? "PASS" : "FAIL");

@@ -1,7 +1,9 @@
 #include "run_config.hpp"
 
+#include <algorithm>
 #include <charconv>
 #include <cmath>
+#include <cstdint>
 #include <functional>
 #include <limits>
 #include <string>
@@ -124,6 +126,17 @@ std::string check_combination(const RunConfig& config) {
   if (config.layout == InputLayout::paged && config.append > config.seqlen_k)
     return "--append: must be <= --seqlen-k (" + std::to_string(config.seqlen_k) + "), got " +
            std::to_string(config.append);
+  // Index tensors are int32: varlen offsets count packed rows, block tables count pages.
+  constexpr std::int64_t kMaxIndex = std::numeric_limits<std::int32_t>::max();
+  const std::int64_t batch = config.batch;
+  if (config.layout == InputLayout::varlen && batch * std::max(config.seqlen_q, config.seqlen_k) > kMaxIndex)
+    return "--batch: varlen packs up to --batch x --seqlen rows, indexed by int32 cu_seqlens (at most " +
+           std::to_string(kMaxIndex) + "), got " + std::to_string(batch) + " x " +
+           std::to_string(std::max(config.seqlen_q, config.seqlen_k));
+  const std::int64_t pages = batch * ((std::int64_t{config.seqlen_k} + config.page_size - 1) / config.page_size);
+  if (config.layout == InputLayout::paged && pages > kMaxIndex)
+    return "--batch: the paged cache has --batch x ceil(--seqlen-k / --page-size) = " + std::to_string(pages) +
+           " pages, more than int32 block-table entries can number (" + std::to_string(kMaxIndex) + ")";
   return {};
 }
 
@@ -142,8 +155,10 @@ void print_run_help(std::FILE* stream) {
                "Runs one attention problem with random normal inputs, times it (median of --repeats\n"
                "calls after a warm-up) and checks it against a float64 oracle. Exit code 0: passed;\n"
                "1: the call failed or the error is over the dtype's tolerance (f32 max-abs <= 1e-5,\n"
-               "f16 rel-L2 <= 3e-3, bf16 rel-L2 <= 1e-2); 2: a bad flag. FLOPs: 4*Hq*D*sum(Lq*Lk),\n"
-               "halved when causal; the backward counts 2.5x the forward.\n\n"
+               "f16 rel-L2 <= 3e-3, bf16 rel-L2 <= 1e-2), or the problem cannot run here (more memory\n"
+               "than the host or GPU has, said before anything is allocated; no GPU for --backend\n"
+               "cuda/cudnn); 2: a bad flag. FLOPs: 4*Hq*D*sum(Lq*Lk), halved when causal; the backward\n"
+               "counts 2.5x the forward.\n\n"
                "flags:\n");
   print_flags(stream, flags(), 30);
 }
