@@ -1,34 +1,87 @@
 #!/usr/bin/env bash
 # The Python package's tests, as CI runs them (scripts/test.sh calls this):
-# a git-ignored virtual environment .venv, `pip install .` into it (the
-# library with its CUDA backend when nvcc is found, and the nanobind module),
-# numpy and pytest from tests/python/requirements.txt, then pytest over
-# tests/python. numpy tests run on the CPU backend; torch and GPU tests skip
-# where torch or a GPU is missing.
+# a git-ignored virtual environment .venv, `pip install .` into it, numpy and
+# pytest from tests/python/requirements.txt, then pytest over tests/python.
+# numpy tests run on the CPU backend; torch and GPU tests skip where torch or a
+# GPU is missing.
+#
+# The package reuses the library that scripts/build.sh built, build/src/libcuflash.so
+# (brought up to date first; a no-op after build.sh): `pip install .` then
+# compiles only the nanobind module, and the package has that library's
+# backends (cmake/prebuilt.cmake). Without build/ it compiles the library
+# itself, with its CUDA backend when nvcc is found, as a bare `pip install .` does.
 #   PYTHON=python3.12 scripts/test-python.sh [pytest args]
-set -euo pipefail
+#   CUFLASH_PREBUILT_LIBRARY= scripts/test-python.sh     (empty: compile, never reuse)
+# Full logs in build/test-logs/ (CUFLASH_TEST_LOG_DIR): pip-install.log, pytest.log,
+# pytest-junit.xml (which scripts/test.sh counts); printed: the pip install's
+# time and pytest's last lines.
+set -uo pipefail
 cd "$(dirname "${BASH_SOURCE[0]}")/.."
 
 python=${PYTHON:-python3}
 venv=.venv
+logs=${CUFLASH_TEST_LOG_DIR:-build/test-logs}
+mkdir -p "$logs"
+rm -f "$logs/pip-install.log" "$logs/pytest.log" "$logs/pytest-junit.xml"
+
 if ! "$python" -c 'import venv, ensurepip' 2>/dev/null; then
   # Debian's python3 keeps venv/ensurepip in python3-venv.
   sudo=()
   [ "$(id -u)" -ne 0 ] && sudo=(sudo)
   echo "test-python: installing python3-venv"
-  "${sudo[@]}" apt-get update -qq
-  "${sudo[@]}" env DEBIAN_FRONTEND=noninteractive apt-get install -y -qq --no-install-recommends python3-venv
+  { "${sudo[@]}" apt-get update -qq &&
+    "${sudo[@]}" env DEBIAN_FRONTEND=noninteractive apt-get install -y -qq --no-install-recommends python3-venv; } ||
+    { echo "test-python: could not install python3-venv" >&2; exit 1; }
 fi
 if [ ! -x "$venv/bin/python" ]; then
-  "$python" -m venv "$venv"
+  "$python" -m venv "$venv" || exit 1
 fi
 if ! command -v nvcc >/dev/null && [ -x /usr/local/cuda/bin/nvcc ]; then
   export PATH="/usr/local/cuda/bin:$PATH"
 fi
 
+# Which library the package gets: the caller's (CUFLASH_PREBUILT_LIBRARY set,
+# empty meaning none), else build/'s when there is one and it is up to date.
+if [ -z "${CUFLASH_PREBUILT_LIBRARY+set}" ]; then
+  CUFLASH_PREBUILT_LIBRARY=
+  if [ -f build/CMakeCache.txt ] && [ -e build/src/libcuflash.so ]; then
+    if cmake --build build --target cuflash >"$logs/pip-install.log" 2>&1; then
+      CUFLASH_PREBUILT_LIBRARY=$PWD/build/src/libcuflash.so
+    else
+      echo "test-python: could not bring build/src/libcuflash.so up to date (see $logs/pip-install.log); the package compiles its own"
+    fi
+  fi
+fi
+export CUFLASH_PREBUILT_LIBRARY
+if [ -n "$CUFLASH_PREBUILT_LIBRARY" ]; then
+  library="reusing ${CUFLASH_PREBUILT_LIBRARY#"$PWD"/}, no library compile"
+elif command -v nvcc >/dev/null && [ "${CUFLASH_ENABLE_CUDA:-ON}" != OFF ]; then
+  library="compiling the library with its CUDA backend (nvcc found)"
+else
+  library="compiling the library without its CUDA backend (no nvcc, or CUFLASH_ENABLE_CUDA=OFF)"
+fi
+
 start=$(date +%s)
-"$venv/bin/python" -m pip install -q --disable-pip-version-check -r tests/python/requirements.txt
-"$venv/bin/python" -m pip install -q --disable-pip-version-check .
-echo "test-python: pip install . took $(($(date +%s) - start)) s ($(command -v nvcc >/dev/null && echo "with" || echo "without") nvcc: CUDA backend $(command -v nvcc >/dev/null && echo built || echo not built))"
+if ! { "$venv/bin/python" -m pip install -q --disable-pip-version-check -r tests/python/requirements.txt &&
+       "$venv/bin/python" -m pip install -v --disable-pip-version-check .; } >>"$logs/pip-install.log" 2>&1; then
+  tail -n 30 "$logs/pip-install.log"
+  echo "test-python: pip install . failed after $(($(date +%s) - start)) s ($library); full log: $logs/pip-install.log"
+  exit 1
+fi
+echo "test-python: pip install . took $(($(date +%s) - start)) s ($library; log: $logs/pip-install.log)"
+
 # Run from tests/python's parent with the package as installed (never python/cuflash, which has no _ext).
-exec "$venv/bin/python" -m pytest -p no:cacheprovider -q -rs tests/python "$@"
+status=0
+"$venv/bin/python" -m pytest -p no:cacheprovider -q -rfEs --junitxml="$logs/pytest-junit.xml" tests/python "$@" \
+  >"$logs/pytest.log" 2>&1 || status=$?
+# pytest's own summary: the failures and skips (-rfEs) and the count line
+# (or, where pytest itself died, the end of its output).
+if grep -q 'short test summary info' "$logs/pytest.log"; then
+  sed -n '/short test summary info/,$p' "$logs/pytest.log" | sed '1d; s/^/test-python: /'
+elif [ "$status" -eq 0 ]; then
+  tail -n 1 "$logs/pytest.log" | sed 's/^/test-python: /'
+else
+  tail -n 20 "$logs/pytest.log"
+fi
+[ "$status" -eq 0 ] || echo "test-python: pytest failed (status $status); full log: $logs/pytest.log"
+exit "$status"
