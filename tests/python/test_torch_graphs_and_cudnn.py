@@ -90,8 +90,8 @@ def _capture(fn, warmup_stream=None):
 def test_gpu_graph_dense_forward_replays_with_new_inputs(backend):
     if not cuflash.backend_available(backend):
         pytest.skip(f"backend {backend} not in this package")
-    q, k, v = make_inputs("cuda", torch.bfloat16, batch=2, seqlen_q=192, seqlen_k=192, heads=8, heads_kv=2,
-                          head_dim=64, seed=7)
+    q, k, v = (x.detach() for x in make_inputs("cuda", torch.bfloat16, batch=2, seqlen_q=192, seqlen_k=192,
+                                                 heads=8, heads_kv=2, head_dim=64, seed=7))
     graph, (out, lse) = _capture(lambda: cuflash.attention(q, k, v, causal=True, backend=backend, return_lse=True))
     for seed in (11, 12):
         fresh = make_inputs("cuda", torch.bfloat16, batch=2, seqlen_q=192, seqlen_k=192, heads=8, heads_kv=2,
