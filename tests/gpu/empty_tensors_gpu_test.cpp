@@ -109,6 +109,9 @@ TEST(EmptyTensorsGpuZeroFill, LayoutsOnAStream) {
       tensor.poison();
       GpuMemory memory;
       const TensorView view = memory.place(tensor);
+      // A copy from pageable host memory may still be landing when cudaMemcpy
+      // returns; the fill runs on a non-blocking stream, so wait for the poison first.
+      ASSERT_EQ(cudaDeviceSynchronize(), cudaSuccess);
       ASSERT_TRUE(empty::ok(detail::fill_zeros(view, stream)));
       ASSERT_EQ(cudaStreamSynchronize(stream), cudaSuccess);
       memory.fetch();
