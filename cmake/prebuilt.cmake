@@ -8,9 +8,10 @@
 # included when build/ found it (pyproject.toml's CUFLASH_ENABLE_CUDNN applies
 # only when src/ is compiled). The library keeps the RUNPATH its build gave it
 # (the folders of libcudnn and NVRTC, where they are not system folders).
-# Sets CUFLASH_PREBUILT_FILE (the file, symlinks resolved) and
-# CUFLASH_PREBUILT_SONAME: the name the module will ask the loader for,
-# under which python/CMakeLists.txt installs the file into the package.
+# Sets CUFLASH_PREBUILT_FILE (the file, symlinks resolved),
+# CUFLASH_PREBUILT_SONAME (the name the module will ask the loader for, under
+# which python/CMakeLists.txt installs the file into the package) and
+# CUFLASH_PREBUILT_RUNPATH (what the installed copy's RUNPATH is set to).
 if(CUFLASH_BUILD_TESTS OR CUFLASH_BUILD_TOOLS)
   message(FATAL_ERROR "CUFLASH_PREBUILT_LIBRARY is for the Python package alone: "
                       "set CUFLASH_BUILD_TESTS=OFF and CUFLASH_BUILD_TOOLS=OFF (pip install . does)")
@@ -33,6 +34,16 @@ if(CMAKE_READELF)
 endif()
 if(NOT CUFLASH_PREBUILT_SONAME MATCHES "^libcuflash\\.so")
   message(FATAL_ERROR "CUFLASH_PREBUILT_LIBRARY: ${CUFLASH_PREBUILT_FILE} is not a libcuflash.so (its name: ${CUFLASH_PREBUILT_SONAME})")
+endif()
+
+# Its RUNPATH as the package will hold it: the build's, less the empty entries
+# CMake pads a build tree's RUNPATH with (an empty entry means the current
+# directory to the loader).
+set(CUFLASH_PREBUILT_RUNPATH "")
+if(dynamic_section MATCHES "\\((RUNPATH|RPATH)\\)[^[]*\\[([^]]*)\\]")
+  string(REPLACE ":" ";" runpath_entries "${CMAKE_MATCH_2}")
+  list(FILTER runpath_entries EXCLUDE REGEX "^$")
+  list(JOIN runpath_entries ":" CUFLASH_PREBUILT_RUNPATH)
 endif()
 
 add_library(cuflash SHARED IMPORTED)
