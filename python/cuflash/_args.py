@@ -96,6 +96,8 @@ def _number(x, name):
 
 
 _options = {}
+# Where check_index_contents sits in an options key (the arguments of options(), in order).
+CHECK_INDEX_CONTENTS = 6
 
 
 def options(softmax_scale, causal, window_left, window_right, softcap, deterministic, check_index_contents,

@@ -68,8 +68,9 @@ def _index_options(options_key, index_tensors, q):
     """The options for a call with index tensors: during a CUDA-graph capture their contents
     cannot be copied to the host to be checked (that waits on the stream), so the capture
     leaves the check to the eager calls made before it (documented in the README)."""
-    if options_key[6] and index_tensors and _capturing(q):
-        options_key = options_key[:6] + (False,) + options_key[7:]
+    check = _args.CHECK_INDEX_CONTENTS
+    if options_key[check] and index_tensors and _capturing(q):
+        options_key = options_key[:check] + (False,) + options_key[check + 1:]
     return _args.options(*options_key)
 
 
