@@ -173,40 +173,54 @@ inline void dense_forward(const Target& target, const Dense& d, bool causal = fa
   }
 }
 
+// A backward call whose rows see no key (lse = -inf), its tensors placed in
+// `call`'s memory and bound into `args`; dq, dk, dv poisoned. Not movable:
+// `call` keeps the addresses of the tensors it placed.
+struct ZeroBackward {
+  ZeroBackward(Call& call, const std::vector<std::int64_t>& q_shape, const std::vector<std::int64_t>& kv_shape,
+               const std::vector<std::int64_t>& lse_shape)
+      : q(call.input(q_shape)), k(call.input(kv_shape)), v(call.input(kv_shape)), out(call.input(q_shape)),
+        dout(call.input(q_shape)), lse(call.input(lse_shape, DType::f32)), dq(call.output(q_shape)),
+        dk(call.output(kv_shape)), dv(call.output(kv_shape)) {
+    lse.fill(-std::numeric_limits<double>::infinity());
+    args.q = call.view(q);
+    args.k = call.view(k);
+    args.v = call.view(v);
+    args.out = call.view(out);
+    args.dout = call.view(dout);
+    args.lse = call.view(lse);
+    args.dq = call.view(dq);
+    args.dk = call.view(dk);
+    args.dv = call.view(dv);
+  }
+  ZeroBackward(const ZeroBackward&) = delete;
+  ZeroBackward& operator=(const ZeroBackward&) = delete;
+
+  // Runs it: no workspace, and every element of dq, dk, dv written as 0.
+  void expect_zero_gradients(const Target& target, Call& call) {
+    std::size_t bytes = 1;
+    ASSERT_TRUE(ok(backward_workspace_size(args, target.options(), &bytes)));
+    EXPECT_EQ(bytes, 0u);
+    ASSERT_TRUE(ok(attention_backward(args, target.options())));
+    call.fetch();
+    for (const auto& [name, grad] : {std::pair{"dq", &dq}, std::pair{"dk", &dk}, std::pair{"dv", &dv}}) {
+      if (grad->numel() == 0) EXPECT_TRUE(untouched(*grad, name));
+      else EXPECT_TRUE(all_equal(*grad, name, 0.0));
+    }
+  }
+
+  HostTensor q, k, v, out, dout, lse, dq, dk, dv;
+  BackwardArgs args;
+};
+
 // Dense backward without a (query, key) pair: every element of dq, dk, dv is
 // 0 (over the poison), and no workspace is needed.
 inline void dense_backward(const Target& target, const Dense& d) {
   SCOPED_TRACE(target.describe() + ", dense backward " + describe(d));
   Call call(target);
-  HostTensor q = call.input({d.batch, d.q_len, d.heads_q, kDim});
-  HostTensor k = call.input({d.batch, d.kv_len, d.heads_kv, kDim});
-  HostTensor v = call.input({d.batch, d.kv_len, d.heads_kv, kDim});
-  HostTensor out = call.input({d.batch, d.q_len, d.heads_q, kDim});
-  HostTensor dout = call.input({d.batch, d.q_len, d.heads_q, kDim});
-  HostTensor lse = call.input({d.batch, d.heads_q, d.q_len}, DType::f32);
-  lse.fill(-std::numeric_limits<double>::infinity());
-  HostTensor dq = call.output({d.batch, d.q_len, d.heads_q, kDim});
-  HostTensor dk = call.output({d.batch, d.kv_len, d.heads_kv, kDim});
-  HostTensor dv = call.output({d.batch, d.kv_len, d.heads_kv, kDim});
-  BackwardArgs args;
-  args.q = call.view(q);
-  args.k = call.view(k);
-  args.v = call.view(v);
-  args.out = call.view(out);
-  args.dout = call.view(dout);
-  args.lse = call.view(lse);
-  args.dq = call.view(dq);
-  args.dk = call.view(dk);
-  args.dv = call.view(dv);
-  std::size_t bytes = 1;
-  ASSERT_TRUE(ok(backward_workspace_size(args, target.options(), &bytes)));
-  EXPECT_EQ(bytes, 0u);
-  ASSERT_TRUE(ok(attention_backward(args, target.options())));
-  call.fetch();
-  for (const auto& [name, grad] : {std::pair{"dq", &dq}, std::pair{"dk", &dk}, std::pair{"dv", &dv}}) {
-    if (grad->numel() == 0) EXPECT_TRUE(untouched(*grad, name));
-    else EXPECT_TRUE(all_equal(*grad, name, 0.0));
-  }
+  ZeroBackward backward(call, {d.batch, d.q_len, d.heads_q, kDim}, {d.batch, d.kv_len, d.heads_kv, kDim},
+                        {d.batch, d.heads_q, d.q_len});
+  backward.expect_zero_gradients(target, call);
 }
 
 // A varlen batch: cu_seqlens and the packed rows of q (may exceed cu_q[B])
@@ -277,41 +291,14 @@ inline void varlen_backward(const Target& target, const Varlen& c) {
   SCOPED_TRACE(target.describe() + ", varlen backward " + describe(c));
   const auto entries = static_cast<std::int64_t>(c.cu_q.size());
   Call call(target);
-  HostTensor q = call.input({c.total_q, c.heads_q, kDim});
-  HostTensor k = call.input({c.total_k, c.heads_kv, kDim});
-  HostTensor v = call.input({c.total_k, c.heads_kv, kDim});
-  HostTensor out = call.input({c.total_q, c.heads_q, kDim});
-  HostTensor dout = call.input({c.total_q, c.heads_q, kDim});
-  HostTensor lse = call.input({c.heads_q, c.total_q}, DType::f32);
-  lse.fill(-std::numeric_limits<double>::infinity());
+  ZeroBackward backward(call, {c.total_q, c.heads_q, kDim}, {c.total_k, c.heads_kv, kDim}, {c.heads_q, c.total_q});
   HostTensor cu_q = Call::indices(c.cu_q, {entries});
   HostTensor cu_k = Call::indices(c.cu_k, {entries});
-  HostTensor dq = call.output({c.total_q, c.heads_q, kDim});
-  HostTensor dk = call.output({c.total_k, c.heads_kv, kDim});
-  HostTensor dv = call.output({c.total_k, c.heads_kv, kDim});
-  BackwardArgs args;
-  args.q = call.view(q);
-  args.k = call.view(k);
-  args.v = call.view(v);
-  args.out = call.view(out);
-  args.dout = call.view(dout);
-  args.lse = call.view(lse);
-  args.dq = call.view(dq);
-  args.dk = call.view(dk);
-  args.dv = call.view(dv);
-  args.varlen.cu_seqlens_q = call.view(cu_q);
-  args.varlen.cu_seqlens_k = call.view(cu_k);
-  args.varlen.max_seqlen_q = c.max_q;
-  args.varlen.max_seqlen_k = c.max_k;
-  std::size_t bytes = 1;
-  ASSERT_TRUE(ok(backward_workspace_size(args, target.options(), &bytes)));
-  EXPECT_EQ(bytes, 0u);
-  ASSERT_TRUE(ok(attention_backward(args, target.options())));
-  call.fetch();
-  for (const auto& [name, grad] : {std::pair{"dq", &dq}, std::pair{"dk", &dk}, std::pair{"dv", &dv}}) {
-    if (grad->numel() == 0) EXPECT_TRUE(untouched(*grad, name));
-    else EXPECT_TRUE(all_equal(*grad, name, 0.0));
-  }
+  backward.args.varlen.cu_seqlens_q = call.view(cu_q);
+  backward.args.varlen.cu_seqlens_k = call.view(cu_k);
+  backward.args.varlen.max_seqlen_q = c.max_q;
+  backward.args.varlen.max_seqlen_k = c.max_k;
+  backward.expect_zero_gradients(target, call);
 }
 
 // A KV cache: contiguous [batch, capacity, Hk, D] or paged [num_pages,
@@ -378,7 +365,9 @@ inline void cache_forward(const Target& target, const Cache& c) {
     EXPECT_TRUE(all_equal(lse, "lse", kNegInf));
   }
   if (c.new_len == 0 || c.batch == 0) {
-    if (c.batch == 0 || c.q_len == 0 || c.heads_q == 0) EXPECT_EQ(bytes, 0u);
+    if (c.batch == 0 || c.q_len == 0 || c.heads_q == 0) {
+      EXPECT_EQ(bytes, 0u);
+    }
     return;
   }
   ASSERT_FALSE(c.paged) << "appends are checked on contiguous caches here";
@@ -398,40 +387,13 @@ inline void cache_backward(const Target& target, const Cache& c) {
   Call call(target);
   const std::vector<std::int64_t> cache_shape = c.paged ? std::vector<std::int64_t>{c.num_pages, c.capacity, c.heads_kv, kDim}
                                                         : std::vector<std::int64_t>{c.batch, c.capacity, c.heads_kv, kDim};
-  HostTensor q = call.input({c.batch, c.q_len, c.heads_q, kDim});
-  HostTensor k = call.input(cache_shape);
-  HostTensor v = call.input(cache_shape);
-  HostTensor out = call.input({c.batch, c.q_len, c.heads_q, kDim});
-  HostTensor dout = call.input({c.batch, c.q_len, c.heads_q, kDim});
-  HostTensor lse = call.input({c.batch, c.heads_q, c.q_len}, DType::f32);
-  lse.fill(-std::numeric_limits<double>::infinity());
+  ZeroBackward backward(call, {c.batch, c.q_len, c.heads_q, kDim}, cache_shape, {c.batch, c.heads_q, c.q_len});
   HostTensor seqlens = Call::indices(c.seqlens, {c.batch});
   std::vector<std::int32_t> table(static_cast<std::size_t>(c.batch * c.max_pages), 0);
   HostTensor block_table = Call::indices(table, {c.batch, c.max_pages});
-  HostTensor dq = call.output({c.batch, c.q_len, c.heads_q, kDim});
-  HostTensor dk = call.output(cache_shape);
-  HostTensor dv = call.output(cache_shape);
-  BackwardArgs args;
-  args.q = call.view(q);
-  args.k = call.view(k);
-  args.v = call.view(v);
-  args.out = call.view(out);
-  args.dout = call.view(dout);
-  args.lse = call.view(lse);
-  args.dq = call.view(dq);
-  args.dk = call.view(dk);
-  args.dv = call.view(dv);
-  args.kv_cache.seqlens_k = call.view(seqlens);
-  if (c.paged) args.kv_cache.block_table = call.view(block_table);
-  std::size_t bytes = 1;
-  ASSERT_TRUE(ok(backward_workspace_size(args, target.options(), &bytes)));
-  EXPECT_EQ(bytes, 0u);
-  ASSERT_TRUE(ok(attention_backward(args, target.options())));
-  call.fetch();
-  for (const auto& [name, grad] : {std::pair{"dq", &dq}, std::pair{"dk", &dk}, std::pair{"dv", &dv}}) {
-    if (grad->numel() == 0) EXPECT_TRUE(untouched(*grad, name));
-    else EXPECT_TRUE(all_equal(*grad, name, 0.0));
-  }
+  backward.args.kv_cache.seqlens_k = call.view(seqlens);
+  if (c.paged) backward.args.kv_cache.block_table = call.view(block_table);
+  backward.expect_zero_gradients(target, call);
 }
 
 // merge_states of no rows: ok, nothing written.
