@@ -105,36 +105,34 @@ def test_gpu_graph_dense_forward_replays_with_new_inputs(backend):
         assert torch.equal(out, want) and torch.equal(lse, want_lse)
 
 
-def _check_training_step_graph(attend, q, k, v, dout):
-    """Captures out = attend(q, k, v); out.backward(dout) as one graph, refills q, k, v with new
-    values, replays, and compares out and the gradients with the same step run eagerly."""
-    def step():
-        for x in (q, k, v):
-            x.grad = None
-        out = attend(q, k, v)
-        out.backward(dout)
-        return out, q.grad, k.grad, v.grad
-
-    graph, captured = _capture(step)
-    with torch.no_grad():
-        for x in (q, k, v):
-            x.copy_(torch.randn_like(x))
-    graph.replay()
-    q2, k2, v2 = (x.detach().clone().requires_grad_() for x in (q, k, v))
-    out2 = attend(q2, k2, v2)
-    out2.backward(dout)
-    torch.cuda.synchronize()
-    for got, want in zip(captured, (out2, q2.grad, k2.grad, v2.grad)):
-        assert torch.equal(got, want)
-
-
 @gpu
 def test_gpu_graph_forward_backward_replays_with_new_inputs():
     q, k, v = make_inputs("cuda", torch.bfloat16, batch=2, seqlen_q=128, seqlen_k=128, heads=4, heads_kv=4,
                           head_dim=128, seed=9)
     q, k, v = (x.requires_grad_() for x in (q, k, v))
-    _check_training_step_graph(lambda q, k, v: cuflash.attention(q, k, v, causal=True, backend="cuda"), q, k, v,
-                               torch.randn_like(q))
+    dout = torch.randn_like(q)
+
+    def step():
+        for x in (q, k, v):
+            x.grad = None
+        out = cuflash.attention(q, k, v, causal=True, backend="cuda")
+        out.backward(dout)
+        return out, q.grad, k.grad, v.grad
+
+    graph, captured = _capture(step)
+    fresh = make_inputs("cuda", torch.bfloat16, batch=2, seqlen_q=128, seqlen_k=128, heads=4, heads_kv=4,
+                        head_dim=128, seed=10)
+    with torch.no_grad():
+        for dst, src in zip((q, k, v), fresh):
+            dst.copy_(src)
+        dout.copy_(torch.randn_like(dout))
+    graph.replay()
+    q2, k2, v2 = (x.detach().clone().requires_grad_() for x in (q, k, v))
+    out2 = cuflash.attention(q2, k2, v2, causal=True, backend="cuda")
+    out2.backward(dout)
+    torch.cuda.synchronize()
+    for got, want in zip(captured, (out2, q2.grad, k2.grad, v2.grad)):
+        assert torch.equal(got, want)
 
 
 @gpu
@@ -146,9 +144,25 @@ def test_gpu_graph_varlen_forward_backward():
     q, k, v = (torch.randn(total, 4, 64, device="cuda", dtype=torch.bfloat16, generator=gen).requires_grad_()
                for _ in range(3))
     dout = torch.randn(total, 4, 64, device="cuda", dtype=torch.bfloat16, generator=gen)
-    _check_training_step_graph(
-        lambda q, k, v: cuflash.flash_attn_varlen_func(q, k, v, cu, cu, max(lengths), max(lengths), causal=True),
-        q, k, v, dout)
+
+    def step():
+        for x in (q, k, v):
+            x.grad = None
+        out = cuflash.flash_attn_varlen_func(q, k, v, cu, cu, max(lengths), max(lengths), causal=True)
+        out.backward(dout)
+        return out, q.grad, k.grad, v.grad
+
+    graph, captured = _capture(step)
+    with torch.no_grad():
+        for x in (q, k, v):
+            x.copy_(torch.randn_like(x))
+    graph.replay()
+    q2, k2, v2 = (x.detach().clone().requires_grad_() for x in (q, k, v))
+    out2 = cuflash.flash_attn_varlen_func(q2, k2, v2, cu, cu, max(lengths), max(lengths), causal=True)
+    out2.backward(dout)
+    torch.cuda.synchronize()
+    for got, want in zip(captured, (out2, q2.grad, k2.grad, v2.grad)):
+        assert torch.equal(got, want)
 
 
 @gpu
