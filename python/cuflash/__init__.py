@@ -11,8 +11,10 @@ Inputs are DLPack tensors (torch, CuPy, JAX on a GPU; numpy on the CPU),
 read without copies; outputs come in the caller's framework, computed on its
 current CUDA stream. With torch installed the calls are torch custom ops
 (``torch.ops.cuflash.*``) with autograd, so torch.compile keeps them whole.
-Errors: ValueError (bad input), NotImplementedError (valid, not supported by
-the backend), RuntimeError (CUDA failures), with the library's message.
+Errors: InvalidArgumentError (bad input; both a ValueError and a RuntimeError,
+since flash-attn raises RuntimeError there), NotImplementedError (valid, not
+supported by the backend), RuntimeError (CUDA failures), with the library's
+message.
 """
 
 # torch first, when it is installed: libcuflash links NVRTC and cuDNN by
@@ -28,6 +30,7 @@ except ImportError:
 
 from . import _ext
 from ._api import attention, attention_backward, backend_available, merge_states, set_index_checks
+from ._args import InvalidArgumentError
 from .flash_attn_interface import (
     flash_attn_func,
     flash_attn_kvpacked_func,
@@ -48,5 +51,6 @@ __all__ = [
     "merge_states",
     "backend_available",
     "set_index_checks",
+    "InvalidArgumentError",
     *_flash_attn_interface.__all__,
 ]

@@ -7,6 +7,7 @@ other DLPack arrays go through ``_frameworks``, which allocates their outputs.
 """
 
 from . import _args, _ext
+from ._args import InvalidArgumentError
 from ._frameworks import Space
 
 try:  # torch is optional; with it, torch tensors are differentiable and compile.
@@ -76,7 +77,7 @@ def _forward(q, k, v, *, alibi_slopes=None, cu_seqlens_q=None, cu_seqlens_k=None
     _args.array(v, "v")
     appends = k_new is not None or v_new is not None
     if appends and (k_new is None or v_new is None):
-        raise ValueError("k_new and v_new: give both or neither")
+        raise InvalidArgumentError("k_new and v_new: give both or neither")
     if _is_torch(q):
         extras = dict(alibi_slopes=alibi_slopes, cu_seqlens_q=cu_seqlens_q, cu_seqlens_k=cu_seqlens_k,
                       max_seqlen_q=max_seqlen_q, max_seqlen_k=max_seqlen_k, seqlens_k=seqlens_k, block_table=block_table)
@@ -85,7 +86,7 @@ def _forward(q, k, v, *, alibi_slopes=None, cu_seqlens_q=None, cu_seqlens_k=None
         key = (softmax_scale, bool(causal), window[0], window[1], softcap, bool(deterministic), check, backend)
         if appends:
             if seqlens_k is None:
-                raise ValueError("seqlens_k: required when appending k_new/v_new")
+                raise InvalidArgumentError("seqlens_k: required when appending k_new/v_new")
             if _eager(q):
                 return _torch_call.append_and_attend(q, k, v, k_new, v_new, key, alibi_slopes=alibi_slopes,
                                                      seqlens_k=seqlens_k, block_table=block_table)
@@ -153,7 +154,7 @@ def attention(q, k, v, *, softmax_scale=None, causal=False, window_size=(-1, -1)
     """
     if cu_seqlens_q is not None or cu_seqlens_k is not None:
         if max_seqlen_q is None or max_seqlen_k is None:
-            raise ValueError("max_seqlen_q and max_seqlen_k: required with cu_seqlens_q/cu_seqlens_k")
+            raise InvalidArgumentError("max_seqlen_q and max_seqlen_k: required with cu_seqlens_q/cu_seqlens_k")
     out, lse = _forward(q, k, v, alibi_slopes=alibi_slopes, cu_seqlens_q=cu_seqlens_q, cu_seqlens_k=cu_seqlens_k,
                         max_seqlen_q=max_seqlen_q or 0, max_seqlen_k=max_seqlen_k or 0, seqlens_k=seqlens_k,
                         block_table=block_table, k_new=k_new, v_new=v_new, softmax_scale=softmax_scale,

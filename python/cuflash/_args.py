@@ -5,7 +5,8 @@ The compiled module checks shapes, strides, dtypes and devices (the library's
 side of an argument: a list where an array goes, a scalar, None for a
 required tensor, an integer that does not fit a C int, a read-only array the
 call would write into. Those are checked here and raised as the documented
-exceptions (ValueError for bad input), with the argument's name, instead of
+exceptions (InvalidArgumentError, a ValueError and a RuntimeError, for bad
+input), with the argument's name, instead of
 nanobind's TypeError with its signature dump or an IndexError from Python
 code that assumed a rank. The options object the compiled module takes is
 also built here, once per distinct set of options.
@@ -13,7 +14,10 @@ also built here, once per distinct set of options.
 
 from . import _ext
 
-__all__ = ["array", "optional_array", "ranked", "integer", "window", "backend", "writable", "options"]
+InvalidArgumentError = _ext.InvalidArgumentError  # a ValueError and a RuntimeError
+
+__all__ = ["InvalidArgumentError", "array", "optional_array", "ranked", "integer", "window", "backend", "writable",
+           "options"]
 
 BACKENDS = ("auto", "cpu", "cuda", "cudnn")
 _INT_MAX = 2**31 - 1
@@ -27,14 +31,14 @@ def _describe(x):
 def array(x, name):
     """x when it is a tensor of rank >= 1 (DLPack or buffer protocol), else ValueError naming `name`."""
     if x is None:
-        raise ValueError(f"{name}: required, got None")
+        raise InvalidArgumentError(f"{name}: required, got None")
     if isinstance(x, (list, tuple, int, float, bool, str, bytes)):
-        raise ValueError(f"{name}: expected a tensor (torch, numpy, CuPy, JAX, ...), got a {_describe(x)}")
+        raise InvalidArgumentError(f"{name}: expected a tensor (torch, numpy, CuPy, JAX, ...), got a {_describe(x)}")
     ndim = getattr(x, "ndim", None)
     if ndim is None or not (hasattr(x, "__dlpack__") or hasattr(x, "__array_interface__")):
-        raise ValueError(f"{name}: expected a tensor (torch, numpy, CuPy, JAX, ...), got {_describe(x)}")
+        raise InvalidArgumentError(f"{name}: expected a tensor (torch, numpy, CuPy, JAX, ...), got {_describe(x)}")
     if ndim == 0:
-        raise ValueError(f"{name}: expected a tensor of rank >= 1, got a scalar ({_describe(x)})")
+        raise InvalidArgumentError(f"{name}: expected a tensor of rank >= 1, got a scalar ({_describe(x)})")
     return x
 
 
@@ -47,17 +51,17 @@ def ranked(x, name, ranks, what):
     array(x, name)
     if x.ndim not in ranks:
         expected = " or ".join(str(r) for r in ranks)
-        raise ValueError(f"{name}: expected rank {expected} ({what}), got rank {x.ndim} with shape {tuple(x.shape)}")
+        raise InvalidArgumentError(f"{name}: expected rank {expected} ({what}), got rank {x.ndim} with shape {tuple(x.shape)}")
     return x
 
 
 def integer(x, name, low=0, high=_INT_MAX):
     """int(x) when x is an integer in [low, high]."""
     if isinstance(x, bool) or not hasattr(x, "__index__"):
-        raise ValueError(f"{name}: expected an integer, got {_describe(x)}")
+        raise InvalidArgumentError(f"{name}: expected an integer, got {_describe(x)}")
     value = x.__index__()
     if not low <= value <= high:
-        raise ValueError(f"{name}: expected an integer in [{low}, {high}], got {value}")
+        raise InvalidArgumentError(f"{name}: expected an integer in [{low}, {high}], got {value}")
     return value
 
 
@@ -68,14 +72,14 @@ def window(window_size):
     try:
         left, right = window_size
     except (TypeError, ValueError):
-        raise ValueError(f"window_size: expected (left, right), got {window_size!r}") from None
+        raise InvalidArgumentError(f"window_size: expected (left, right), got {window_size!r}") from None
     # The range is the library's to check (its message names window_left/right).
     return integer(left, "window_size[0]", -_INT_MAX - 1), integer(right, "window_size[1]", -_INT_MAX - 1)
 
 
 def backend(name):
     if name not in BACKENDS:
-        raise ValueError(f"backend: expected one of {', '.join(map(repr, BACKENDS))}, got {name!r}")
+        raise InvalidArgumentError(f"backend: expected one of {', '.join(map(repr, BACKENDS))}, got {name!r}")
     return name
 
 
@@ -84,14 +88,14 @@ def writable(x, name):
     (numpy's writeable flag: e.g. np.load(..., mmap_mode='r'), or writeable=False)."""
     flags = getattr(x, "flags", None)
     if flags is not None and getattr(flags, "writeable", True) is False:
-        raise ValueError(f"{name}: the call writes into it, and it is read-only (numpy writeable=False; "
+        raise InvalidArgumentError(f"{name}: the call writes into it, and it is read-only (numpy writeable=False; "
                          "e.g. a memory map opened with mode 'r'): pass a writable array")
     return x
 
 
 def _number(x, name):
     if isinstance(x, bool) or not isinstance(x, (int, float)) and not hasattr(x, "__float__"):
-        raise ValueError(f"{name}: expected a number, got {_describe(x)}")
+        raise InvalidArgumentError(f"{name}: expected a number, got {_describe(x)}")
     return float(x)
 
 

@@ -18,6 +18,8 @@ torch tensors never come here: they go through the custom ops of ``_torch_ops``.
 
 import sys
 
+from ._ext import InvalidArgumentError
+
 __all__ = ["Space", "framework_name"]
 
 
@@ -32,7 +34,7 @@ def framework_name(array, name="q"):
         return "array_api"
     if hasattr(array, "__dlpack__"):
         return "dlpack"
-    raise ValueError(
+    raise InvalidArgumentError(
         f"{name}: expected a DLPack tensor (numpy, torch, CuPy, JAX, ...), got {type(array).__module__}."
         f"{type(array).__name__}"
     )
@@ -53,7 +55,7 @@ class Space:
         if self.kind == "torch":  # pragma: no cover - the torch path never builds a Space
             raise TypeError("torch tensors go through cuflash's torch ops")
         if self.kind == "dlpack":
-            raise ValueError(
+            raise InvalidArgumentError(
                 f"{name}: {type(like).__module__}.{type(like).__name__} has __dlpack__ but no array namespace: "
                 "cuflash cannot allocate outputs beside it; pass numpy, torch, CuPy or JAX arrays"
             )
@@ -190,5 +192,5 @@ def _torch_dtype_of(like, torch):
     name = str(like.dtype)
     table = {"float32": torch.float32, "float16": torch.float16, "bfloat16": torch.bfloat16, "int32": torch.int32}
     if name not in table:
-        raise ValueError(f"q: dtype {name} is not supported (expected float32, float16 or bfloat16)")
+        raise InvalidArgumentError(f"q: dtype {name} is not supported (expected float32, float16 or bfloat16)")
     return table[name]

@@ -13,6 +13,7 @@ torch.compile traces them without graph breaks.
 """
 
 from . import _args
+from ._args import InvalidArgumentError
 from ._api import _forward, _is_torch, _torch
 from ._frameworks import Space
 
@@ -159,7 +160,7 @@ def flash_attn_with_kvcache(q, k_cache, v_cache, k=None, v=None, rotary_cos=None
     if cache_leftpad is not None:
         raise NotImplementedError("cache_leftpad: not supported yet")
     if (k is None) != (v is None):
-        raise ValueError("k and v: give both or neither")
+        raise InvalidArgumentError("k and v: give both or neither")
     _args.ranked(q, "q", (4,), "[batch, seqlen_q, heads_q, head_dim]")
     _args.ranked(k_cache, "k_cache", (4,), "[batch, capacity, heads_kv, head_dim] or paged [num_pages, page_size, heads_kv, head_dim]")
     if block_table is not None:
@@ -168,7 +169,7 @@ def flash_attn_with_kvcache(q, k_cache, v_cache, k=None, v=None, rotary_cos=None
     batch = q.shape[0]
     if cache_seqlens is None:
         if k is not None:
-            raise ValueError("cache_seqlens: required when appending k/v (where in the cache would they go?)")
+            raise InvalidArgumentError("cache_seqlens: required when appending k/v (where in the cache would they go?)")
         capacity = k_cache.shape[1] if block_table is None else block_table.shape[1] * k_cache.shape[1]
         cache_seqlens = capacity
     if isinstance(cache_seqlens, int):

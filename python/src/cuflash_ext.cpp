@@ -2,8 +2,9 @@
 // tensors of any framework as they are (no copies: a DLPack capsule, or an
 // object nanobind reads through __dlpack__ or the buffer protocol), turns
 // them into TensorViews, runs the call with the GIL released, and turns a
-// failed Status into ValueError (invalid_argument), NotImplementedError
-// (unsupported) or RuntimeError (CUDA, cuDNN, internal). Outputs are
+// failed Status into InvalidArgumentError (a ValueError and a RuntimeError;
+// invalid_argument), NotImplementedError (unsupported) or RuntimeError (CUDA,
+// cuDNN, internal). Outputs are
 // allocated by the Python layer, in the caller's framework; this module only
 // writes through views. Argument types are checked by the Python layer
 // (cuflash/_args.py) before they get here, so that a wrong type is a
@@ -282,11 +283,20 @@ bool backend_available(const std::string& name) { return cuflash::backend_availa
 NB_MODULE(_ext, m) {
   m.doc() = "cuflash's C++ API on DLPack tensors (the Python layer in cuflash/ allocates the outputs)";
 
+  // Bad input: a ValueError that is also a RuntimeError, as flash-attn raises
+  // RuntimeError for what we call bad input and code catches either.
+  static PyObject* invalid_argument_error = [] {
+    nb::object bases = nb::make_tuple(nb::handle(PyExc_ValueError), nb::handle(PyExc_RuntimeError));
+    return PyErr_NewExceptionWithDoc("cuflash.InvalidArgumentError",
+                                     "Bad input to a cuflash call; both a ValueError and a RuntimeError.",
+                                     bases.ptr(), nullptr);
+  }();
+  m.attr("InvalidArgumentError") = nb::handle(invalid_argument_error);
   nb::register_exception_translator([](const std::exception_ptr& pointer, void*) {
     try {
       std::rethrow_exception(pointer);
     } catch (const InvalidArgument& error) {
-      PyErr_SetString(PyExc_ValueError, error.what());
+      PyErr_SetString(invalid_argument_error, error.what());
     } catch (const Unsupported& error) {
       PyErr_SetString(PyExc_NotImplementedError, error.what());
     } catch (const LibraryError& error) {

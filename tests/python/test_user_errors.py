@@ -178,3 +178,19 @@ def test_empty_merge_states(rng):
     lse_a, lse_b = randn(rng, 0, 2, 4), randn(rng, 0, 2, 4)
     out, lse = cuflash.merge_states(out_a, lse_a, out_b, lse_b)
     assert out.shape == out_a.shape and lse.shape == lse_a.shape
+
+
+def test_bad_input_is_both_value_error_and_runtime_error(rng):
+    """flash-attn raises RuntimeError where cuflash says invalid_argument: code catching either works."""
+    assert issubclass(cuflash.InvalidArgumentError, ValueError)
+    assert issubclass(cuflash.InvalidArgumentError, RuntimeError)
+    q, k = randn(rng, 1, 4, 4, 32), randn(rng, 1, 4, 3, 32)
+    with pytest.raises(RuntimeError, match=r"k: heads_kv \(dim 2\) must divide heads_q = 4"):
+        cuflash.flash_attn_func(q, k, k)  # from the library
+    with pytest.raises(cuflash.InvalidArgumentError, match=r"q: expected rank 4"):
+        cuflash.flash_attn_func(q[0], k, k)  # from the Python checks
+    k_cache, v_cache, block_table = paged_cache(rng)
+    block_table[0, 0] = 10_000
+    with pytest.raises(RuntimeError, match="block_table"):
+        cuflash.flash_attn_with_kvcache(randn(rng, 2, 1, 4, 32), k_cache, v_cache,
+                                        cache_seqlens=np.array([3, 9], np.int32), block_table=block_table)
