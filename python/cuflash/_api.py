@@ -20,6 +20,7 @@ if _torch is not None:
 
     _Tensor = _torch.Tensor
     _is_compiling = _torch.compiler.is_compiling
+    _args.register_tensor_type(_Tensor)
 else:  # pragma: no cover
     _torch_call = _torch_ops = _Tensor = _is_compiling = None
 
@@ -80,7 +81,8 @@ def _forward(q, k, v, *, alibi_slopes=None, cu_seqlens_q=None, cu_seqlens_k=None
         raise InvalidArgumentError("k_new and v_new: give both or neither")
     if _is_torch(q):
         extras = dict(alibi_slopes=alibi_slopes, cu_seqlens_q=cu_seqlens_q, cu_seqlens_k=cu_seqlens_k,
-                      max_seqlen_q=max_seqlen_q, max_seqlen_k=max_seqlen_k, seqlens_k=seqlens_k, block_table=block_table)
+                      max_seqlen_q=max_seqlen_q, max_seqlen_k=max_seqlen_k, seqlens_k=seqlens_k,
+                      block_table=block_table)
         for name in ("alibi_slopes", "cu_seqlens_q", "cu_seqlens_k", "seqlens_k", "block_table"):
             _args.optional_array(extras[name], name)
         key = (softmax_scale, bool(causal), window[0], window[1], softcap, bool(deterministic), check, backend)

@@ -17,7 +17,7 @@ from . import _ext
 InvalidArgumentError = _ext.InvalidArgumentError  # a ValueError and a RuntimeError
 
 __all__ = ["InvalidArgumentError", "array", "optional_array", "ranked", "integer", "window", "backend", "writable",
-           "options"]
+           "options", "register_tensor_type"]
 
 BACKENDS = ("auto", "cpu", "cuda", "cudnn")
 _INT_MAX = 2**31 - 1
@@ -28,8 +28,19 @@ def _describe(x):
     return f"{kind.__module__}.{kind.__qualname__}" if kind.__module__ != "builtins" else kind.__qualname__
 
 
+# Tensor classes known to be DLPack tensors (torch.Tensor, registered by _api when torch is
+# there): array() takes them after one type lookup, which the hot paths pay per tensor.
+_known_tensor_types = set()
+
+
+def register_tensor_type(kind):
+    _known_tensor_types.add(kind)
+
+
 def array(x, name):
     """x when it is a tensor of rank >= 1 (DLPack or buffer protocol), else ValueError naming `name`."""
+    if type(x) in _known_tensor_types and x.ndim:
+        return x
     if x is None:
         raise InvalidArgumentError(f"{name}: required, got None")
     if isinstance(x, (list, tuple, int, float, bool, str, bytes)):
@@ -51,7 +62,8 @@ def ranked(x, name, ranks, what):
     array(x, name)
     if x.ndim not in ranks:
         expected = " or ".join(str(r) for r in ranks)
-        raise InvalidArgumentError(f"{name}: expected rank {expected} ({what}), got rank {x.ndim} with shape {tuple(x.shape)}")
+        raise InvalidArgumentError(
+            f"{name}: expected rank {expected} ({what}), got rank {x.ndim} with shape {tuple(x.shape)}")
     return x
 
 

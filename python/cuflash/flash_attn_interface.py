@@ -162,7 +162,8 @@ def flash_attn_with_kvcache(q, k_cache, v_cache, k=None, v=None, rotary_cos=None
     if (k is None) != (v is None):
         raise InvalidArgumentError("k and v: give both or neither")
     _args.ranked(q, "q", (4,), "[batch, seqlen_q, heads_q, head_dim]")
-    _args.ranked(k_cache, "k_cache", (4,), "[batch, capacity, heads_kv, head_dim] or paged [num_pages, page_size, heads_kv, head_dim]")
+    _args.ranked(k_cache, "k_cache", (4,),
+                 "[batch, capacity, heads_kv, head_dim] or paged [num_pages, page_size, heads_kv, head_dim]")
     if block_table is not None:
         _args.ranked(block_table, "block_table", (2,), "[batch, max_pages]")
     q, k, v = _last_dim_contiguous(q), _last_dim_contiguous(k), _last_dim_contiguous(v)
