@@ -28,7 +28,7 @@ try:
 except ImportError:
     pass
 
-from . import _ext
+from . import _ext, bert_padding
 from ._api import attention, attention_backward, backend_available, merge_states, set_index_checks
 from ._args import InvalidArgumentError
 from .flash_attn_interface import (
