@@ -2,9 +2,12 @@
 
 ``import cuflash as flash_attn`` (or ``from cuflash import flash_attn_func``)
 in place of flash-attn. Not there yet: dropout (``dropout_p > 0``) and
-``return_attn_probs=True`` raise NotImplementedError, and so do rotary
-embeddings, ``cache_batch_idx``, ``cache_leftpad`` and a paged ``block_table`` in
-the varlen functions. ``num_splits`` is accepted and ignored (cuflash chooses).
+``return_attn_probs=True`` raise NotImplementedError, and so do
+``cache_batch_idx``, ``cache_leftpad`` and a paged ``block_table`` in the varlen
+functions. ``rotary_cos``/``rotary_sin`` in ``flash_attn_with_kvcache`` (torch
+tensors) rotate q and the appended k with torch operations before the call
+(``cuflash.rotary``), not yet inside the kernels. ``num_splits`` is accepted
+and ignored (cuflash chooses).
 
 Inputs are any DLPack tensors (torch, CuPy, JAX on a GPU; numpy on the CPU
 backend); outputs come in the same framework. With torch the functions are
@@ -138,6 +141,30 @@ def _int32_lengths(like, batch, value):
     return Space(like).full_int32((batch,), int(value))
 
 
+def _rotate_for_cache(q, k, k_cache, block_table, cache_seqlens, cos, sin, interleaved, positional_queries):
+    """q and k_new rotated as flash-attn's kvcache call does: k at cache_seqlens[b] + j; q at
+    cache_seqlens[b] + i when causal or windowed, else every query at cache_seqlens[b]."""
+    if not (_is_torch(q) and all(x is None or _is_torch(x) for x in (cos, sin))):
+        raise NotImplementedError("rotary_cos/rotary_sin: supported for torch tensors")
+    if cos is None or sin is None:
+        raise InvalidArgumentError("rotary_cos and rotary_sin: give both or neither")
+    if k is None:
+        raise InvalidArgumentError("rotary_cos/rotary_sin: need k and v to append (the rotation is applied to "
+                                   "the new keys at their cache positions)")
+    _args.ranked(cos, "rotary_cos", (2,), "[seqlen_ro, rotary_dim / 2]")
+    capacity = k_cache.shape[1] if block_table is None else block_table.shape[1] * k_cache.shape[1]
+    if cos.shape != sin.shape or cos.shape[0] < capacity:
+        raise InvalidArgumentError(f"rotary_cos/rotary_sin: expected equal shapes [seqlen_ro >= {capacity} (the "
+                                   f"cache's capacity), rotary_dim / 2], got {tuple(cos.shape)} and {tuple(sin.shape)}")
+    from .rotary import rotate_at
+
+    start = cache_seqlens.long()[:, None]  # [batch, 1]
+    k_positions = start + _torch.arange(k.shape[1], device=k.device)
+    q_steps = _torch.arange(q.shape[1], device=q.device) if positional_queries else _torch.zeros(
+        q.shape[1], dtype=_torch.long, device=q.device)
+    return rotate_at(q, cos, sin, start + q_steps, interleaved), rotate_at(k, cos, sin, k_positions, interleaved)
+
+
 def flash_attn_with_kvcache(q, k_cache, v_cache, k=None, v=None, rotary_cos=None, rotary_sin=None,
                             cache_seqlens=None, cache_batch_idx=None, cache_leftpad=None, block_table=None,
                             softmax_scale=None, causal=False, window_size=(-1, -1), softcap=0.0,
@@ -153,8 +180,6 @@ def flash_attn_with_kvcache(q, k_cache, v_cache, k=None, v=None, rotary_cos=None
     Returns out, or ``(out, softmax_lse)`` with ``return_softmax_lse``.
     Not differentiable.
     """
-    if rotary_cos is not None or rotary_sin is not None:
-        raise NotImplementedError("rotary_cos/rotary_sin: cuflash has no rotary embedding yet")
     if cache_batch_idx is not None:
         raise NotImplementedError("cache_batch_idx: not supported yet")
     if cache_leftpad is not None:
@@ -175,6 +200,9 @@ def flash_attn_with_kvcache(q, k_cache, v_cache, k=None, v=None, rotary_cos=None
         cache_seqlens = capacity
     if isinstance(cache_seqlens, int):
         cache_seqlens = _int32_lengths(q, batch, _args.integer(cache_seqlens, "cache_seqlens"))
+    if rotary_cos is not None or rotary_sin is not None:
+        q, k = _rotate_for_cache(q, k, k_cache, block_table, cache_seqlens, rotary_cos, rotary_sin,
+                                 rotary_interleaved, causal or tuple(window_size) != (-1, -1))
     out, lse = _forward(q, k_cache, v_cache, alibi_slopes=alibi_slopes, seqlens_k=cache_seqlens,
                         block_table=block_table, k_new=k, v_new=v, softmax_scale=softmax_scale, causal=causal,
                         window=(int(window_size[0]), int(window_size[1])), softcap=softcap)
