@@ -3,8 +3,8 @@
 ``import cuflash as flash_attn`` (or ``from cuflash import flash_attn_func``)
 in place of flash-attn. Not there yet: dropout (``dropout_p > 0``) and
 ``return_attn_probs=True`` raise NotImplementedError, and so do
-``cache_batch_idx``, ``cache_leftpad`` and a paged ``block_table`` in the varlen
-functions. ``rotary_cos``/``rotary_sin`` in ``flash_attn_with_kvcache`` (torch
+``cache_leftpad`` and a paged ``block_table`` in the varlen functions
+(``cache_batch_idx`` reads a contiguous cache as a paged view of itself). ``rotary_cos``/``rotary_sin`` in ``flash_attn_with_kvcache`` (torch
 tensors) rotate q and the appended k with torch operations before the call
 (``cuflash.rotary``), not yet inside the kernels. ``num_splits`` is accepted
 and ignored (cuflash chooses).
@@ -165,6 +165,49 @@ def _rotate_for_cache(q, k, k_cache, block_table, cache_seqlens, cos, sin, inter
     return rotate_at(q, cos, sin, start + q_steps, interleaved), rotate_at(k, cos, sin, k_positions, interleaved)
 
 
+def _element_strides(x):
+    if _is_torch(x):
+        return x.stride()
+    return tuple(stride // x.itemsize for stride in x.strides)
+
+
+def _batch_idx_as_pages(k_cache, v_cache, block_table, cache_batch_idx):
+    """The contiguous caches ``[cache_batch, capacity, Hk, D]`` read through cache_batch_idx, as paged
+    views of the same memory: pages of the largest power-of-two divisor of the capacity (the cuda
+    decode kernel's page sizes are powers of two), sequence b's pages those of cache row
+    cache_batch_idx[b]. No copy, so appends land in the caller's cache; a bad index is reported by
+    the call's block-table check."""
+    if block_table is not None:
+        raise NotImplementedError("cache_batch_idx with a paged cache (block_table): not supported (nor in "
+                                  "flash-attn); index the block table instead")
+    _args.ranked(cache_batch_idx, "cache_batch_idx", (1,), "[batch]")
+    rows, capacity = k_cache.shape[0], k_cache.shape[1]
+    for name, cache in (("k_cache", k_cache), ("v_cache", v_cache)):
+        strides = _element_strides(cache)
+        if capacity > 1 and strides[0] != capacity * strides[1]:
+            raise InvalidArgumentError(f"{name}: with cache_batch_idx, a cache row must be one run of memory "
+                                       f"(stride[0] = capacity * stride[1]); got strides {tuple(strides)}")
+    page = capacity & -capacity if capacity > 0 else 1
+    pages_per_row = capacity // page if capacity > 0 else 0
+    if _is_torch(cache_batch_idx):
+        steps = _torch.arange(pages_per_row, device=cache_batch_idx.device)
+        table = (cache_batch_idx.long()[:, None] * pages_per_row + steps[None, :]).to(_torch.int32)
+        as_pages = [c.view(rows * pages_per_row, page, *c.shape[2:]) for c in (k_cache, v_cache)]
+    else:
+        import numpy as np
+
+        if not isinstance(k_cache, np.ndarray) or not isinstance(v_cache, np.ndarray):
+            raise NotImplementedError("cache_batch_idx: supported for torch tensors and numpy arrays")
+        index = np.asarray(cache_batch_idx).astype(np.int64)
+        table = (index[:, None] * pages_per_row + np.arange(pages_per_row)[None, :]).astype(np.int32)
+        as_pages = []
+        for c in (k_cache, v_cache):
+            paged = c.view()
+            paged.shape = (rows * pages_per_row, page, *c.shape[2:])  # raises rather than copies
+            as_pages.append(paged)
+    return as_pages[0], as_pages[1], table
+
+
 def flash_attn_with_kvcache(q, k_cache, v_cache, k=None, v=None, rotary_cos=None, rotary_sin=None,
                             cache_seqlens=None, cache_batch_idx=None, cache_leftpad=None, block_table=None,
                             softmax_scale=None, causal=False, window_size=(-1, -1), softcap=0.0,
@@ -180,8 +223,6 @@ def flash_attn_with_kvcache(q, k_cache, v_cache, k=None, v=None, rotary_cos=None
     Returns out, or ``(out, softmax_lse)`` with ``return_softmax_lse``.
     Not differentiable.
     """
-    if cache_batch_idx is not None:
-        raise NotImplementedError("cache_batch_idx: not supported yet")
     if cache_leftpad is not None:
         raise NotImplementedError("cache_leftpad: not supported yet")
     if (k is None) != (v is None):
@@ -200,6 +241,8 @@ def flash_attn_with_kvcache(q, k_cache, v_cache, k=None, v=None, rotary_cos=None
         cache_seqlens = capacity
     if isinstance(cache_seqlens, int):
         cache_seqlens = _int32_lengths(q, batch, _args.integer(cache_seqlens, "cache_seqlens"))
+    if cache_batch_idx is not None:
+        k_cache, v_cache, block_table = _batch_idx_as_pages(k_cache, v_cache, block_table, cache_batch_idx)
     if rotary_cos is not None or rotary_sin is not None:
         q, k = _rotate_for_cache(q, k, k_cache, block_table, cache_seqlens, rotary_cos, rotary_sin,
                                  rotary_interleaved, causal or tuple(window_size) != (-1, -1))
