@@ -3,9 +3,10 @@
 ``import cuflash as flash_attn`` (or ``from cuflash import flash_attn_func``)
 in place of flash-attn. Not there yet: dropout (``dropout_p > 0``) and
 ``return_attn_probs=True`` raise NotImplementedError, and so do
-``cache_leftpad`` and a paged ``block_table`` in the varlen functions
-(``cache_batch_idx`` reads a contiguous cache as a paged view of itself). ``rotary_cos``/``rotary_sin`` in ``flash_attn_with_kvcache`` (torch
-tensors) rotate q and the appended k with torch operations before the call
+``cache_leftpad`` and a paged ``block_table`` in the varlen functions.
+``cache_batch_idx`` reads a contiguous cache as a paged view of itself.
+``rotary_cos``/``rotary_sin`` in ``flash_attn_with_kvcache`` (torch tensors)
+rotate q and the appended k with torch operations before the call
 (``cuflash.rotary``), not yet inside the kernels. ``num_splits`` is accepted
 and ignored (cuflash chooses).
 
