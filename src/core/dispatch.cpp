@@ -73,16 +73,13 @@ Status choose_backend(Backend requested, const Problem& problem, BackendImpl** c
 }
 
 Status check_backend_placement(Backend requested, Device device, const char* first_tensor) {
-  BackendImpl* impl = nullptr;
-  if (requested != Backend::automatic) return explicit_backend(requested, device, first_tensor, &impl);
-  if (device.kind == DeviceKind::host) return {};
-  std::string reasons;
-  for (Backend candidate : {Backend::cuda, Backend::cudnn}) {
-    const Status status = explicit_backend(candidate, device, first_tensor, &impl);
-    if (status.ok()) return {};
-    reasons += std::string(reasons.empty() ? "" : "; ") + status.message();
-  }
-  return Status::unsupported("backend auto: no GPU backend runs this call (" + reasons + ")");
+  // choose() with every backend's kernels taken as able: what is left is placement.
+  struct Placement {
+    Device device;
+  } placement{device};
+  BackendImpl* chosen = nullptr;
+  return choose(requested, placement, first_tensor, [](const BackendImpl&) { return Status::success(); },
+                Backend::cuda, &chosen);
 }
 
 Status choose_merge_backend(Backend requested, const MergeProblem& problem, BackendImpl** chosen) {

@@ -1,5 +1,7 @@
 #include "empty_calls.hpp"
 
+#include "byte_dims.hpp"
+
 #include <algorithm>
 #include <cstdint>
 #include <cstring>
@@ -41,29 +43,21 @@ bool merge_has_rows(const MergeProblem& p) { return p.batch > 0 && p.seq_len > 0
 
 namespace {
 
-struct ByteDim {
-  std::int64_t extent, stride;
-};
-
 // A view as rows of `row_bytes` contiguous bytes, placed by the remaining
-// dimensions (`outer`, smallest stride first). Dimensions of extent 1 never
-// move the address and are dropped.
+// dimensions (`outer`, smallest stride first).
 struct ByteRows {
-  std::int64_t row_bytes = 0;
+  std::int64_t row_bytes = 1;
   std::vector<ByteDim> outer;
 };
 
 ByteRows byte_rows(const TensorView& view) {
-  const auto element_bytes = static_cast<std::int64_t>(dtype_size(view.dtype));
-  std::vector<ByteDim> dims;
-  for (int d = 0; d < view.rank; ++d)
-    if (view.shape[d] > 1) dims.push_back({view.shape[d], view.strides[d] * element_bytes});
-  std::sort(dims.begin(), dims.end(), [](const ByteDim& x, const ByteDim& y) { return x.stride < y.stride; });
+  std::vector<ByteDim> dims = byte_dims(view);  // largest stride first
   ByteRows rows;
-  rows.row_bytes = element_bytes;
-  std::size_t first = 0;
-  while (first < dims.size() && dims[first].stride == rows.row_bytes) rows.row_bytes *= dims[first++].extent;
-  rows.outer.assign(dims.begin() + static_cast<std::ptrdiff_t>(first), dims.end());
+  while (!dims.empty() && dims.back().stride == rows.row_bytes) {
+    rows.row_bytes *= dims.back().extent;
+    dims.pop_back();
+  }
+  rows.outer.assign(dims.rbegin(), dims.rend());
   return rows;
 }
 

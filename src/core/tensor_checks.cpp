@@ -1,5 +1,7 @@
 #include "tensor_checks.hpp"
 
+#include "byte_dims.hpp"
+
 #include <algorithm>
 #include <cstdlib>
 #include <limits>
@@ -17,24 +19,6 @@ std::string join(const std::int64_t* values, int count) {
   for (int d = 0; d < count; ++d) text << (d ? ", " : "") << values[d];
   text << ']';
   return text.str();
-}
-
-// A view as byte-addressed dimensions, the element's own bytes as the
-// innermost one, sorted by stride, largest first. Size-1 dimensions are
-// dropped: they never move the address.
-struct ByteDim {
-  std::int64_t extent;
-  std::int64_t stride;
-};
-
-std::vector<ByteDim> byte_dims(const TensorView& view) {
-  const auto element_bytes = static_cast<std::int64_t>(dtype_size(view.dtype));
-  std::vector<ByteDim> dims;
-  for (int d = 0; d < view.rank; ++d)
-    if (view.shape[d] > 1) dims.push_back({view.shape[d], view.strides[d] * element_bytes});
-  if (element_bytes > 1) dims.push_back({element_bytes, 1});
-  std::sort(dims.begin(), dims.end(), [](const ByteDim& x, const ByteDim& y) { return x.stride > y.stride; });
-  return dims;
 }
 
 // Each stride exceeds the largest offset reachable through smaller strides,
@@ -72,6 +56,16 @@ bool offset_reachable(std::int64_t delta, const std::vector<ByteDim>& dims, std:
 }
 
 }  // namespace
+
+std::vector<ByteDim> byte_dims(const TensorView& view) {
+  const auto element_bytes = static_cast<std::int64_t>(dtype_size(view.dtype));
+  std::vector<ByteDim> dims;
+  for (int d = 0; d < view.rank; ++d)
+    if (view.shape[d] > 1) dims.push_back({view.shape[d], view.strides[d] * element_bytes});
+  if (element_bytes > 1) dims.push_back({element_bytes, 1});
+  std::sort(dims.begin(), dims.end(), [](const ByteDim& x, const ByteDim& y) { return x.stride > y.stride; });
+  return dims;
+}
 
 std::string shape_string(const TensorView& view) { return join(view.shape, view.rank); }
 std::string stride_string(const TensorView& view) { return join(view.strides, view.rank); }
