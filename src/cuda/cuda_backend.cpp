@@ -7,23 +7,18 @@
 #include <string>
 
 #include "backend.hpp"
-#include "common/attention_params.hpp"
 #include "common/cuda_check.hpp"
 #include "common/scratch.hpp"
 #include "common/varlen_tail.hpp"
-#include "empty_calls.hpp"
 #include "simt/attention_f32.hpp"
 #include "sm80/flash_bwd.hpp"
 #include "sm80/flash_decode.hpp"
 #include "sm80/flash_fwd.hpp"
-#include "sm80/kv_append.hpp"
 #include "sm80/merge_states.cuh"
 
 namespace cuflash::detail {
 
 namespace {
-
-constexpr int kHalfBytes = 2;  // the KV-cache kernels' f16 / bf16 elements
 
 class CudaBackend final : public BackendImpl {
  public:
@@ -56,12 +51,7 @@ class CudaBackend final : public BackendImpl {
 
   Status forward(const Problem& problem, const RunContext& context) override {
     return run(problem, context, [&](void* workspace, cudaStream_t stream) {
-      if (problem.layout == Layout::kv_cache) {
-        // No query row (q_len or heads_q 0) but k_new/v_new: the append is all
-        // there is to do (the decode grid would have no CTA).
-        if (!has_query_rows(problem)) return launch_kv_append(make_forward_params(problem), kHalfBytes, stream);
-        return flash_decode(problem, workspace, stream);
-      }
+      if (problem.layout == Layout::kv_cache) return flash_decode(problem, workspace, stream);
       return problem.dtype == DType::f32 ? f32_forward(problem, workspace, stream)
                                          : flash_forward(problem, workspace, stream);
     });
@@ -85,7 +75,7 @@ class CudaBackend final : public BackendImpl {
 
  private:
   static std::size_t required_bytes(const Problem& problem) {
-    if (problem.layout == Layout::kv_cache) return has_query_rows(problem) ? flash_decode_workspace_bytes(problem) : 0;
+    if (problem.layout == Layout::kv_cache) return flash_decode_workspace_bytes(problem);
     if (problem.pass == Pass::forward)
       return problem.dtype == DType::f32 ? f32_forward_workspace_bytes(problem) : flash_forward_workspace_bytes(problem);
     return problem.dtype == DType::f32 ? f32_backward_workspace_bytes(problem) : flash_backward_workspace_bytes(problem);

@@ -14,6 +14,7 @@
 #include "common/attention_params.hpp"
 #include "common/cuda_check.hpp"
 #include "common/device_info.hpp"
+#include "empty_calls.hpp"
 #include "sm80/combine_splits.hpp"
 #include "sm80/flash_decode_tiles.hpp"
 #include "sm80/head_dims.hpp"
@@ -203,6 +204,7 @@ Status flash_decode_supports(const Problem& problem) {
 }
 
 std::size_t flash_decode_workspace_bytes(const Problem& problem) {
+  if (!has_query_rows(problem)) return 0;  // an append alone (below)
   // choose_splits grows with kv_len, so the capacity's count bounds every call's.
   return split_partials_bytes(problem, choose_splits(problem, decode_grid(problem), problem.cache_capacity));
 }
@@ -210,6 +212,9 @@ std::size_t flash_decode_workspace_bytes(const Problem& problem) {
 Status flash_decode(const Problem& problem, void* workspace, cudaStream_t stream) {
   ForwardParams p = make_forward_params(problem);
   CUFLASH_TRY(launch_kv_append(p, kElementBytes, stream));
+  // No query row (q_len or heads_q 0) but k_new/v_new: the append is all there
+  // is to do, and the decode grid would have no CTA.
+  if (!has_query_rows(problem)) return {};
   const DecodeGrid grid = decode_grid(problem);
   place_split_partials(p, choose_splits(problem, grid, problem.max_kv_len), workspace);
   if (problem.dtype == DType::bf16) return run_decode<__nv_bfloat16>(p, problem.head_dim, grid, stream);
