@@ -209,18 +209,24 @@ class Call {
 };
 
 // After the forward: our lse layout from the stats in scratch, and rows that see no key.
-Status finish_forward(const Problem& p, const SdpaPlan& plan, const Call& call, const DeviceLengths& lengths,
-                      cudaStream_t stream) {
-  const bool stats_in_scratch = plan.stats == StatsPlace::scratch_dense || plan.stats == StatsPlace::scratch_ragged;
-  if (!plan.fix_empty_rows && !stats_in_scratch) return {};
+// The forward fix-up of the call's out and lse rows.
+ForwardFixArgs forward_fix(const Problem& p, const DeviceLengths& lengths, bool fix_empty_rows) {
   ForwardFixArgs fix;
   fix.rows = q_rows(p);
   fix.lengths = lengths;
   fix.window_right = p.window_right;
   fix.head_dim = p.head_dim;
-  fix.fix_empty_rows = plan.fix_empty_rows;
+  fix.fix_empty_rows = fix_empty_rows;
   fix.out = rows_of(p.out);
   if (!p.lse.empty()) fix.lse = lse_rows(p.lse);
+  return fix;
+}
+
+Status finish_forward(const Problem& p, const SdpaPlan& plan, const Call& call, const DeviceLengths& lengths,
+                      cudaStream_t stream) {
+  const bool stats_in_scratch = plan.stats == StatsPlace::scratch_dense || plan.stats == StatsPlace::scratch_ragged;
+  if (!plan.fix_empty_rows && !stats_in_scratch) return {};
+  ForwardFixArgs fix = forward_fix(p, lengths, plan.fix_empty_rows);
   if (stats_in_scratch) fix.stats = scratch_stats_rows(plan, call.at(plan.scratch.stats));
   return launch_forward_fix(fix, stream);
 }
@@ -268,16 +274,10 @@ Status finish_backward(const Problem& p, const SdpaPlan& plan, const DeviceLengt
 // A forward over no key: every row of every sequence gets out = 0 and lse =
 // -inf, from the forward fix-up alone (every kv length 0).
 Status write_keyless_rows(const Problem& p, cudaStream_t stream) {
-  ForwardFixArgs fix;
-  fix.rows = q_rows(p);
-  if (p.layout == Layout::varlen) fix.lengths.cu_q = static_cast<const std::int32_t*>(p.cu_seqlens_q.data);
-  fix.lengths.q_len = p.max_q_len;
-  fix.window_right = p.window_right;
-  fix.head_dim = p.head_dim;
-  fix.fix_empty_rows = true;
-  fix.out = rows_of(p.out);
-  if (!p.lse.empty()) fix.lse = lse_rows(p.lse);
-  return launch_forward_fix(fix, stream);
+  DeviceLengths lengths;
+  if (p.layout == Layout::varlen) lengths.cu_q = static_cast<const std::int32_t*>(p.cu_seqlens_q.data);
+  lengths.q_len = p.max_q_len;
+  return launch_forward_fix(forward_fix(p, lengths, true), stream);
 }
 
 // One call on the caller's stream: index tensors, (backward: stats), the graph, fix-ups.
