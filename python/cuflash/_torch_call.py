@@ -64,10 +64,10 @@ def _capturing(t):
     return t.is_cuda and torch.cuda.is_current_stream_capturing()
 
 
-def _index_options(options_key, index_tensors, q):
-    """The options for a call with index tensors: during a CUDA-graph capture their contents
-    cannot be copied to the host to be checked (that waits on the stream), so the capture
-    leaves the check to the eager calls made before it (documented in the README)."""
+def _call_options(options_key, index_tensors, q):
+    """The options object of a call. With index tensors during a CUDA-graph capture, their
+    contents cannot be copied to the host to be checked (that waits on the stream), so the
+    capture leaves the check to the eager calls made before it (documented in the README)."""
     check = _args.CHECK_INDEX_CONTENTS
     if options_key[check] and index_tensors and _capturing(q):
         options_key = options_key[:check] + (False,) + options_key[check + 1:]
@@ -79,7 +79,7 @@ def forward(q, k, v, options_key, alibi_slopes=None, cu_seqlens_q=None, cu_seqle
     """(out, lse) of one forward call; options_key is the tuple of _args.options' arguments."""
     varlen = cu_seqlens_q is not None
     indexed = varlen or seqlens_k is not None or block_table is not None
-    options = _index_options(options_key, indexed, q) if indexed else _args.options(*options_key)
+    options = _call_options(options_key, indexed, q)
     # Packed rows after the last sequence belong to none and are not written: zeros, not garbage.
     out = torch.zeros(q.shape, dtype=q.dtype, device=q.device) if varlen else torch.empty_like(
         q, memory_format=torch.contiguous_format)
@@ -96,7 +96,7 @@ def backward(dout, q, k, v, out, lse, options_key, alibi_slopes=None, cu_seqlens
     if dout.stride(-1) != 1:  # e.g. the expanded ones of out.sum()
         dout = dout.contiguous()
     indexed = cu_seqlens_q is not None or seqlens_k is not None or block_table is not None
-    options = _index_options(options_key, indexed, q) if indexed else _args.options(*options_key)
+    options = _call_options(options_key, indexed, q)
     dq = torch.empty_like(q, memory_format=torch.contiguous_format)
     dk = torch.empty_like(k, memory_format=torch.contiguous_format)
     dv = torch.empty_like(v, memory_format=torch.contiguous_format)
