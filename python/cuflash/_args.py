@@ -17,7 +17,7 @@ from . import _ext
 InvalidArgumentError = _ext.InvalidArgumentError  # a ValueError and a RuntimeError
 
 __all__ = ["InvalidArgumentError", "array", "optional_array", "ranked", "integer", "window", "backend", "writable",
-           "options", "register_tensor_type"]
+           "options", "option_values", "op_options", "register_tensor_type"]
 
 BACKENDS = ("auto", "cpu", "cuda", "cudnn")
 _INT_MAX = 2**31 - 1
@@ -112,8 +112,39 @@ def _number(x, name):
 
 
 _options = {}
+_values = {}
 # Where check_index_contents sits in an options key (the arguments of options(), in order).
 CHECK_INDEX_CONTENTS = 6
+
+
+def option_values(softmax_scale, causal, window_left, window_right, softcap, deterministic, check_index_contents,
+                  backend_name):
+    """The options checked and normalized: (softmax_scale float or None, causal, window_left, window_right,
+    softcap float, deterministic, check_index_contents, backend), as the torch operators take them. Plain
+    Python on plain values, which torch.compile traces without a graph break."""
+    if softmax_scale is not None and type(softmax_scale) is not float:
+        softmax_scale = _number(softmax_scale, "softmax_scale")
+    if type(window_left) is not int or not -_INT_MAX - 1 <= window_left <= _INT_MAX:
+        window_left = integer(window_left, "window_size[0]", -_INT_MAX - 1)
+    if type(window_right) is not int or not -_INT_MAX - 1 <= window_right <= _INT_MAX:
+        window_right = integer(window_right, "window_size[1]", -_INT_MAX - 1)
+    if type(softcap) is not float:
+        softcap = _number(softcap, "softcap")
+    if backend_name not in BACKENDS:
+        backend(backend_name)
+    return (softmax_scale, bool(causal), window_left, window_right, softcap, bool(deterministic),
+            bool(check_index_contents), backend_name)
+
+
+def op_options(key):
+    """option_values(*key), made once per distinct key and reused (the eager path's per-call cost)."""
+    made = _values.get(key)
+    if made is None:
+        made = option_values(*key)
+        if len(_values) > 4096:  # options that vary per call (a scale per step, say) must not grow without end
+            _values.clear()
+        _values[key] = made
+    return made
 
 
 def options(softmax_scale, causal, window_left, window_right, softcap, deterministic, check_index_contents,
@@ -123,10 +154,7 @@ def options(softmax_scale, causal, window_left, window_right, softcap, determini
            backend_name)
     made = _options.get(key)
     if made is None:
-        scale = None if softmax_scale is None else _number(softmax_scale, "softmax_scale")
-        made = _ext.Options(scale, bool(causal), integer(window_left, "window_size[0]", -_INT_MAX - 1),
-                            integer(window_right, "window_size[1]", -_INT_MAX - 1), _number(softcap, "softcap"),
-                            bool(deterministic), bool(check_index_contents), backend(backend_name))
+        made = _ext.Options(*option_values(*key))
         if len(_options) > 4096:  # options that vary per call (a scale per step, say) must not grow without end
             _options.clear()
         _options[key] = made

@@ -1,4 +1,5 @@
 #include "index_copy.hpp"
+#include "cuflash/cuflash.hpp"
 
 #include <cstring>
 #include <string>
@@ -47,3 +48,21 @@ Status copy_index_tensor(const TensorView& view, const char* name, void* stream,
 }
 
 }  // namespace cuflash::detail
+
+namespace cuflash {
+
+bool stream_capturing(void* stream) {
+#if defined(CUFLASH_WITH_CUDA)
+  cudaStreamCaptureStatus status = cudaStreamCaptureStatusNone;
+  if (cudaStreamIsCapturing(static_cast<cudaStream_t>(stream), &status) != cudaSuccess) {
+    (void)cudaGetLastError();  // not sticky; leave no error behind for the next call
+    return false;
+  }
+  return status != cudaStreamCaptureStatusNone;
+#else
+  (void)stream;
+  return false;
+#endif
+}
+
+}  // namespace cuflash
