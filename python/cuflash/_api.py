@@ -1,9 +1,12 @@
 """cuflash's own Python calls: every option of the C++ API, any framework.
 
 Arguments are checked first (``_args``). torch tensors then take the eager
-path of ``_torch_call`` (autograd included) or, under torch.compile and for
-tensor subclasses, the custom ops of ``_torch_ops``; numpy, CuPy, JAX and
-other DLPack arrays go through ``_frameworks``, which allocates their outputs.
+path (autograd included) or, under torch.compile and for tensor subclasses,
+the operators of ``_torch_ops``; numpy, CuPy, JAX and other DLPack arrays go
+through ``_frameworks``, which allocates their outputs. The eager path is
+``_torch_ext`` (one call of the C++ operators, a C++ autograd node) when the
+package has the torch operators in C++, else ``_torch_call`` (the module
+directly, a Python autograd.Function); both take the same arguments.
 """
 
 from . import _args, _ext
@@ -16,13 +19,15 @@ except ImportError:  # pragma: no cover - depends on the environment
     _torch = None
 
 if _torch is not None:
-    from . import _torch_call, _torch_ops
+    from . import _torch_call, _torch_ext, _torch_ops
+
+    _torch_eager = _torch_ext if _torch_ext.LOADED else _torch_call
 
     _Tensor = _torch.Tensor
     _is_compiling = _torch.compiler.is_compiling
     _args.register_tensor_type(_Tensor)
 else:  # pragma: no cover
-    _torch_call = _torch_ops = _Tensor = _is_compiling = None
+    _torch_call = _torch_ext = _torch_ops = _torch_eager = _Tensor = _is_compiling = None
 
 __all__ = ["attention", "attention_backward", "merge_states", "backend_available", "set_index_checks"]
 
@@ -65,8 +70,8 @@ def _forward(q, k, v, *, alibi_slopes=None, cu_seqlens_q=None, cu_seqlens_k=None
             and block_table is None and k_new is None and v_new is None and not _is_compiling()):
         # The common call, a dense batch of plain eager tensors: nothing is left for _args to check
         # that the library does not (shapes, dtypes, devices), so it goes straight to the call.
-        return _torch_call.attention_eager(q, k, v, (softmax_scale, causal, window[0], window[1], softcap,
-                                                     deterministic, check, backend))
+        return _torch_eager.attention_eager(q, k, v, (softmax_scale, causal, window[0], window[1], softcap,
+                                                      deterministic, check, backend))
     varlen = cu_seqlens_q is not None or cu_seqlens_k is not None
     if varlen:
         _args.ranked(q, "q", (3,), "varlen: [total_q, heads_q, head_dim]")
@@ -90,16 +95,16 @@ def _forward(q, k, v, *, alibi_slopes=None, cu_seqlens_q=None, cu_seqlens_k=None
             if seqlens_k is None:
                 raise InvalidArgumentError("seqlens_k: required when appending k_new/v_new")
             if _eager(q):
-                return _torch_call.append_and_attend(q, k, v, k_new, v_new, key, alibi_slopes=alibi_slopes,
-                                                     seqlens_k=seqlens_k, block_table=block_table)
-            return _torch_ops.fwd_kvcache(q, k, v, k_new, v_new, seqlens_k, block_table, alibi_slopes,
-                                          _scale(softmax_scale), bool(causal), window[0], window[1],
-                                          float(softcap), check, backend)
+                return _torch_eager.append_and_attend(q, k, v, k_new, v_new, key, alibi_slopes=alibi_slopes,
+                                                      seqlens_k=seqlens_k, block_table=block_table)
+            scale, causal, left, right, softcap, _, check, backend = _args.option_values(*key)
+            return _torch_ops.fwd_kvcache(q, k, v, k_new, v_new, seqlens_k, block_table, alibi_slopes, scale, causal,
+                                          left, right, softcap, check, backend)
         if _eager(q):
-            return _torch_call.attention_eager(q, k, v, key, **extras)
+            return _torch_eager.attention_eager(q, k, v, key, **extras)
+        # Traced (torch.compile): the options are checked here, at trace time (plain Python, no graph break).
         return _torch_ops.fwd(q, k, v, alibi_slopes, cu_seqlens_q, cu_seqlens_k, max_seqlen_q, max_seqlen_k,
-                              seqlens_k, block_table, _scale(softmax_scale), bool(causal), window[0], window[1],
-                              float(softcap), bool(deterministic), check, backend)
+                              seqlens_k, block_table, *_args.option_values(*key))
     for name, x in (("alibi_slopes", alibi_slopes), ("cu_seqlens_q", cu_seqlens_q), ("cu_seqlens_k", cu_seqlens_k),
                     ("seqlens_k", seqlens_k), ("block_table", block_table), ("k_new", k_new), ("v_new", v_new)):
         _args.optional_array(x, name)
@@ -121,10 +126,6 @@ def _forward(q, k, v, *, alibi_slopes=None, cu_seqlens_q=None, cu_seqlens_k=None
                  max_seqlen_q, max_seqlen_k, seqlens_k, block_table, k_new, v_new)
     space.after()
     return space.finish(out), space.finish(lse)
-
-
-def _scale(softmax_scale):
-    return None if softmax_scale is None else float(softmax_scale)
 
 
 def attention(q, k, v, *, softmax_scale=None, causal=False, window_size=(-1, -1), softcap=0.0,
@@ -189,13 +190,12 @@ def attention_backward(dout, q, k, v, out, lse, *, softmax_scale=None, causal=Fa
                     ("seqlens_k", seqlens_k), ("block_table", block_table)):
         _args.optional_array(x, name)
     if _is_torch(q):
+        key = (softmax_scale, bool(causal), left, right, softcap, bool(deterministic), check, backend)
         if _eager(q):
-            key = (softmax_scale, bool(causal), left, right, softcap, bool(deterministic), check, backend)
-            return _torch_call.backward(dout, q, k, v, out, lse, key, alibi_slopes, cu_seqlens_q, cu_seqlens_k,
-                                        max_q, max_k, seqlens_k, block_table)
+            return _torch_eager.backward(dout, q, k, v, out, lse, key, alibi_slopes, cu_seqlens_q, cu_seqlens_k,
+                                         max_q, max_k, seqlens_k, block_table)
         return _torch_ops.bwd(dout, q, k, v, out, lse, alibi_slopes, cu_seqlens_q, cu_seqlens_k, max_q, max_k,
-                              seqlens_k, block_table, _scale(softmax_scale), bool(causal), left, right,
-                              float(softcap), bool(deterministic), check, backend)
+                              seqlens_k, block_table, *_args.option_values(*key))
     options = _args.options(softmax_scale, causal, left, right, softcap, deterministic, check, backend)
     space = Space(q)
     dq, dk, dv = space.empty(q.shape), space.empty(k.shape), space.empty(v.shape)
@@ -217,7 +217,7 @@ def merge_states(out_a, lse_a, out_b, lse_b, *, backend="auto"):
         _args.array(x, name)
     if _is_torch(out_a):
         if _eager(out_a):
-            return _torch_call.merge_states(out_a, lse_a, out_b, lse_b, backend)
+            return _torch_eager.merge_states(out_a, lse_a, out_b, lse_b, backend)
         return _torch_ops.merge_states(out_a, lse_a, out_b, lse_b, backend)
     space = Space(out_a, "out_a")
     out, lse = space.empty(out_a.shape), space.empty(lse_a.shape, "float32")
