@@ -27,7 +27,9 @@ if(NOT torch_ext_mode STREQUAL "OFF")
   set(torch_probe "import os, torch; print(os.path.dirname(torch.__file__)); print(int(torch._C._GLIBCXX_USE_CXX11_ABI)); print(torch.__version__)")
   execute_process(COMMAND "${Python_EXECUTABLE}" -c "${torch_probe}" RESULT_VARIABLE torch_status
                   OUTPUT_VARIABLE torch_lines ERROR_VARIABLE torch_error OUTPUT_STRIP_TRAILING_WHITESPACE)
+  set(torch_where "")
   if(NOT torch_status EQUAL 0 AND DEFINED ENV{PYTHONPATH})
+    set(torch_where ", seen past PYTHONPATH (pip's build isolation)")
     execute_process(COMMAND "${CMAKE_COMMAND}" -E env --unset=PYTHONPATH --unset=PYTHONNOUSERSITE
                             "${Python_EXECUTABLE}" -c "${torch_probe}" RESULT_VARIABLE torch_status
                     OUTPUT_VARIABLE torch_lines ERROR_VARIABLE torch_error OUTPUT_STRIP_TRAILING_WHITESPACE)
@@ -55,7 +57,7 @@ if(NOT torch_ext_mode STREQUAL "OFF")
     set(torch_reason "${Python_EXECUTABLE} cannot import torch (${torch_error})")
   endif()
   if(CUFLASH_HAS_TORCH_EXT)
-    message(STATUS "cuflash: torch operators in C++ ON (torch ${CUFLASH_TORCH_VERSION}, ${CUFLASH_TORCH_DIR})")
+    message(STATUS "cuflash: torch operators in C++ ON (torch ${CUFLASH_TORCH_VERSION}, ${CUFLASH_TORCH_DIR}${torch_where})")
   elseif(torch_ext_mode STREQUAL "ON")
     message(FATAL_ERROR "CUFLASH_TORCH_EXT=ON: ${torch_reason}")
   else()
