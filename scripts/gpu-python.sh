@@ -81,6 +81,7 @@ export XLA_PYTHON_CLIENT_PREALLOCATE=false
 export CUFLASH_PY_ERROR_LOG=$logs/python-errors.jsonl
 : >"$CUFLASH_PY_ERROR_LOG"
 say "- cuflash: $("$python" -c 'import cuflash; print(cuflash.__version__, cuflash.__file__, "cuda backend available:", cuflash.backend_available("cuda"))' 2>&1 | tail -1)"
+say "- torch operators in C++ (_ext_torch.so): $("$python" -c 'from cuflash import _torch_ext as e; print("loaded" if e.LOADED else "not loaded:", "" if e.LOADED else e.REASON)' 2>&1 | tail -1)"
 start=$(now)
 # shellcheck disable=SC2086
 PYTHONUNBUFFERED=1 "$python" -m pytest -p no:cacheprovider -v -rs tests/python ${CUFLASH_PYTEST_ARGS:-} \
