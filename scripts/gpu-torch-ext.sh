@@ -22,7 +22,7 @@
 # gpu-python.sh, torch-ext-fallback.log, torch-ext-probe-*.json/txt,
 # torch-ext.md (the summary, also printed).
 set -uo pipefail
-cd "$(dirname "${BASH_SOURCE[0]}")/.."
+cd "$(dirname "${BASH_SOURCE[0]}")/.." || exit 1
 python=${PYTHON:-python3}
 logs=${OUT:-build-python-gpu/logs}
 work=${CUFLASH_GPU_PYTHON_DIR:-build-python-gpu}
