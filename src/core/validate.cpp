@@ -391,7 +391,8 @@ Status resolve_options(const AttentionOptions& options, Problem* p) {
 // Everything a forward and a backward share: layout, q/k/v, index tensors,
 // alibi and options.
 Status check_common(const TensorView& q, const TensorView& k, const TensorView& v, const TensorView& alibi,
-                    const TensorView& sinks, const VarlenBatch& varlen, const KvCache& cache, const AttentionOptions& options, bool forward,
+                    const TensorView& sinks, const VarlenBatch& varlen, const KvCache& cache,
+                    const AttentionOptions& options, bool forward,
                     void* stream, Problem* p) {
   if (varlen.given() && cache.given())
     return Status::invalid("varlen, kv_cache: a call takes either cu_seqlens (varlen) or a KV cache, not both");

@@ -305,8 +305,8 @@ void write_sink_gradients(const Problem& problem) {
   const int dim = problem.head_dim;
   parallel_for(problem.heads_q, [&](std::int64_t item, int) {
     const int head = static_cast<int>(item);
-    const double sink = problem.has_sinks ? static_cast<const float*>(problem.sinks.data)[head * problem.sinks.strides[0]]
-                                          : 0.0;
+    const auto* sinks = static_cast<const float*>(problem.sinks.data);
+    const double sink = problem.has_sinks ? sinks[head * problem.sinks.strides[0]] : 0.0;
     std::vector<float> output_grad(dim), output(dim);
     double total = 0.0;
     for (int b = 0; b < problem.batch; ++b) {

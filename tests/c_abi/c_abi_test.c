@@ -450,7 +450,8 @@ static void test_sinks_and_dropout(void) {
   const int64_t sinks_shape[1] = {H}, probs_shape[4] = {1, H, SQ, SK};
   float *q = random_floats(SQ * H * D), *k = random_floats(SK * H * D), *v = random_floats(SK * H * D);
   float *out = filled_floats(SQ * H * D, NAN), *lse = filled_floats(H * SQ, NAN), *dout = random_floats(SQ * H * D);
-  float *dq = filled_floats(SQ * H * D, NAN), *dk = filled_floats(SK * H * D, NAN), *dv = filled_floats(SK * H * D, NAN);
+  float *dq = filled_floats(SQ * H * D, NAN), *dk = filled_floats(SK * H * D, NAN);
+  float *dv = filled_floats(SK * H * D, NAN);
   float *first = filled_floats(SQ * H * D, NAN), *probs = filled_floats(H * SQ * SK, NAN);
   float sinks[H] = {0.5f, 2.0f}, dsinks[H] = {NAN, NAN};
   const double scale = 1.0 / sqrt((double)D), p = 0.5;

@@ -63,9 +63,9 @@ TEST(Philox, MaskMapping) {
   const DropoutRng rng{0x0123456789abcdefull, 0xfedcba9876543210ull, dropout_threshold(0.5f)};
   const std::int64_t heads_q = 6, b = 3, h = 5, i = 17, j = 42;
   const std::uint64_t stream = rng.offset + static_cast<std::uint64_t>(b * heads_q + h);
-  const Philox4x32 draws = philox4x32_10({{static_cast<std::uint32_t>(j / 4), static_cast<std::uint32_t>(i),
-                                           static_cast<std::uint32_t>(stream), static_cast<std::uint32_t>(stream >> 32)}},
-                                         0x89abcdefu, 0x01234567u);
+  const Philox4x32 counter{{static_cast<std::uint32_t>(j / 4), static_cast<std::uint32_t>(i),
+                             static_cast<std::uint32_t>(stream), static_cast<std::uint32_t>(stream >> 32)}};
+  const Philox4x32 draws = philox4x32_10(counter, 0x89abcdefu, 0x01234567u);
   EXPECT_EQ(dropout_keeps(rng, b, h, heads_q, i, j), draws.word[j % 4] >= 0x80000000u);
   for (int key = 40; key < 44; ++key)
     EXPECT_EQ(dropout_keeps(rng, b, h, heads_q, i, key), draws.word[key % 4] >= 0x80000000u) << key;
