@@ -54,7 +54,7 @@ def fake_ms(point: dict, tflops: float) -> float:
 class MergeAndReport(unittest.TestCase):
     def test_rows_have_the_issue_keys(self):
         rows = plot_prefill.merge_rows(fake_results(), META)
-        self.assertEqual(len(rows), 48)
+        self.assertEqual(len(rows), 72)
         for row in rows:
             for key in ("pass", "head_dim", "causal", "seqlen", "batch", "heads", "dtype", "device", "tflops"):
                 self.assertIn(key, row)
@@ -75,9 +75,9 @@ class MergeAndReport(unittest.TestCase):
         self.assertIn("abc1234", text)
         self.assertIn("| cuflash_cuda / torch_flash |", text.replace(" | cuflash_cuda / torch_cudnn", ""))
         self.assertIn("## Points where cuflash_cuda / torch_flash < 1.0", text)
-        # seqlen 512 and 1k are at 0.9x: 2 seqlens x 2 D x 2 masks x 2 passes.
+        # seqlen 512 and 1k are at 0.9x: 2 seqlens x 3 D x 2 masks x 2 passes.
         shortfalls = [line for line in text.splitlines() if line.startswith("- ") and ": 0.90 (" in line]
-        self.assertEqual(len(shortfalls), 16)
+        self.assertEqual(len(shortfalls), 24)
         self.assertIn("## Failed points", text)
         self.assertIn("unsupported: backend cuda: not yet", text)
         self.assertIn("| 128 | causal | 16k | 1×16 | — |", text)
@@ -136,7 +136,7 @@ class SmallShapes(unittest.TestCase):
 
     def test_rows_stay_apart_and_get_their_own_section(self):
         rows = plot_prefill.merge_rows(fake_results() + fake_small_results(), META)
-        self.assertEqual(len(rows), 48 + 16)
+        self.assertEqual(len(rows), 72 + 16)
         small = [row for row in rows if plot_prefill.is_small(row)]
         self.assertEqual(len(small), 16)
         self.assertEqual(small[0]["host_us"]["cuflash_cudnn"], 6.5)
@@ -165,7 +165,7 @@ class SmallShapes(unittest.TestCase):
         text = plot_prefill.render_markdown(plot_prefill.merge_rows(results, META))
         self.assertIn("## Points where cuflash_cudnn / torch_cudnn < 0.97", text)
         section = text.split("## Points where cuflash_cudnn / torch_cudnn < 0.97")[1].split("##")[0]
-        self.assertEqual(section.count("S=512: 0.95"), 8)
+        self.assertEqual(section.count("S=512: 0.95"), 12)  # 3 D x 2 masks x 2 passes
 
 
 class CuflashProcess(unittest.TestCase):

@@ -55,6 +55,17 @@ struct ForwardArgs {
   TensorView out;
   TensorView lse;           // optional
   TensorView alibi_slopes;  // optional float32 [Hq] or [B, Hq]; bias -slope*|i + kv_len - q_len - j|
+  // Optional float32 [Hq]: attention sinks (gpt-oss), one logit per query head
+  // that joins every row's softmax denominator but has no value:
+  //   p_ij = exp(s_ij - lse_i), lse_i = log(exp(sinks[h]) + sum_j exp(s_ij)).
+  // A row that sees no key gets out = 0 and lse = sinks[h].
+  TensorView sinks;
+  // Optional debug output, float32 [B, Hq, max_seqlen_q, max_kv] (max_kv: kv_len
+  // dense, max_seqlen_k varlen, the cache's capacity for a KV cache): the
+  // normalized probabilities p_ij, with the entries dropout dropped negated
+  // (sign bit set); 0 where j is not visible or outside the sequence. flash-attn's
+  // S_dmask, for tests: backend cpu only.
+  TensorView attn_probs;
   VarlenBatch varlen;       // given: varlen layout
   KvCache kv_cache;         // given: KV-cache layout
 };
@@ -64,6 +75,10 @@ struct BackwardArgs {
   TensorView lse;           // float32, as written by the forward
   TensorView dq, dk, dv;    // dq like q, dk/dv like k/v
   TensorView alibi_slopes;
+  TensorView sinks;         // as given to the forward
+  // Optional output float32 [Hq], with sinks only: d(loss)/d(sinks[h]) =
+  //   -sum over (b, i) of exp(sinks[h] - lse) * dot(dout_i, out_i).
+  TensorView dsinks;
   VarlenBatch varlen;
   KvCache kv_cache;         // k_new/v_new must be empty: appends are forward-only
 };

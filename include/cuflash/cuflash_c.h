@@ -92,6 +92,13 @@ typedef struct cuflash_options {
   int32_t deterministic;        /* backward: bitwise reproducible */
   int32_t check_index_contents; /* 1 (default): copy GPU index tensors to the host to check them */
   int32_t backend;              /* cuflash_backend */
+  /* Dropout on the normalized probabilities (flash-attn's): kept with
+   * probability 1 - dropout_p, scaled by 1 / (1 - dropout_p); 0 = off, < 1.
+   * The mask is a function of (seed, offset, b, h, i, j) (docs/semantics.md):
+   * give the backward the forward's seed and offset. Backend cpu only for now. */
+  float dropout_p;
+  uint64_t dropout_seed;
+  uint64_t dropout_offset;
 } cuflash_options;
 
 /* cuflash::RunContext. All zero: default stream, no caller workspace. */
@@ -112,6 +119,12 @@ typedef struct cuflash_forward_args {
   int32_t max_seqlen_q, max_seqlen_k;
   /* KV cache */
   cuflash_tensor seqlens_k, block_table, k_new, v_new;
+  /* optional f32 [Hq]: attention sinks, one logit per query head in every
+   * row's softmax denominator (no value); backend cpu only for now */
+  cuflash_tensor sinks;
+  /* optional debug output f32 [B, Hq, max_seqlen_q, max_kv]: the probabilities,
+   * entries dropout dropped negated (flash-attn's S_dmask); backend cpu only */
+  cuflash_tensor attn_probs;
 } cuflash_forward_args;
 
 typedef struct cuflash_backward_args {
@@ -122,6 +135,8 @@ typedef struct cuflash_backward_args {
   cuflash_tensor cu_seqlens_q, cu_seqlens_k;
   int32_t max_seqlen_q, max_seqlen_k;
   cuflash_tensor seqlens_k, block_table; /* no appends in backward */
+  cuflash_tensor sinks;  /* as given to the forward */
+  cuflash_tensor dsinks; /* optional output f32 [Hq], with sinks: their gradient */
 } cuflash_backward_args;
 
 /* out_* [B, S, H, D]; lse_* f32 [B, H, S]. out/lse may be exactly out_a/lse_a. */
@@ -139,7 +154,7 @@ CUFLASH_C_API const char* cuflash_status_name(cuflash_status status);
  * thread's last call succeeded. Valid until this thread's next cuflash call. */
 CUFLASH_C_API const char* cuflash_last_error_message(void);
 
-/* Defaults: scale 1/sqrt(D), no mask, no softcap, index checks on, backend auto. */
+/* Defaults: scale 1/sqrt(D), no mask, no softcap, no dropout, index checks on, backend auto. */
 CUFLASH_C_API void cuflash_options_init(cuflash_options* options);
 /* A row-major view of `rank` dims (contiguous strides); rank > CUFLASH_MAX_RANK
  * leaves rank at -1, which every call rejects. */
@@ -154,7 +169,8 @@ CUFLASH_C_API cuflash_status cuflash_attention_backward(const cuflash_backward_a
                                                         const cuflash_options* options,
                                                         const cuflash_run_context* context);
 /* flash-attn's flash_attn_with_kvcache as one call: a KV-cache forward.
- * k_new/v_new and block_table may be NULL or rank 0; lse and alibi_slopes too. */
+ * k_new/v_new and block_table may be NULL or rank 0; lse and alibi_slopes too.
+ * (Sinks and attn_probs: through cuflash_attention_forward's args.) */
 CUFLASH_C_API cuflash_status cuflash_attention_with_kvcache(
     const cuflash_tensor* q, const cuflash_tensor* k_cache, const cuflash_tensor* v_cache,
     const cuflash_tensor* k_new, const cuflash_tensor* v_new, const cuflash_tensor* seqlens_k,

@@ -3,6 +3,7 @@
 #pragma once
 
 #include <cstddef>
+#include <cstdint>
 #include <optional>
 
 namespace cuflash {
@@ -29,6 +30,15 @@ struct AttentionOptions {
   int window_right = -1;
   // score = softcap * tanh(score / softcap); 0 turns it off.
   float softcap = 0.0f;
+  // Dropout on the normalized probabilities (flash-attn's semantics): each
+  // p_ij is kept with probability 1 - dropout_p and scaled by 1/(1 - dropout_p),
+  // out = (mask * P / (1 - dropout_p)) V; lse is not affected. 0 = off, < 1.
+  // The mask is a function of (dropout_seed, dropout_offset, b, h, i, j)
+  // (src/core/philox.hpp, docs/semantics.md): a backward given the forward's
+  // seed and offset drops the same entries, and no mask is stored.
+  float dropout_p = 0.0f;
+  std::uint64_t dropout_seed = 0;
+  std::uint64_t dropout_offset = 0;
   // Backward only: results bitwise identical from run to run.
   bool deterministic = false;
   // Index tensors (cu_seqlens, seqlens_k, block_table) that live on a GPU are

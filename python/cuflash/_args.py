@@ -17,7 +17,8 @@ from . import _ext
 InvalidArgumentError = _ext.InvalidArgumentError  # a ValueError and a RuntimeError
 
 __all__ = ["InvalidArgumentError", "array", "optional_array", "ranked", "integer", "window", "backend", "writable",
-           "options", "option_values", "op_options", "register_tensor_type"]
+           "options", "option_values", "op_options", "register_tensor_type", "register_torch", "dropout_rng",
+           "attn_probs_shape"]
 
 BACKENDS = ("auto", "cpu", "cuda", "cudnn")
 _INT_MAX = 2**31 - 1
@@ -95,6 +96,46 @@ def backend(name):
     return name
 
 
+_UINT64 = 2**64
+
+
+def dropout_rng(dropout_p, seed, offset, like):
+    """(seed, offset) of a call's dropout mask, unsigned 64-bit. Without dropout (0, 0). An explicit
+    seed is taken as given (offset default 0); otherwise both are drawn from the caller's framework:
+    torch's default generator for torch tensors (so torch.manual_seed reproduces a run), numpy's
+    global one otherwise (np.random.seed)."""
+    if not dropout_p:
+        return 0, 0
+    if seed is not None:
+        return integer(seed, "dropout_seed", -_UINT64 // 2, _UINT64 - 1) % _UINT64, integer(
+            offset or 0, "dropout_offset", -_UINT64 // 2, _UINT64 - 1) % _UINT64
+    if _torch_module is not None and type(like) in _known_tensor_types:
+        drawn = _torch_module.randint(0, 2**63 - 1, (2,), dtype=_torch_module.int64).tolist()
+    else:
+        import numpy
+
+        drawn = numpy.random.randint(0, 2**63 - 1, size=2, dtype=numpy.int64).tolist()
+    return drawn[0], drawn[1]
+
+
+_torch_module = None
+
+
+def attn_probs_shape(q, k, cu_seqlens_q=None, max_seqlen_q=0, max_seqlen_k=0, seqlens_k=None, block_table=None):
+    """[B, Hq, max_seqlen_q, max_kv] of the debug probabilities (S_dmask): max_kv is kv_len (dense),
+    max_seqlen_k (varlen) or the cache's capacity (KV cache)."""
+    if cu_seqlens_q is not None:
+        return (cu_seqlens_q.shape[0] - 1, q.shape[1], max_seqlen_q, max_seqlen_k)
+    if block_table is not None:
+        return (q.shape[0], q.shape[2], q.shape[1], block_table.shape[1] * k.shape[1])
+    return (q.shape[0], q.shape[2], q.shape[1], k.shape[1])
+
+
+def register_torch(module):
+    global _torch_module
+    _torch_module = module
+
+
 def writable(x, name):
     """Refuses an array the call would write into when its framework marks it read-only
     (numpy's writeable flag: e.g. np.load(..., mmap_mode='r'), or writeable=False)."""
@@ -118,10 +159,11 @@ CHECK_INDEX_CONTENTS = 6
 
 
 def option_values(softmax_scale, causal, window_left, window_right, softcap, deterministic, check_index_contents,
-                  backend_name):
+                  backend_name, dropout_p=0.0):
     """The options checked and normalized: (softmax_scale float or None, causal, window_left, window_right,
-    softcap float, deterministic, check_index_contents, backend), as the torch operators take them. Plain
-    Python on plain values, which torch.compile traces without a graph break."""
+    softcap float, deterministic, check_index_contents, backend, dropout_p float), as the torch operators
+    take them (dropout_p comes after sinks there). Plain Python on plain values, which torch.compile traces
+    without a graph break."""
     if softmax_scale is not None and type(softmax_scale) is not float:
         softmax_scale = _number(softmax_scale, "softmax_scale")
     if type(window_left) is not int or not -_INT_MAX - 1 <= window_left <= _INT_MAX:
@@ -132,8 +174,10 @@ def option_values(softmax_scale, causal, window_left, window_right, softcap, det
         softcap = _number(softcap, "softcap")
     if backend_name not in BACKENDS:
         backend(backend_name)
+    if type(dropout_p) is not float:
+        dropout_p = _number(dropout_p, "dropout_p")
     return (softmax_scale, bool(causal), window_left, window_right, softcap, bool(deterministic),
-            bool(check_index_contents), backend_name)
+            bool(check_index_contents), backend_name, dropout_p)
 
 
 def op_options(key):
@@ -148,10 +192,11 @@ def op_options(key):
 
 
 def options(softmax_scale, causal, window_left, window_right, softcap, deterministic, check_index_contents,
-            backend_name):
-    """The compiled module's Options for these values, made once per distinct set and reused."""
+            backend_name, dropout_p=0.0):
+    """The compiled module's Options for these values, made once per distinct set and reused.
+    (A call's dropout seed and offset are not in it: they change per call and cross beside it.)"""
     key = (softmax_scale, causal, window_left, window_right, softcap, deterministic, check_index_contents,
-           backend_name)
+           backend_name, dropout_p)
     made = _options.get(key)
     if made is None:
         made = _ext.Options(*option_values(*key))

@@ -60,6 +60,12 @@ def lse_shape(q, varlen):
     return (q.shape[1], q.shape[0]) if varlen else (q.shape[0], q.shape[2], q.shape[1])
 
 
+def rng_tensor(rng):
+    """The dropout (seed, offset), unsigned 64-bit, as the int64 [2] host tensor the torch operators take
+    (two's complement; the operators read it back modulo 2**64)."""
+    return torch.tensor([x - 2**64 if x >= 2**63 else x for x in rng], dtype=torch.int64)
+
+
 def _capturing(t):
     return t.is_cuda and torch.cuda.is_current_stream_capturing()
 
@@ -75,8 +81,10 @@ def _call_options(options_key, index_tensors, q):
 
 
 def forward(q, k, v, options_key, alibi_slopes=None, cu_seqlens_q=None, cu_seqlens_k=None, max_seqlen_q=0,
-            max_seqlen_k=0, seqlens_k=None, block_table=None, k_new=None, v_new=None):
-    """(out, lse) of one forward call; options_key is the tuple of _args.options' arguments."""
+            max_seqlen_k=0, seqlens_k=None, block_table=None, k_new=None, v_new=None, sinks=None, rng=(0, 0),
+            attn_probs=False):
+    """(out, lse) of one forward call, or (out, lse, attn_probs) when asked; options_key is the tuple of
+    _args.options' arguments, rng the call's dropout (seed, offset)."""
     varlen = cu_seqlens_q is not None
     indexed = varlen or seqlens_k is not None or block_table is not None
     options = _call_options(options_key, indexed, q)
@@ -84,15 +92,21 @@ def forward(q, k, v, options_key, alibi_slopes=None, cu_seqlens_q=None, cu_seqle
     out = torch.zeros(q.shape, dtype=q.dtype, device=q.device) if varlen else torch.empty_like(
         q, memory_format=torch.contiguous_format)
     lse = torch.empty(lse_shape(q, varlen), dtype=torch.float32, device=q.device)
+    probs = None
+    if attn_probs:
+        probs = torch.empty(_args.attn_probs_shape(q, k, cu_seqlens_q, max_seqlen_q, max_seqlen_k, seqlens_k,
+                                                   block_table), dtype=torch.float32, device=q.device)
     _ext.forward(_capsule(q), _capsule(k), _capsule(v), _capsule(out), _capsule(lse), options, _stream(q),
                  _workspace_for(q), _dl(alibi_slopes), _dl(cu_seqlens_q), _dl(cu_seqlens_k), max_seqlen_q,
-                 max_seqlen_k, _dl(seqlens_k), _dl(block_table), _dl(k_new), _dl(v_new))
-    return out, lse
+                 max_seqlen_k, _dl(seqlens_k), _dl(block_table), _dl(k_new), _dl(v_new), _dl(sinks), _dl(probs),
+                 rng[0], rng[1])
+    return (out, lse) if probs is None else (out, lse, probs)
 
 
 def backward(dout, q, k, v, out, lse, options_key, alibi_slopes=None, cu_seqlens_q=None, cu_seqlens_k=None,
-             max_seqlen_q=0, max_seqlen_k=0, seqlens_k=None, block_table=None):
-    """(dq, dk, dv) from the forward's out and lse."""
+             max_seqlen_q=0, max_seqlen_k=0, seqlens_k=None, block_table=None, sinks=None, rng=(0, 0),
+             want_dsinks=False):
+    """(dq, dk, dv) from the forward's out and lse; (dq, dk, dv, dsinks) with want_dsinks (and sinks)."""
     if dout.stride(-1) != 1:  # e.g. the expanded ones of out.sum()
         dout = dout.contiguous()
     indexed = cu_seqlens_q is not None or seqlens_k is not None or block_table is not None
@@ -100,10 +114,12 @@ def backward(dout, q, k, v, out, lse, options_key, alibi_slopes=None, cu_seqlens
     dq = torch.empty_like(q, memory_format=torch.contiguous_format)
     dk = torch.empty_like(k, memory_format=torch.contiguous_format)
     dv = torch.empty_like(v, memory_format=torch.contiguous_format)
+    dsinks = torch.empty(sinks.shape, dtype=torch.float32, device=sinks.device) if want_dsinks else None
     _ext.backward(_capsule(dout), _capsule(q), _capsule(k), _capsule(v), _capsule(out), _capsule(lse), _capsule(dq),
                   _capsule(dk), _capsule(dv), options, _stream(q), _workspace_for(q), _dl(alibi_slopes),
-                  _dl(cu_seqlens_q), _dl(cu_seqlens_k), max_seqlen_q, max_seqlen_k, _dl(seqlens_k), _dl(block_table))
-    return dq, dk, dv
+                  _dl(cu_seqlens_q), _dl(cu_seqlens_k), max_seqlen_q, max_seqlen_k, _dl(seqlens_k), _dl(block_table),
+                  _dl(sinks), _dl(dsinks), rng[0], rng[1])
+    return (dq, dk, dv) if dsinks is None else (dq, dk, dv, dsinks)
 
 
 def merge_states(out_a, lse_a, out_b, lse_b, backend):
@@ -115,40 +131,48 @@ def merge_states(out_a, lse_a, out_b, lse_b, backend):
 
 
 class _Attention(torch.autograd.Function):
-    """Eager autograd for dense, varlen and KV-cache (no append) calls; lse is not differentiable."""
+    """Eager autograd for dense, varlen and KV-cache (no append) calls, in q, k, v and sinks; lse and
+    attn_probs are not differentiable. The backward redraws dropout's mask from the same (seed, offset)."""
 
     @staticmethod
-    def forward(ctx, q, k, v, options_key, extras):
-        out, lse = forward(q, k, v, options_key, **extras)
-        ctx.save_for_backward(q, k, v, out, lse)
+    def forward(ctx, q, k, v, sinks, options_key, extras, rng, attn_probs):
+        result = forward(q, k, v, options_key, sinks=sinks, rng=rng, attn_probs=attn_probs, **extras)
+        ctx.save_for_backward(q, k, v, result[0], result[1], sinks)
         ctx.options_key = options_key
         ctx.extras = extras
-        ctx.mark_non_differentiable(lse)
-        return out, lse
+        ctx.rng = rng
+        ctx.mark_non_differentiable(*result[1:])
+        return result
 
     @staticmethod
-    def backward(ctx, grad_out, grad_lse):
-        q, k, v, out, lse = ctx.saved_tensors
+    def backward(ctx, grad_out, *unused_grads):
+        q, k, v, out, lse, sinks = ctx.saved_tensors
         if grad_out is None:
             grad_out = torch.zeros_like(out)
         # A gradient through lse is not propagated (as in flash-attn).
-        dq, dk, dv = backward(grad_out, q, k, v, out, lse, ctx.options_key, **ctx.extras)
-        return dq, dk, dv, None, None
+        want_dsinks = sinks is not None and ctx.needs_input_grad[3]
+        grads = backward(grad_out, q, k, v, out, lse, ctx.options_key, sinks=sinks, rng=ctx.rng,
+                         want_dsinks=want_dsinks, **ctx.extras)
+        dsinks = grads[3] if want_dsinks else None
+        return grads[0], grads[1], grads[2], dsinks, None, None, None, None
 
 
-def _needs_grad(q, k, v):
-    return torch.is_grad_enabled() and (q.requires_grad or k.requires_grad or v.requires_grad)
+def _needs_grad(q, k, v, sinks=None):
+    return torch.is_grad_enabled() and (q.requires_grad or k.requires_grad or v.requires_grad or (
+        sinks is not None and sinks.requires_grad))
 
 
-def attention_eager(q, k, v, options_key, **extras):
-    """(out, lse), differentiable in q, k, v when autograd asks for it."""
-    if _needs_grad(q, k, v):
-        return _Attention.apply(q, k, v, options_key, extras)
-    return forward(q, k, v, options_key, **extras)
+def attention_eager(q, k, v, options_key, sinks=None, rng=(0, 0), attn_probs=False, **extras):
+    """(out, lse) (and attn_probs when asked), differentiable in q, k, v and sinks when autograd asks for it."""
+    if _needs_grad(q, k, v, sinks):
+        return _Attention.apply(q, k, v, sinks, options_key, extras, rng, attn_probs)
+    return forward(q, k, v, options_key, sinks=sinks, rng=rng, attn_probs=attn_probs, **extras)
 
 
 def append_and_attend(q, k_cache, v_cache, k_new, v_new, options_key, **extras):
     """KV-cache forward that first writes k_new/v_new into the caches (in place; not differentiable)."""
+    if extras.get("sinks") is not None:
+        extras["sinks"] = extras["sinks"].detach()
     result = forward(q, k_cache, v_cache, options_key, k_new=k_new, v_new=v_new, **extras)
     bump = getattr(torch.autograd.graph, "increment_version", None)
     if bump is not None and not k_cache.is_inference():

@@ -29,7 +29,7 @@ import warnings
 
 import torch
 
-from . import _args
+from . import _args, _torch_call
 from ._args import InvalidArgumentError
 
 __all__ = ["LOADED", "PATH", "REASON", "attention_eager", "append_and_attend", "backward", "merge_states"]
@@ -90,36 +90,56 @@ if LOADED:
     _fwd_kvcache = _direct(torch.ops.cuflash.fwd_kvcache.default)
     _merge_states = _direct(torch.ops.cuflash.merge_states.default)
 
+    def _rng(dropout_p, rng):
+        # The operators take the dropout (seed, offset) as an int64 [2] host tensor, given with dropout only.
+        return _torch_call.rng_tensor(rng) if dropout_p else None
+
     def attention_eager(q, k, v, options_key, alibi_slopes=None, cu_seqlens_q=None, cu_seqlens_k=None,
-                        max_seqlen_q=0, max_seqlen_k=0, seqlens_k=None, block_table=None):
-        """(out, lse), differentiable in q, k, v when autograd asks for it (the C++ node)."""
-        options = _args.op_options(options_key)
+                        max_seqlen_q=0, max_seqlen_k=0, seqlens_k=None, block_table=None, sinks=None, rng=(0, 0),
+                        attn_probs=False):
+        """(out, lse), differentiable in q, k, v and sinks when autograd asks for it (the C++ node).
+        attn_probs, a debug output that is not an operator's, takes the Python path: (out, lse, attn_probs)."""
+        if attn_probs:
+            return _torch_call.attention_eager(q, k, v, options_key, alibi_slopes=alibi_slopes,
+                                               cu_seqlens_q=cu_seqlens_q, cu_seqlens_k=cu_seqlens_k,
+                                               max_seqlen_q=max_seqlen_q, max_seqlen_k=max_seqlen_k,
+                                               seqlens_k=seqlens_k, block_table=block_table, sinks=sinks, rng=rng,
+                                               attn_probs=True)
+        scale, causal, left, right, softcap, deterministic, check, backend, dropout_p = _args.op_options(options_key)
         try:
             return _fwd(q, k, v, alibi_slopes, cu_seqlens_q, cu_seqlens_k, max_seqlen_q, max_seqlen_k, seqlens_k,
-                        block_table, *options)
+                        block_table, scale, causal, left, right, softcap, deterministic, check, backend, sinks,
+                        dropout_p, _rng(dropout_p, rng))
         except ValueError as error:
             raise InvalidArgumentError(str(error)) from None
 
     def append_and_attend(q, k_cache, v_cache, k_new, v_new, options_key, alibi_slopes=None, seqlens_k=None,
-                          block_table=None):
+                          block_table=None, sinks=None, attn_probs=False):
         """KV-cache forward that first writes k_new/v_new into the caches (in place; not differentiable).
-        The operator bumps the caches' version counters."""
-        scale, causal, left, right, softcap, _, check, backend = _args.op_options(options_key)
+        The operator bumps the caches' version counters. attn_probs takes the Python path."""
+        if attn_probs:
+            return _torch_call.append_and_attend(q, k_cache, v_cache, k_new, v_new, options_key,
+                                                 alibi_slopes=alibi_slopes, seqlens_k=seqlens_k,
+                                                 block_table=block_table, sinks=sinks, attn_probs=True)
+        scale, causal, left, right, softcap, _, check, backend, _ = _args.op_options(options_key)
         try:
             return _fwd_kvcache(q, k_cache, v_cache, k_new, v_new, seqlens_k, block_table, alibi_slopes, scale,
-                                causal, left, right, softcap, check, backend)
+                                causal, left, right, softcap, check, backend, sinks)
         except ValueError as error:
             raise InvalidArgumentError(str(error)) from None
 
     def backward(dout, q, k, v, out, lse, options_key, alibi_slopes=None, cu_seqlens_q=None, cu_seqlens_k=None,
-                 max_seqlen_q=0, max_seqlen_k=0, seqlens_k=None, block_table=None):
-        """(dq, dk, dv) from the forward's out and lse."""
-        options = _args.op_options(options_key)
+                 max_seqlen_q=0, max_seqlen_k=0, seqlens_k=None, block_table=None, sinks=None, rng=(0, 0),
+                 want_dsinks=False):
+        """(dq, dk, dv) from the forward's out and lse; (dq, dk, dv, dsinks) with want_dsinks (and sinks)."""
+        scale, causal, left, right, softcap, deterministic, check, backend, dropout_p = _args.op_options(options_key)
         try:
-            return _bwd(dout, q, k, v, out, lse, alibi_slopes, cu_seqlens_q, cu_seqlens_k, max_seqlen_q,
-                        max_seqlen_k, seqlens_k, block_table, *options)
+            grads = _bwd(dout, q, k, v, out, lse, alibi_slopes, cu_seqlens_q, cu_seqlens_k, max_seqlen_q,
+                         max_seqlen_k, seqlens_k, block_table, scale, causal, left, right, softcap, deterministic,
+                         check, backend, sinks, dropout_p, _rng(dropout_p, rng))
         except ValueError as error:
             raise InvalidArgumentError(str(error)) from None
+        return grads if want_dsinks and sinks is not None else grads[:3]
 
     def merge_states(out_a, lse_a, out_b, lse_b, backend):
         try:

@@ -13,7 +13,8 @@ so torch.compile keeps them whole in its graph:
 - ``fwd_kvcache``: KV-cache attention that first appends k_new/v_new into the
   cache (mutates k_cache and v_cache) -> (out, lse); not differentiable, as in
   flash-attn.
-- ``bwd``: (dq, dk, dv) from dout, q, k, v, out, lse.
+- ``bwd``: (dq, dk, dv, dsinks) from dout, q, k, v, out, lse (dsinks empty
+  without sinks).
 - ``merge_states``: (out, lse) of two partial attentions.
 
 An op's schema holds plain values only, so the options travel as arguments;
@@ -31,8 +32,19 @@ from . import _torch_call
 Tensor = torch.Tensor
 
 
-def _key(softmax_scale, causal, window_left, window_right, softcap, deterministic, check_index_contents, backend):
-    return (softmax_scale, causal, window_left, window_right, softcap, deterministic, check_index_contents, backend)
+def _key(softmax_scale, causal, window_left, window_right, softcap, deterministic, check_index_contents, backend,
+         dropout_p=0.0):
+    return (softmax_scale, causal, window_left, window_right, softcap, deterministic, check_index_contents, backend,
+            dropout_p)
+
+
+def _rng(dropout_rng):
+    """The call's dropout (seed, offset) from its int64 [2] host tensor (drawn by _api; a tensor, so that
+    tracing keeps the draw in the graph): unsigned 64-bit."""
+    if dropout_rng is None:
+        return 0, 0
+    seed, offset = dropout_rng.tolist()
+    return seed % 2**64, offset % 2**64
 
 
 @torch.library.custom_op("cuflash::fwd", mutates_args=())
@@ -40,17 +52,20 @@ def fwd(
     q: Tensor, k: Tensor, v: Tensor, alibi_slopes: Optional[Tensor], cu_seqlens_q: Optional[Tensor],
     cu_seqlens_k: Optional[Tensor], max_seqlen_q: int, max_seqlen_k: int, seqlens_k: Optional[Tensor],
     block_table: Optional[Tensor], softmax_scale: Optional[float], causal: bool, window_left: int, window_right: int,
-    softcap: float, deterministic: bool, check_index_contents: bool, backend: str,
+    softcap: float, deterministic: bool, check_index_contents: bool, backend: str, sinks: Optional[Tensor] = None,
+    dropout_p: float = 0.0, dropout_rng: Optional[Tensor] = None,
 ) -> Tuple[Tensor, Tensor]:
-    key = _key(softmax_scale, causal, window_left, window_right, softcap, deterministic, check_index_contents, backend)
+    key = _key(softmax_scale, causal, window_left, window_right, softcap, deterministic, check_index_contents, backend,
+               dropout_p)
     return _torch_call.forward(q.detach(), k.detach(), v.detach(), key, alibi_slopes, cu_seqlens_q, cu_seqlens_k,
-                               max_seqlen_q, max_seqlen_k, seqlens_k, block_table)
+                               max_seqlen_q, max_seqlen_k, seqlens_k, block_table,
+                               sinks=None if sinks is None else sinks.detach(), rng=_rng(dropout_rng))
 
 
 @fwd.register_fake
 def _fwd_fake(q, k, v, alibi_slopes, cu_seqlens_q, cu_seqlens_k, max_seqlen_q, max_seqlen_k, seqlens_k,
               block_table, softmax_scale, causal, window_left, window_right, softcap, deterministic,
-              check_index_contents, backend):
+              check_index_contents, backend, sinks=None, dropout_p=0.0, dropout_rng=None):
     varlen = cu_seqlens_q is not None
     return q.new_empty(q.shape), q.new_empty(_torch_call.lse_shape(q, varlen), dtype=torch.float32)
 
@@ -61,25 +76,33 @@ def bwd(
     cu_seqlens_q: Optional[Tensor], cu_seqlens_k: Optional[Tensor], max_seqlen_q: int, max_seqlen_k: int,
     seqlens_k: Optional[Tensor], block_table: Optional[Tensor], softmax_scale: Optional[float], causal: bool,
     window_left: int, window_right: int, softcap: float, deterministic: bool, check_index_contents: bool,
-    backend: str,
-) -> Tuple[Tensor, Tensor, Tensor]:
-    key = _key(softmax_scale, causal, window_left, window_right, softcap, deterministic, check_index_contents, backend)
-    return _torch_call.backward(dout, q, k, v, out, lse, key, alibi_slopes, cu_seqlens_q, cu_seqlens_k, max_seqlen_q,
-                                max_seqlen_k, seqlens_k, block_table)
+    backend: str, sinks: Optional[Tensor] = None, dropout_p: float = 0.0, dropout_rng: Optional[Tensor] = None,
+) -> Tuple[Tensor, Tensor, Tensor, Tensor]:
+    """(dq, dk, dv, dsinks); dsinks is empty ([0]) without sinks."""
+    key = _key(softmax_scale, causal, window_left, window_right, softcap, deterministic, check_index_contents, backend,
+               dropout_p)
+    grads = _torch_call.backward(dout, q, k, v, out, lse, key, alibi_slopes, cu_seqlens_q, cu_seqlens_k,
+                                 max_seqlen_q, max_seqlen_k, seqlens_k, block_table, sinks=sinks,
+                                 rng=_rng(dropout_rng), want_dsinks=sinks is not None)
+    if sinks is None:
+        grads = grads + (q.new_empty((0,), dtype=torch.float32),)
+    return grads
 
 
 @bwd.register_fake
 def _bwd_fake(dout, q, k, v, out, lse, alibi_slopes, cu_seqlens_q, cu_seqlens_k, max_seqlen_q, max_seqlen_k,
               seqlens_k, block_table, softmax_scale, causal, window_left, window_right, softcap, deterministic,
-              check_index_contents, backend):
-    return q.new_empty(q.shape), k.new_empty(k.shape), v.new_empty(v.shape)
+              check_index_contents, backend, sinks=None, dropout_p=0.0, dropout_rng=None):
+    dsinks = q.new_empty((0,) if sinks is None else sinks.shape, dtype=torch.float32)
+    return q.new_empty(q.shape), k.new_empty(k.shape), v.new_empty(v.shape), dsinks
 
 
 # fwd's arguments after q, k, v that bwd takes too, in order.
 _SHARED = ("alibi_slopes", "cu_seqlens_q", "cu_seqlens_k", "max_seqlen_q", "max_seqlen_k", "seqlens_k",
            "block_table", "softmax_scale", "causal", "window_left", "window_right", "softcap", "deterministic",
-           "check_index_contents", "backend")
-_SHARED_TENSORS = ("alibi_slopes", "cu_seqlens_q", "cu_seqlens_k", "seqlens_k", "block_table")
+           "check_index_contents", "backend", "sinks", "dropout_p", "dropout_rng")
+_SHARED_TENSORS = ("alibi_slopes", "cu_seqlens_q", "cu_seqlens_k", "seqlens_k", "block_table", "sinks",
+                   "dropout_rng")
 
 
 def _setup_context(ctx, inputs, output):
@@ -96,8 +119,9 @@ def _backward(ctx, grad_out, grad_lse):
     if grad_out is None:
         grad_out = torch.zeros_like(out)
     # A gradient through lse is not propagated (as in flash-attn).
-    dq, dk, dv = bwd(grad_out, q, k, v, out, lse, *(shared[name] for name in _SHARED))
-    return (dq, dk, dv) + (None,) * len(_SHARED)
+    dq, dk, dv, dsinks = bwd(grad_out, q, k, v, out, lse, *(shared[name] for name in _SHARED))
+    has_sinks = shared["sinks"] is not None
+    return (dq, dk, dv) + tuple(dsinks if name == "sinks" and has_sinks else None for name in _SHARED)
 
 
 fwd.register_autograd(_backward, setup_context=_setup_context)
@@ -108,16 +132,17 @@ def fwd_kvcache(
     q: Tensor, k_cache: Tensor, v_cache: Tensor, k_new: Tensor, v_new: Tensor, seqlens_k: Tensor,
     block_table: Optional[Tensor], alibi_slopes: Optional[Tensor], softmax_scale: Optional[float], causal: bool,
     window_left: int, window_right: int, softcap: float, check_index_contents: bool, backend: str,
+    sinks: Optional[Tensor] = None,
 ) -> Tuple[Tensor, Tensor]:
     key = _key(softmax_scale, causal, window_left, window_right, softcap, False, check_index_contents, backend)
     # The op's mutation is declared in its schema: no version bump of our own here.
     return _torch_call.forward(q, k_cache, v_cache, key, alibi_slopes, seqlens_k=seqlens_k, block_table=block_table,
-                               k_new=k_new, v_new=v_new)
+                               k_new=k_new, v_new=v_new, sinks=sinks)
 
 
 @fwd_kvcache.register_fake
 def _fwd_kvcache_fake(q, k_cache, v_cache, k_new, v_new, seqlens_k, block_table, alibi_slopes, softmax_scale,
-                      causal, window_left, window_right, softcap, check_index_contents, backend):
+                      causal, window_left, window_right, softcap, check_index_contents, backend, sinks=None):
     return q.new_empty(q.shape), q.new_empty(_torch_call.lse_shape(q, False), dtype=torch.float32)
 
 

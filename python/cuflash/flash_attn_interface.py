@@ -1,8 +1,13 @@
 """flash-attn 2.x's functions, names, arguments, defaults and return values.
 
 ``import cuflash as flash_attn`` (or ``from cuflash import flash_attn_func``)
-in place of flash-attn. Not there yet: dropout (``dropout_p > 0``) and
-``return_attn_probs=True`` raise NotImplementedError, and so do
+in place of flash-attn. Dropout (``dropout_p > 0``, its mask drawn from
+torch's default generator for torch tensors, numpy's otherwise), attention
+sinks (``sinks=``, or flash-attn 3's name ``learnable_sink=``: float32
+``(nheads,)``, differentiable) and ``return_attn_probs=True`` (``(out,
+softmax_lse, S_dmask)``, S_dmask the probabilities with dropped entries
+negated, also without dropout) run on backend cpu; the GPU backends refuse
+them for now (NotImplementedError naming the feature). Not there yet:
 ``cache_leftpad`` and a paged ``block_table`` in the varlen functions.
 ``cache_batch_idx`` reads a contiguous cache as a paged view of itself.
 ``rotary_cos``/``rotary_sin`` in ``flash_attn_with_kvcache`` (torch tensors)
@@ -32,11 +37,13 @@ __all__ = [
 ]
 
 
-def _refuse_unimplemented(dropout_p, return_attn_probs):
-    if dropout_p > 0:
-        raise NotImplementedError(f"dropout_p = {dropout_p}: cuflash has no dropout yet (use 0.0)")
-    if return_attn_probs:
-        raise NotImplementedError("return_attn_probs=True: cuflash does not return attention probabilities yet")
+def _sinks(sinks, learnable_sink):
+    """flash-attn 3 calls the sinks learnable_sink; either name, not both."""
+    if learnable_sink is not None:
+        if sinks is not None:
+            raise InvalidArgumentError("sinks and learnable_sink: the same argument under two names; give one")
+        return learnable_sink
+    return sinks
 
 
 def _last_dim_contiguous(x):
@@ -60,79 +67,91 @@ def _last_dim_contiguous(x):
 
 
 def _attend(q, k, v, dropout_p, softmax_scale, causal, window_size, softcap, alibi_slopes, deterministic,
-            return_attn_probs, **layout):
-    _refuse_unimplemented(dropout_p, return_attn_probs)
+            return_attn_probs, sinks=None, **layout):
     q, k, v = _last_dim_contiguous(q), _last_dim_contiguous(k), _last_dim_contiguous(v)
-    out, _ = _forward(q, k, v, alibi_slopes=alibi_slopes, softmax_scale=softmax_scale, causal=causal,
+    result = _forward(q, k, v, alibi_slopes=alibi_slopes, softmax_scale=softmax_scale, causal=causal,
                       window=(int(window_size[0]), int(window_size[1])), softcap=softcap,
-                      deterministic=deterministic, **layout)
-    return out
+                      deterministic=deterministic, sinks=sinks, dropout_p=dropout_p,
+                      attn_probs=bool(return_attn_probs), **layout)
+    return result if return_attn_probs else result[0]
 
 
 def flash_attn_func(q, k, v, dropout_p=0.0, softmax_scale=None, causal=False, window_size=(-1, -1), softcap=0.0,
-                    alibi_slopes=None, deterministic=False, return_attn_probs=False):
+                    alibi_slopes=None, deterministic=False, return_attn_probs=False, *, sinks=None,
+                    learnable_sink=None):
     """Attention over q ``(batch, seqlen_q, nheads, headdim)``, k/v ``(batch, seqlen_k, nheads_k, headdim)``.
 
     nheads must be a multiple of nheads_k (MQA/GQA). ``causal`` is aligned to the
     bottom right when seqlen_q != seqlen_k; ``window_size=(left, right)``, -1
     unbounded; ``softcap`` > 0 caps scores at ``softcap * tanh(s / softcap)``;
-    ``alibi_slopes`` float32 ``(nheads,)`` or ``(batch, nheads)``. Returns out
-    ``(batch, seqlen_q, nheads, headdim)``.
+    ``alibi_slopes`` float32 ``(nheads,)`` or ``(batch, nheads)``; ``sinks``
+    (``learnable_sink``) float32 ``(nheads,)``; ``dropout_p`` on the
+    probabilities. Returns out ``(batch, seqlen_q, nheads, headdim)``, or
+    ``(out, softmax_lse, S_dmask)`` with ``return_attn_probs``.
     """
     return _attend(q, k, v, dropout_p, softmax_scale, causal, window_size, softcap, alibi_slopes, deterministic,
-                   return_attn_probs)
+                   return_attn_probs, _sinks(sinks, learnable_sink))
 
 
 def flash_attn_qkvpacked_func(qkv, dropout_p=0.0, softmax_scale=None, causal=False, window_size=(-1, -1),
-                              softcap=0.0, alibi_slopes=None, deterministic=False, return_attn_probs=False):
+                              softcap=0.0, alibi_slopes=None, deterministic=False, return_attn_probs=False, *,
+                              sinks=None, learnable_sink=None):
     """:func:`flash_attn_func` on qkv ``(batch, seqlen, 3, nheads, headdim)`` (views, no copies)."""
     return _attend(qkv[:, :, 0], qkv[:, :, 1], qkv[:, :, 2], dropout_p, softmax_scale, causal, window_size,
-                   softcap, alibi_slopes, deterministic, return_attn_probs)
+                   softcap, alibi_slopes, deterministic, return_attn_probs, _sinks(sinks, learnable_sink))
 
 
 def flash_attn_kvpacked_func(q, kv, dropout_p=0.0, softmax_scale=None, causal=False, window_size=(-1, -1),
-                             softcap=0.0, alibi_slopes=None, deterministic=False, return_attn_probs=False):
+                             softcap=0.0, alibi_slopes=None, deterministic=False, return_attn_probs=False, *,
+                             sinks=None, learnable_sink=None):
     """:func:`flash_attn_func` on q and kv ``(batch, seqlen_k, 2, nheads_k, headdim)``."""
     return _attend(q, kv[:, :, 0], kv[:, :, 1], dropout_p, softmax_scale, causal, window_size, softcap,
-                   alibi_slopes, deterministic, return_attn_probs)
+                   alibi_slopes, deterministic, return_attn_probs, _sinks(sinks, learnable_sink))
 
 
 def _varlen(q, k, v, cu_seqlens_q, cu_seqlens_k, max_seqlen_q, max_seqlen_k, dropout_p, softmax_scale, causal,
-            window_size, softcap, alibi_slopes, deterministic, return_attn_probs, block_table=None):
+            window_size, softcap, alibi_slopes, deterministic, return_attn_probs, block_table=None, sinks=None):
     if block_table is not None:
         raise NotImplementedError("flash_attn_varlen_func with block_table (a paged varlen batch): not supported "
                                   "yet; use flash_attn_with_kvcache for paged caches")
     return _attend(q, k, v, dropout_p, softmax_scale, causal, window_size, softcap, alibi_slopes, deterministic,
-                   return_attn_probs, cu_seqlens_q=cu_seqlens_q, cu_seqlens_k=cu_seqlens_k,
+                   return_attn_probs, sinks, cu_seqlens_q=cu_seqlens_q, cu_seqlens_k=cu_seqlens_k,
                    max_seqlen_q=max_seqlen_q, max_seqlen_k=max_seqlen_k)
 
 
 def flash_attn_varlen_func(q, k, v, cu_seqlens_q, cu_seqlens_k, max_seqlen_q, max_seqlen_k, dropout_p=0.0,
                            softmax_scale=None, causal=False, window_size=(-1, -1), softcap=0.0, alibi_slopes=None,
-                           deterministic=False, return_attn_probs=False, block_table=None):
+                           deterministic=False, return_attn_probs=False, block_table=None, *, sinks=None,
+                           learnable_sink=None):
     """Packed sequences: q ``(total_q, nheads, headdim)``, k/v ``(total_k, nheads_k, headdim)``.
 
     Sequence b is rows ``cu_seqlens[b]:cu_seqlens[b+1]`` (int32 ``(batch+1,)``);
-    ``max_seqlen_q/k`` bound the lengths. Returns out ``(total_q, nheads, headdim)``.
+    ``max_seqlen_q/k`` bound the lengths. Returns out ``(total_q, nheads, headdim)``,
+    or ``(out, softmax_lse, S_dmask)`` with ``return_attn_probs`` (S_dmask
+    ``(batch, nheads, max_seqlen_q, max_seqlen_k)``).
     """
     return _varlen(q, k, v, cu_seqlens_q, cu_seqlens_k, max_seqlen_q, max_seqlen_k, dropout_p, softmax_scale,
-                   causal, window_size, softcap, alibi_slopes, deterministic, return_attn_probs, block_table)
+                   causal, window_size, softcap, alibi_slopes, deterministic, return_attn_probs, block_table,
+                   _sinks(sinks, learnable_sink))
 
 
 def flash_attn_varlen_qkvpacked_func(qkv, cu_seqlens, max_seqlen, dropout_p=0.0, softmax_scale=None, causal=False,
                                      window_size=(-1, -1), softcap=0.0, alibi_slopes=None, deterministic=False,
-                                     return_attn_probs=False):
+                                     return_attn_probs=False, *, sinks=None, learnable_sink=None):
     """:func:`flash_attn_varlen_func` on qkv ``(total, 3, nheads, headdim)``."""
     return _varlen(qkv[:, 0], qkv[:, 1], qkv[:, 2], cu_seqlens, cu_seqlens, max_seqlen, max_seqlen, dropout_p,
-                   softmax_scale, causal, window_size, softcap, alibi_slopes, deterministic, return_attn_probs)
+                   softmax_scale, causal, window_size, softcap, alibi_slopes, deterministic, return_attn_probs,
+                   sinks=_sinks(sinks, learnable_sink))
 
 
 def flash_attn_varlen_kvpacked_func(q, kv, cu_seqlens_q, cu_seqlens_k, max_seqlen_q, max_seqlen_k, dropout_p=0.0,
                                     softmax_scale=None, causal=False, window_size=(-1, -1), softcap=0.0,
-                                    alibi_slopes=None, deterministic=False, return_attn_probs=False):
+                                    alibi_slopes=None, deterministic=False, return_attn_probs=False, *, sinks=None,
+                                    learnable_sink=None):
     """:func:`flash_attn_varlen_func` on q and kv ``(total_k, 2, nheads_k, headdim)``."""
     return _varlen(q, kv[:, 0], kv[:, 1], cu_seqlens_q, cu_seqlens_k, max_seqlen_q, max_seqlen_k, dropout_p,
-                   softmax_scale, causal, window_size, softcap, alibi_slopes, deterministic, return_attn_probs)
+                   softmax_scale, causal, window_size, softcap, alibi_slopes, deterministic, return_attn_probs,
+                   sinks=_sinks(sinks, learnable_sink))
 
 
 def _int32_lengths(like, batch, value):
@@ -212,7 +231,8 @@ def _batch_idx_as_pages(k_cache, v_cache, block_table, cache_batch_idx):
 def flash_attn_with_kvcache(q, k_cache, v_cache, k=None, v=None, rotary_cos=None, rotary_sin=None,
                             cache_seqlens=None, cache_batch_idx=None, cache_leftpad=None, block_table=None,
                             softmax_scale=None, causal=False, window_size=(-1, -1), softcap=0.0,
-                            rotary_interleaved=True, alibi_slopes=None, num_splits=0, return_softmax_lse=False):
+                            rotary_interleaved=True, alibi_slopes=None, num_splits=0, return_softmax_lse=False, *,
+                            sinks=None, learnable_sink=None):
     """Attention of q ``(batch, seqlen_q, nheads, headdim)`` over a KV cache, appending k/v first.
 
     k_cache/v_cache ``(batch, seqlen_cache, nheads_k, headdim)``, or with
@@ -221,6 +241,7 @@ def flash_attn_with_kvcache(q, k_cache, v_cache, k=None, v=None, rotary_cos=None
     already cached; None means the whole cache. k/v ``(batch, seqlen_new,
     nheads_k, headdim)``, if given, are written into the cache in place at
     ``cache_seqlens[b]..`` and attended to; ``cache_seqlens`` is not updated.
+    ``sinks`` (``learnable_sink``): attention sinks, float32 ``(nheads,)``.
     Returns out, or ``(out, softmax_lse)`` with ``return_softmax_lse``.
     Not differentiable.
     """
@@ -249,6 +270,7 @@ def flash_attn_with_kvcache(q, k_cache, v_cache, k=None, v=None, rotary_cos=None
                                  rotary_interleaved, causal or tuple(window_size) != (-1, -1))
     out, lse = _forward(q, k_cache, v_cache, alibi_slopes=alibi_slopes, seqlens_k=cache_seqlens,
                         block_table=block_table, k_new=k, v_new=v, softmax_scale=softmax_scale, causal=causal,
-                        window=(int(window_size[0]), int(window_size[1])), softcap=softcap)
+                        window=(int(window_size[0]), int(window_size[1])), softcap=softcap,
+                        sinks=_sinks(sinks, learnable_sink))
     return (out, lse) if return_softmax_lse else out
 

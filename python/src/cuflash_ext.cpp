@@ -173,8 +173,10 @@ Backend to_backend(const std::string& name) {
 }
 
 AttentionOptions make_options(std::optional<double> softmax_scale, bool causal, int window_left, int window_right,
-                              double softcap, bool deterministic, bool check_index_contents, const std::string& backend) {
+                              double softcap, bool deterministic, bool check_index_contents, const std::string& backend,
+                              double dropout_p) {
   AttentionOptions options;
+  options.dropout_p = static_cast<float>(dropout_p);
   if (softmax_scale) options.softmax_scale = static_cast<float>(*softmax_scale);
   options.causal = causal;
   options.window_left = window_left;
@@ -207,11 +209,22 @@ void set_batch_indices(const OptArray& cu_seqlens_q, const OptArray& cu_seqlens_
   args->kv_cache.block_table = to_view(block_table, "block_table");
 }
 
+// The options of one call: the shared object, with this call's dropout seed
+// and offset (which change per call, so they are not part of the cached object).
+AttentionOptions with_dropout_rng(const AttentionOptions& options, std::uint64_t seed, std::uint64_t offset) {
+  AttentionOptions call = options;
+  call.dropout_seed = seed;
+  call.dropout_offset = offset;
+  return call;
+}
+
 void forward(const Array& q, const Array& k, const Array& v, const Array& out, const OptArray& lse,
-             const AttentionOptions& options, std::uintptr_t stream, nb::handle workspace,
+             const AttentionOptions& shared_options, std::uintptr_t stream, nb::handle workspace,
              const OptArray& alibi_slopes, const OptArray& cu_seqlens_q, const OptArray& cu_seqlens_k,
              int max_seqlen_q, int max_seqlen_k, const OptArray& seqlens_k, const OptArray& block_table,
-             const OptArray& k_new, const OptArray& v_new) {
+             const OptArray& k_new, const OptArray& v_new, const OptArray& sinks, const OptArray& attn_probs,
+             std::uint64_t dropout_seed, std::uint64_t dropout_offset) {
+  const AttentionOptions options = with_dropout_rng(shared_options, dropout_seed, dropout_offset);
   cuflash::ForwardArgs args;
   args.q = to_view(q, "q");
   args.k = to_view(k, "k");
@@ -222,6 +235,8 @@ void forward(const Array& q, const Array& k, const Array& v, const Array& out, c
   set_batch_indices(cu_seqlens_q, cu_seqlens_k, max_seqlen_q, max_seqlen_k, seqlens_k, block_table, &args);
   args.kv_cache.k_new = to_view(k_new, "k_new");
   args.kv_cache.v_new = to_view(v_new, "v_new");
+  args.sinks = to_view(sinks, "sinks");
+  args.attn_probs = to_view(attn_probs, "attn_probs");
   PythonWorkspace scratch(workspace);
   Status status;
   {
@@ -232,10 +247,12 @@ void forward(const Array& q, const Array& k, const Array& v, const Array& out, c
 }
 
 void backward(const Array& dout, const Array& q, const Array& k, const Array& v, const Array& out, const Array& lse,
-              const Array& dq, const Array& dk, const Array& dv, const AttentionOptions& options, std::uintptr_t stream,
-              nb::handle workspace, const OptArray& alibi_slopes, const OptArray& cu_seqlens_q,
+              const Array& dq, const Array& dk, const Array& dv, const AttentionOptions& shared_options,
+              std::uintptr_t stream, nb::handle workspace, const OptArray& alibi_slopes, const OptArray& cu_seqlens_q,
               const OptArray& cu_seqlens_k, int max_seqlen_q, int max_seqlen_k, const OptArray& seqlens_k,
-              const OptArray& block_table) {
+              const OptArray& block_table, const OptArray& sinks, const OptArray& dsinks, std::uint64_t dropout_seed,
+              std::uint64_t dropout_offset) {
+  const AttentionOptions options = with_dropout_rng(shared_options, dropout_seed, dropout_offset);
   cuflash::BackwardArgs args;
   args.dout = to_view(dout, "dout");
   args.q = to_view(q, "q");
@@ -248,6 +265,8 @@ void backward(const Array& dout, const Array& q, const Array& k, const Array& v,
   args.dv = to_view(dv, "dv");
   args.alibi_slopes = to_view(alibi_slopes, "alibi_slopes");
   set_batch_indices(cu_seqlens_q, cu_seqlens_k, max_seqlen_q, max_seqlen_k, seqlens_k, block_table, &args);
+  args.sinks = to_view(sinks, "sinks");
+  args.dsinks = to_view(dsinks, "dsinks");
   PythonWorkspace scratch(workspace);
   Status status;
   {
@@ -312,24 +331,27 @@ NB_MODULE(_ext, m) {
       .def("__init__",
            [](AttentionOptions* self, std::optional<double> softmax_scale, bool causal, int window_left,
               int window_right, double softcap, bool deterministic, bool check_index_contents,
-              const std::string& backend) {
+              const std::string& backend, double dropout_p) {
              new (self) AttentionOptions(make_options(softmax_scale, causal, window_left, window_right, softcap,
-                                                      deterministic, check_index_contents, backend));
+                                                      deterministic, check_index_contents, backend, dropout_p));
            },
            "softmax_scale"_a.none(), "causal"_a, "window_left"_a, "window_right"_a, "softcap"_a, "deterministic"_a,
-           "check_index_contents"_a, "backend"_a);
+           "check_index_contents"_a, "backend"_a, "dropout_p"_a = 0.0);
 
   m.def("forward", &forward, "q"_a, "k"_a, "v"_a, "out"_a, "lse"_a.none(), "options"_a, "stream"_a,
         "workspace"_a.none(), "alibi_slopes"_a.none() = nb::none(), "cu_seqlens_q"_a.none() = nb::none(),
         "cu_seqlens_k"_a.none() = nb::none(), "max_seqlen_q"_a = 0, "max_seqlen_k"_a = 0,
         "seqlens_k"_a.none() = nb::none(), "block_table"_a.none() = nb::none(), "k_new"_a.none() = nb::none(),
-        "v_new"_a.none() = nb::none(),
-        "cuflash::attention_forward on views of the given arrays; writes out (and lse, and the cache on append).");
+        "v_new"_a.none() = nb::none(), "sinks"_a.none() = nb::none(), "attn_probs"_a.none() = nb::none(),
+        "dropout_seed"_a = 0, "dropout_offset"_a = 0,
+        "cuflash::attention_forward on views of the given arrays; writes out (and lse, attn_probs, and the cache on "
+        "append).");
   m.def("backward", &backward, "dout"_a, "q"_a, "k"_a, "v"_a, "out"_a, "lse"_a, "dq"_a, "dk"_a, "dv"_a, "options"_a,
         "stream"_a, "workspace"_a.none(), "alibi_slopes"_a.none() = nb::none(),
         "cu_seqlens_q"_a.none() = nb::none(), "cu_seqlens_k"_a.none() = nb::none(), "max_seqlen_q"_a = 0,
         "max_seqlen_k"_a = 0, "seqlens_k"_a.none() = nb::none(), "block_table"_a.none() = nb::none(),
-        "cuflash::attention_backward on views of the given arrays; writes dq, dk, dv.");
+        "sinks"_a.none() = nb::none(), "dsinks"_a.none() = nb::none(), "dropout_seed"_a = 0, "dropout_offset"_a = 0,
+        "cuflash::attention_backward on views of the given arrays; writes dq, dk, dv (and dsinks).");
   m.def("merge_states", &merge_states, "out_a"_a, "lse_a"_a, "out_b"_a, "lse_b"_a, "out"_a, "lse"_a, "backend"_a,
         "stream"_a, "cuflash::merge_states on views of the given arrays; writes out and lse.");
 }

@@ -10,8 +10,16 @@
 // schemas):
 //
 //   cuflash::fwd          dense, varlen or KV cache without append -> (out, lse)
-//   cuflash::bwd          (dq, dk, dv) from dout, q, k, v, out, lse
+//   cuflash::bwd          (dq, dk, dv, dsinks) from dout, q, k, v, out, lse (dsinks
+//                         empty without sinks)
 //   cuflash::fwd_kvcache  KV cache, appending k_new/v_new first (mutates the caches)
+//
+// fwd and bwd take attention sinks (Tensor? sinks: float32 [Hq], differentiable
+// through fwd's node) and dropout (float dropout_p, Tensor? dropout_rng: the
+// call's (seed, offset) as an int64 [2] tensor, read modulo 2**64; the backward
+// gets the forward's and redraws the same mask); fwd_kvcache takes sinks. The
+// debug probabilities (attn_probs) are no operator's output: cuflash/_torch_ext.py
+// sends calls that ask for them to the Python path.
 //   cuflash::merge_states (out, lse) of two partial attentions
 //
 // with, for each, one CPU and CUDA kernel (the cuflash C++ API on the tensors'
@@ -202,8 +210,21 @@ int to_int(int64_t value, const char* name) {
 cuflash::AttentionOptions make_options(std::optional<double> softmax_scale, bool causal, int64_t window_left,
                                        int64_t window_right, double softcap, bool deterministic,
                                        bool check_index_contents, std::string_view backend, bool indexed,
-                                       void* stream, const Tensor& q) {
+                                       void* stream, const Tensor& q, double dropout_p = 0.0,
+                                       const OptTensor& dropout_rng = std::nullopt) {
   cuflash::AttentionOptions options;
+  options.dropout_p = static_cast<float>(dropout_p);
+  if (dropout_rng && dropout_rng->defined()) {
+    // (seed, offset) as int64 [2]; read as unsigned 64-bit, the two's complement the Python side writes.
+    const Tensor& rng = *dropout_rng;
+    if (rng.scalar_type() != at::kLong || rng.numel() != 2)
+      invalid("dropout_rng: expected an int64 tensor of 2 elements (seed, offset), got " +
+              dtype_name(rng.scalar_type()) + " of " + std::to_string(rng.numel()));
+    const Tensor host = rng.is_cpu() ? rng.contiguous() : rng.cpu().contiguous();
+    const int64_t* values = host.const_data_ptr<int64_t>();
+    options.dropout_seed = static_cast<std::uint64_t>(values[0]);
+    options.dropout_offset = static_cast<std::uint64_t>(values[1]);
+  }
   if (softmax_scale) options.softmax_scale = static_cast<float>(*softmax_scale);
   options.causal = causal;
   options.window_left = to_int(window_left, "window_size[0]");
@@ -253,13 +274,14 @@ std::tuple<Tensor, Tensor> run_forward(const Tensor& q, const Tensor& k, const T
                                        const OptTensor& block_table, const OptTensor& k_new, const OptTensor& v_new,
                                        std::optional<double> softmax_scale, bool causal, int64_t window_left,
                                        int64_t window_right, double softcap, bool deterministic,
-                                       bool check_index_contents, std::string_view backend) {
+                                       bool check_index_contents, std::string_view backend, const OptTensor& sinks,
+                                       double dropout_p, const OptTensor& dropout_rng) {
   const bool varlen = given(cu_seqlens_q);
   const bool indexed = varlen || given(seqlens_k) || given(block_table);
   void* stream = current_stream(q);
   const cuflash::AttentionOptions options =
       make_options(softmax_scale, causal, window_left, window_right, softcap, deterministic, check_index_contents,
-                   backend, indexed, stream, q);
+                   backend, indexed, stream, q, dropout_p, dropout_rng);
   auto [out, lse] = outputs_like(q, varlen);
   cuflash::ForwardArgs args;
   args.q = to_view(q, "q");
@@ -271,6 +293,7 @@ std::tuple<Tensor, Tensor> run_forward(const Tensor& q, const Tensor& k, const T
   set_indices(cu_seqlens_q, cu_seqlens_k, max_seqlen_q, max_seqlen_k, seqlens_k, block_table, &args);
   args.kv_cache.k_new = to_view(k_new, "k_new");
   args.kv_cache.v_new = to_view(v_new, "v_new");
+  args.sinks = to_view(sinks, "sinks");
   Workspace workspace(q);
   const Status status = cuflash::attention_forward(args, options, workspace.context(stream));
   if (!status.ok()) raise_status(status);
@@ -282,10 +305,11 @@ std::tuple<Tensor, Tensor> fwd_kernel(const Tensor& q, const Tensor& k, const Te
                                       int64_t max_seqlen_q, int64_t max_seqlen_k, const OptTensor& seqlens_k,
                                       const OptTensor& block_table, std::optional<double> softmax_scale, bool causal,
                                       int64_t window_left, int64_t window_right, double softcap, bool deterministic,
-                                      bool check_index_contents, c10::string_view backend) {
+                                      bool check_index_contents, c10::string_view backend, const OptTensor& sinks,
+                                      double dropout_p, const OptTensor& dropout_rng) {
   return run_forward(q, k, v, alibi_slopes, cu_seqlens_q, cu_seqlens_k, max_seqlen_q, max_seqlen_k, seqlens_k,
                      block_table, std::nullopt, std::nullopt, softmax_scale, causal, window_left, window_right, softcap,
-                     deterministic, check_index_contents, backend);
+                     deterministic, check_index_contents, backend, sinks, dropout_p, dropout_rng);
 }
 
 std::tuple<Tensor, Tensor> fwd_kvcache_kernel(const Tensor& q, Tensor& k_cache, Tensor& v_cache, const Tensor& k_new,
@@ -293,30 +317,32 @@ std::tuple<Tensor, Tensor> fwd_kvcache_kernel(const Tensor& q, Tensor& k_cache, 
                                               const OptTensor& block_table, const OptTensor& alibi_slopes,
                                               std::optional<double> softmax_scale, bool causal, int64_t window_left,
                                               int64_t window_right, double softcap, bool check_index_contents,
-                                              c10::string_view backend) {
+                                              c10::string_view backend, const OptTensor& sinks) {
   return run_forward(q, k_cache, v_cache, alibi_slopes, std::nullopt, std::nullopt, 0, 0, seqlens_k, block_table, k_new,
                      v_new, softmax_scale, causal, window_left, window_right, softcap, false, check_index_contents,
-                     backend);
+                     backend, sinks, 0.0, std::nullopt);
 }
 
-std::tuple<Tensor, Tensor, Tensor> bwd_kernel(const Tensor& dout_given, const Tensor& q, const Tensor& k, const Tensor& v,
-                                              const Tensor& out, const Tensor& lse, const OptTensor& alibi_slopes,
-                                              const OptTensor& cu_seqlens_q, const OptTensor& cu_seqlens_k,
-                                              int64_t max_seqlen_q, int64_t max_seqlen_k, const OptTensor& seqlens_k,
-                                              const OptTensor& block_table, std::optional<double> softmax_scale,
-                                              bool causal, int64_t window_left, int64_t window_right, double softcap,
-                                              bool deterministic, bool check_index_contents,
-                                              c10::string_view backend) {
+// (dq, dk, dv, dsinks): dsinks float32 like sinks, or of no element without sinks.
+std::tuple<Tensor, Tensor, Tensor, Tensor> bwd_kernel(
+    const Tensor& dout_given, const Tensor& q, const Tensor& k, const Tensor& v, const Tensor& out, const Tensor& lse,
+    const OptTensor& alibi_slopes, const OptTensor& cu_seqlens_q, const OptTensor& cu_seqlens_k, int64_t max_seqlen_q,
+    int64_t max_seqlen_k, const OptTensor& seqlens_k, const OptTensor& block_table, std::optional<double> softmax_scale,
+    bool causal, int64_t window_left, int64_t window_right, double softcap, bool deterministic,
+    bool check_index_contents, c10::string_view backend, const OptTensor& sinks, double dropout_p,
+    const OptTensor& dropout_rng) {
   // e.g. the expanded ones of out.sum(): the library wants the last dimension contiguous
   const Tensor dout = dout_given.dim() > 0 && dout_given.stride(-1) != 1 ? dout_given.contiguous() : dout_given;
   const bool indexed = given(cu_seqlens_q) || given(seqlens_k) || given(block_table);
   void* stream = current_stream(q);
   const cuflash::AttentionOptions options =
       make_options(softmax_scale, causal, window_left, window_right, softcap, deterministic, check_index_contents,
-                   backend, indexed, stream, q);
+                   backend, indexed, stream, q, dropout_p, dropout_rng);
   Tensor dq = at::empty(q.sizes(), q.options());
   Tensor dk = at::empty(k.sizes(), k.options());
   Tensor dv = at::empty(v.sizes(), v.options());
+  Tensor dsinks = given(sinks) ? at::empty(sinks->sizes(), sinks->options().dtype(at::kFloat))
+                               : at::empty({0}, q.options().dtype(at::kFloat));
   cuflash::BackwardArgs args;
   args.dout = to_view(dout, "dout");
   args.q = to_view(q, "q");
@@ -329,10 +355,14 @@ std::tuple<Tensor, Tensor, Tensor> bwd_kernel(const Tensor& dout_given, const Te
   args.dv = to_view(dv, "dv");
   args.alibi_slopes = to_view(alibi_slopes, "alibi_slopes");
   set_indices(cu_seqlens_q, cu_seqlens_k, max_seqlen_q, max_seqlen_k, seqlens_k, block_table, &args);
+  if (given(sinks)) {
+    args.sinks = to_view(sinks, "sinks");
+    args.dsinks = to_view(dsinks, "dsinks");
+  }
   Workspace workspace(q);
   const Status status = cuflash::attention_backward(args, options, workspace.context(stream));
   if (!status.ok()) raise_status(status);
-  return {dq, dk, dv};
+  return {dq, dk, dv, dsinks};
 }
 
 std::tuple<Tensor, Tensor> merge_states_kernel(const Tensor& out_a, const Tensor& lse_a, const Tensor& out_b,
@@ -371,23 +401,28 @@ std::tuple<Tensor, Tensor> meta_outputs(const Tensor& q, bool varlen) {
 std::tuple<Tensor, Tensor> fwd_meta(const Tensor& q, const Tensor&, const Tensor&, const OptTensor&,
                                     const OptTensor& cu_seqlens_q, const OptTensor&, c10::SymInt, c10::SymInt,
                                     const OptTensor&, const OptTensor&, std::optional<double>, bool, c10::SymInt,
-                                    c10::SymInt, double, bool, bool, c10::string_view) {
+                                    c10::SymInt, double, bool, bool, c10::string_view, const OptTensor&, double,
+                                    const OptTensor&) {
   return meta_outputs(q, given(cu_seqlens_q));
 }
 
 std::tuple<Tensor, Tensor> fwd_kvcache_meta(const Tensor& q, Tensor&, Tensor&, const Tensor&, const Tensor&,
                                             const Tensor&, const OptTensor&, const OptTensor&, std::optional<double>,
-                                            bool, c10::SymInt, c10::SymInt, double, bool, c10::string_view) {
+                                            bool, c10::SymInt, c10::SymInt, double, bool, c10::string_view,
+                                            const OptTensor&) {
   return meta_outputs(q, false);
 }
 
-std::tuple<Tensor, Tensor, Tensor> bwd_meta(const Tensor&, const Tensor& q, const Tensor& k, const Tensor& v,
-                                            const Tensor&, const Tensor&, const OptTensor&, const OptTensor&,
-                                            const OptTensor&, c10::SymInt, c10::SymInt, const OptTensor&,
-                                            const OptTensor&, std::optional<double>, bool, c10::SymInt, c10::SymInt,
-                                            double, bool, bool, c10::string_view) {
+std::tuple<Tensor, Tensor, Tensor, Tensor> bwd_meta(const Tensor&, const Tensor& q, const Tensor& k, const Tensor& v,
+                                                    const Tensor&, const Tensor&, const OptTensor&, const OptTensor&,
+                                                    const OptTensor&, c10::SymInt, c10::SymInt, const OptTensor&,
+                                                    const OptTensor&, std::optional<double>, bool, c10::SymInt,
+                                                    c10::SymInt, double, bool, bool, c10::string_view,
+                                                    const OptTensor& sinks, double, const OptTensor&) {
+  Tensor dsinks = given(sinks) ? at::empty_symint(sinks->sym_sizes(), sinks->options().dtype(at::kFloat))
+                               : at::empty({0}, q.options().dtype(at::kFloat));
   return {at::empty_symint(q.sym_sizes(), q.options()), at::empty_symint(k.sym_sizes(), k.options()),
-          at::empty_symint(v.sym_sizes(), v.options())};
+          at::empty_symint(v.sym_sizes(), v.options()), dsinks};
 }
 
 std::tuple<Tensor, Tensor> merge_states_meta(const Tensor& out_a, const Tensor& lse_a, const Tensor&, const Tensor&,
@@ -401,15 +436,17 @@ std::tuple<Tensor, Tensor> merge_states_meta(const Tensor& out_a, const Tensor& 
 using FwdSignature = std::tuple<Tensor, Tensor>(const Tensor&, const Tensor&, const Tensor&, const OptTensor&,
                                                 const OptTensor&, const OptTensor&, c10::SymInt, c10::SymInt,
                                                 const OptTensor&, const OptTensor&, std::optional<double>, bool,
-                                                c10::SymInt, c10::SymInt, double, bool, bool, c10::string_view);
-using BwdSignature = std::tuple<Tensor, Tensor, Tensor>(
+                                                c10::SymInt, c10::SymInt, double, bool, bool, c10::string_view,
+                                                const OptTensor&, double, const OptTensor&);
+using BwdSignature = std::tuple<Tensor, Tensor, Tensor, Tensor>(
     const Tensor&, const Tensor&, const Tensor&, const Tensor&, const Tensor&, const Tensor&, const OptTensor&,
     const OptTensor&, const OptTensor&, c10::SymInt, c10::SymInt, const OptTensor&, const OptTensor&,
-    std::optional<double>, bool, c10::SymInt, c10::SymInt, double, bool, bool, c10::string_view);
+    std::optional<double>, bool, c10::SymInt, c10::SymInt, double, bool, bool, c10::string_view, const OptTensor&,
+    double, const OptTensor&);
 using KvcacheSignature = std::tuple<Tensor, Tensor>(const Tensor&, Tensor&, Tensor&, const Tensor&, const Tensor&,
                                                     const Tensor&, const OptTensor&, const OptTensor&,
                                                     std::optional<double>, bool, c10::SymInt, c10::SymInt, double,
-                                                    bool, c10::string_view);
+                                                    bool, c10::string_view, const OptTensor&);
 
 const c10::TypedOperatorHandle<FwdSignature>& fwd_op() {
   static const auto op =
@@ -429,10 +466,11 @@ const c10::TypedOperatorHandle<KvcacheSignature>& kvcache_op() {
 
 OptTensor optional(const Tensor& t) { return t.defined() ? OptTensor(t) : std::nullopt; }
 
-// fwd's node: saves q, k, v, out, lse and the index tensors; its backward
-// calls cuflash::bwd (through the dispatcher, so that torch.compile traces it
-// too). lse is not differentiable, and a gradient through it is not
-// propagated (as in flash-attn).
+// fwd's node: saves q, k, v, out, lse, the index tensors, sinks and the
+// dropout (seed, offset); its backward calls cuflash::bwd (through the
+// dispatcher, so that torch.compile traces it too), which redraws the forward's
+// dropout mask from them, and returns dsinks for sinks. lse is not
+// differentiable, and a gradient through it is not propagated (as in flash-attn).
 struct Attention : torch::autograd::Function<Attention> {
   static torch::autograd::variable_list forward(
       torch::autograd::AutogradContext* ctx, const Tensor& q, const Tensor& k, const Tensor& v,
@@ -440,17 +478,18 @@ struct Attention : torch::autograd::Function<Attention> {
       const c10::SymInt& max_seqlen_q, const c10::SymInt& max_seqlen_k, const OptTensor& seqlens_k,
       const OptTensor& block_table, std::optional<double> softmax_scale, bool causal, const c10::SymInt& window_left,
       const c10::SymInt& window_right, double softcap, bool deterministic, bool check_index_contents,
-      c10::string_view backend) {
+      c10::string_view backend, const OptTensor& sinks, double dropout_p, const OptTensor& dropout_rng) {
     at::AutoDispatchBelowADInplaceOrView below;
     auto [out, lse] = fwd_op().call(q, k, v, alibi_slopes, cu_seqlens_q, cu_seqlens_k, max_seqlen_q, max_seqlen_k,
                                     seqlens_k, block_table, softmax_scale, causal, window_left, window_right, softcap,
-                                    deterministic, check_index_contents, backend);
+                                    deterministic, check_index_contents, backend, sinks, dropout_p, dropout_rng);
     ctx->save_for_backward({q, k, v, out, lse, alibi_slopes.value_or(Tensor()), cu_seqlens_q.value_or(Tensor()),
                             cu_seqlens_k.value_or(Tensor()), seqlens_k.value_or(Tensor()),
-                            block_table.value_or(Tensor())});
+                            block_table.value_or(Tensor()), sinks.value_or(Tensor()),
+                            dropout_rng.value_or(Tensor())});
     ctx->saved_data["options"] = c10::ivalue::Tuple::create(
         {max_seqlen_q, max_seqlen_k, softmax_scale, causal, window_left, window_right, softcap, deterministic,
-         check_index_contents, std::string(backend)});
+         check_index_contents, std::string(backend), dropout_p});
     ctx->mark_non_differentiable({lse});
     return {out, lse};
   }
@@ -461,18 +500,25 @@ struct Attention : torch::autograd::Function<Attention> {
     const Tensor& out = saved[3];
     const auto& o = ctx->saved_data["options"].toTupleRef().elements();
     const Tensor dout = grads[0].defined() ? grads[0] : at::zeros_like(out);
-    auto [dq, dk, dv] = bwd_op().call(dout, saved[0], saved[1], saved[2], out, saved[4], optional(saved[5]),
-                                      optional(saved[6]), optional(saved[7]), o[0].toSymInt(), o[1].toSymInt(),
-                                      optional(saved[8]), optional(saved[9]), o[2].toOptional<double>(),
-                                      o[3].toBool(), o[4].toSymInt(), o[5].toSymInt(), o[6].toDouble(), o[7].toBool(),
-                                      o[8].toBool(), o[9].toStringRef());
-    torch::autograd::variable_list result(18);  // one per forward argument; none but q, k, v have one
+    const OptTensor sinks = optional(saved[10]);
+    auto [dq, dk, dv, dsinks] = bwd_op().call(
+        dout, saved[0], saved[1], saved[2], out, saved[4], optional(saved[5]), optional(saved[6]), optional(saved[7]),
+        o[0].toSymInt(), o[1].toSymInt(), optional(saved[8]), optional(saved[9]), o[2].toOptional<double>(),
+        o[3].toBool(), o[4].toSymInt(), o[5].toSymInt(), o[6].toDouble(), o[7].toBool(), o[8].toBool(),
+        o[9].toStringRef(), sinks, o[10].toDouble(), optional(saved[11]));
+    torch::autograd::variable_list result(kInputs);  // one per forward argument; q, k, v and sinks have one
     result[0] = dq;
     result[1] = dk;
     result[2] = dv;
+    if (sinks) result[kSinks] = dsinks;
     return result;
   }
+
+  static constexpr std::size_t kInputs = 21;  // fwd's arguments
+  static constexpr std::size_t kSinks = 18;   // where sinks is among them
 };
+
+bool requires_grad(const OptTensor& t) { return given(t) && t->requires_grad(); }
 
 std::tuple<Tensor, Tensor> fwd_autograd(const Tensor& q, const Tensor& k, const Tensor& v,
                                         const OptTensor& alibi_slopes, const OptTensor& cu_seqlens_q,
@@ -480,17 +526,19 @@ std::tuple<Tensor, Tensor> fwd_autograd(const Tensor& q, const Tensor& k, const 
                                         c10::SymInt max_seqlen_k, const OptTensor& seqlens_k,
                                         const OptTensor& block_table, std::optional<double> softmax_scale, bool causal,
                                         c10::SymInt window_left, c10::SymInt window_right, double softcap,
-                                        bool deterministic, bool check_index_contents, c10::string_view backend) {
-  if (!(at::GradMode::is_enabled() && (q.requires_grad() || k.requires_grad() || v.requires_grad()))) {
+                                        bool deterministic, bool check_index_contents, c10::string_view backend,
+                                        const OptTensor& sinks, double dropout_p, const OptTensor& dropout_rng) {
+  if (!(at::GradMode::is_enabled() &&
+        (q.requires_grad() || k.requires_grad() || v.requires_grad() || requires_grad(sinks)))) {
     // No gradient asked for: no node (what the Python path's attention_eager skips too).
     at::AutoDispatchBelowADInplaceOrView below;
     return fwd_op().call(q, k, v, alibi_slopes, cu_seqlens_q, cu_seqlens_k, max_seqlen_q, max_seqlen_k, seqlens_k,
                          block_table, softmax_scale, causal, window_left, window_right, softcap, deterministic,
-                         check_index_contents, backend);
+                         check_index_contents, backend, sinks, dropout_p, dropout_rng);
   }
   auto outputs = Attention::apply(q, k, v, alibi_slopes, cu_seqlens_q, cu_seqlens_k, max_seqlen_q, max_seqlen_k,
                                   seqlens_k, block_table, softmax_scale, causal, window_left, window_right, softcap,
-                                  deterministic, check_index_contents, backend);
+                                  deterministic, check_index_contents, backend, sinks, dropout_p, dropout_rng);
   return {outputs[0], outputs[1]};
 }
 
@@ -501,13 +549,14 @@ std::tuple<Tensor, Tensor> fwd_kvcache_inplace(const Tensor& q, Tensor& k_cache,
                                                const OptTensor& block_table, const OptTensor& alibi_slopes,
                                                std::optional<double> softmax_scale, bool causal,
                                                c10::SymInt window_left, c10::SymInt window_right, double softcap,
-                                               bool check_index_contents, c10::string_view backend) {
+                                               bool check_index_contents, c10::string_view backend,
+                                               const OptTensor& sinks) {
   std::tuple<Tensor, Tensor> result;
   {
     at::AutoDispatchBelowADInplaceOrView below;
     result = kvcache_op().call(q, k_cache, v_cache, k_new, v_new, seqlens_k, block_table, alibi_slopes,
                                softmax_scale, causal, window_left, window_right, softcap, check_index_contents,
-                               backend);
+                               backend, sinks);
   }
   // Inference tensors have no version counter (their keys skip this kernel, but another
   // argument's may bring it here); the Python path writes them without a bump too.
@@ -524,17 +573,19 @@ TORCH_LIBRARY(cuflash, m) {
       "fwd(Tensor q, Tensor k, Tensor v, Tensor? alibi_slopes, Tensor? cu_seqlens_q, Tensor? cu_seqlens_k, "
       "SymInt max_seqlen_q, SymInt max_seqlen_k, Tensor? seqlens_k, Tensor? block_table, float? softmax_scale, "
       "bool causal, SymInt window_left, SymInt window_right, float softcap, bool deterministic, "
-      "bool check_index_contents, str backend) -> (Tensor, Tensor)");
+      "bool check_index_contents, str backend, Tensor? sinks=None, float dropout_p=0., Tensor? dropout_rng=None) "
+      "-> (Tensor, Tensor)");
   m.def(
       "bwd(Tensor dout, Tensor q, Tensor k, Tensor v, Tensor out, Tensor lse, Tensor? alibi_slopes, "
       "Tensor? cu_seqlens_q, Tensor? cu_seqlens_k, SymInt max_seqlen_q, SymInt max_seqlen_k, Tensor? seqlens_k, "
       "Tensor? block_table, float? softmax_scale, bool causal, SymInt window_left, SymInt window_right, "
-      "float softcap, bool deterministic, bool check_index_contents, str backend) -> (Tensor, Tensor, Tensor)");
+      "float softcap, bool deterministic, bool check_index_contents, str backend, Tensor? sinks=None, "
+      "float dropout_p=0., Tensor? dropout_rng=None) -> (Tensor, Tensor, Tensor, Tensor)");
   m.def(
       "fwd_kvcache(Tensor q, Tensor(a0!) k_cache, Tensor(a1!) v_cache, Tensor k_new, Tensor v_new, "
       "Tensor seqlens_k, Tensor? block_table, Tensor? alibi_slopes, float? softmax_scale, bool causal, "
-      "SymInt window_left, SymInt window_right, float softcap, bool check_index_contents, str backend) "
-      "-> (Tensor, Tensor)");
+      "SymInt window_left, SymInt window_right, float softcap, bool check_index_contents, str backend, "
+      "Tensor? sinks=None) -> (Tensor, Tensor)");
   m.def("merge_states(Tensor out_a, Tensor lse_a, Tensor out_b, Tensor lse_b, str backend) -> (Tensor, Tensor)");
 }
 

@@ -43,8 +43,10 @@ Status validated_call(const Args& args, const AttentionOptions& options, void* s
   return run(*backend, problem);
 }
 
-// Backward without a (query, key) pair: every gradient is 0.
+// Backward without a (query, key) pair: every gradient is 0 (dsinks too: a
+// row without keys has out = 0, so D_i = dot(dout_i, out_i) = 0).
 Status write_zero_gradients(const Problem& problem, const RunContext& context) {
+  CUFLASH_TRY(detail::fill_zeros(problem.dsinks, context.stream));
   CUFLASH_TRY(detail::fill_zeros(problem.dq, context.stream));
   CUFLASH_TRY(detail::fill_zeros(problem.dk, context.stream));
   return detail::fill_zeros(problem.dv, context.stream);
@@ -56,7 +58,8 @@ Status attention_forward(const ForwardArgs& args, const AttentionOptions& option
   return validated_call(
       args, options, context.stream, detail::validate_forward,
       [&](BackendImpl& backend, const Problem& problem) { return backend.forward(problem, context); },
-      [](const Problem&) { return Status::success(); });
+      // No query row: the debug probabilities hold no entry of a sequence (all 0).
+      [&](const Problem& problem) { return detail::fill_zeros(problem.attn_probs, context.stream); });
 }
 
 Status attention_backward(const BackwardArgs& args, const AttentionOptions& options, const RunContext& context) {

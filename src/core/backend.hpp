@@ -2,6 +2,8 @@
 // Problems; `supports` says, with a reason, which valid problems they cannot run.
 #pragma once
 
+#include <string>
+
 #include "cuflash/options.hpp"
 #include "cuflash/status.hpp"
 #include "problem.hpp"
@@ -22,6 +24,21 @@ class BackendImpl {
   virtual Status backward(const Problem& problem, const RunContext& context) = 0;
   virtual Status merge_states(const MergeProblem& problem, const RunContext& context) = 0;
 };
+
+// The features only backend cpu has so far (attention sinks, dropout, the
+// debug probabilities): `unsupported`, naming the feature and `backend`, when
+// the problem uses one. GPU backends call it first in supports(), so that auto
+// never picks them for such a call and nothing falls back silently.
+inline Status refuse_cpu_only_features(const Problem& problem, const char* backend) {
+  const std::string name = std::string("backend ") + backend;
+  if (problem.has_sinks)
+    return Status::unsupported("sinks: " + name + " has no attention-sink kernels yet (backend cpu has them)");
+  if (problem.has_dropout())
+    return Status::unsupported("dropout_p: " + name + " has no dropout kernels yet (backend cpu has them)");
+  if (!problem.attn_probs.empty())
+    return Status::unsupported("attn_probs: " + name + " does not write the debug probabilities (backend cpu does)");
+  return {};
+}
 
 // One instance per kind, owned by the library; nullptr when not compiled in.
 BackendImpl* cpu_backend();

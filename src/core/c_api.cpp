@@ -98,6 +98,9 @@ Status to_options(const cuflash_options* in, AttentionOptions* out) {
   out->deterministic = in->deterministic != 0;
   out->check_index_contents = in->check_index_contents != 0;
   out->backend = static_cast<Backend>(in->backend);
+  out->dropout_p = in->dropout_p;
+  out->dropout_seed = in->dropout_seed;
+  out->dropout_offset = in->dropout_offset;
   return {};
 }
 
@@ -137,6 +140,8 @@ Status to_forward(const cuflash_forward_args& in, ForwardArgs* out) {
   CUFLASH_TRY(to_view(in.alibi_slopes, "alibi_slopes", &out->alibi_slopes));
   CUFLASH_TRY(to_batch_indices(in, &out->varlen, &out->kv_cache));
   CUFLASH_TRY(to_view(in.k_new, "kv_cache.k_new", &out->kv_cache.k_new));
+  CUFLASH_TRY(to_view(in.sinks, "sinks", &out->sinks));
+  CUFLASH_TRY(to_view(in.attn_probs, "attn_probs", &out->attn_probs));
   return to_view(in.v_new, "kv_cache.v_new", &out->kv_cache.v_new);
 }
 
@@ -151,6 +156,8 @@ Status to_backward(const cuflash_backward_args& in, BackwardArgs* out) {
   CUFLASH_TRY(to_view(in.dk, "dk", &out->dk));
   CUFLASH_TRY(to_view(in.dv, "dv", &out->dv));
   CUFLASH_TRY(to_view(in.alibi_slopes, "alibi_slopes", &out->alibi_slopes));
+  CUFLASH_TRY(to_view(in.sinks, "sinks", &out->sinks));
+  CUFLASH_TRY(to_view(in.dsinks, "dsinks", &out->dsinks));
   return to_batch_indices(in, &out->varlen, &out->kv_cache);
 }
 

@@ -8,6 +8,7 @@
 
 #include "cuflash/attention.hpp"
 #include "cuflash/tensor.hpp"
+#include "philox.hpp"
 
 namespace cuflash::detail {
 
@@ -46,12 +47,20 @@ struct Problem {
   bool deterministic = false;
   bool has_alibi = false;
   bool alibi_per_batch = false;  // slopes [B, Hq] rather than [Hq]
+  bool has_sinks = false;        // sinks [Hq] join every row's softmax denominator
+  float dropout_p = 0.0f;        // 0: off
+  DropoutRng dropout;            // seed, offset and keep threshold (philox.hpp)
+  int probs_kv_len = 0;          // last dim of attn_probs: max_seqlen_k, or a cache's capacity
+
+  bool has_dropout() const { return dropout_p > 0.0f; }
 
   // The caller's views, checked. Unused ones are empty.
   TensorView q, k, v, out, lse;
   TensorView dout, dq, dk, dv;  // backward
   TensorView k_new, v_new;      // KV-cache append
   TensorView alibi_slopes;
+  TensorView sinks, dsinks;               // dsinks: backward output
+  TensorView attn_probs;                  // forward debug output (S_dmask)
   TensorView cu_seqlens_q, cu_seqlens_k;  // varlen
   TensorView seqlens_k, block_table;      // KV cache
 

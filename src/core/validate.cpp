@@ -142,6 +142,30 @@ Status check_alibi(const TensorView& slopes, Problem* p) {
   return {};
 }
 
+// Attention sinks, and their gradient (an output, like sinks).
+Status check_sinks(const TensorView& view, const char* name, const Problem& p) {
+  CUFLASH_TRY(check_layout(view, name, 1, "[heads_q]", false));
+  CUFLASH_TRY(check_dtype(view, name, DType::f32, "sinks are float32"));
+  CUFLASH_TRY(check_device(view, name, p.device));
+  return check_dims(view, name, {{"heads_q", p.heads_q}}, "from q");
+}
+
+// The debug output of the forward's probabilities: [B, Hq, max_seqlen_q, max_kv].
+Status check_attn_probs(const TensorView& view, Problem* p) {
+  p->probs_kv_len = p->layout == Layout::kv_cache ? p->cache_capacity : p->max_kv_len;
+  CUFLASH_TRY(check_layout(view, "attn_probs", 4, "[batch, heads_q, max_seqlen_q, max_seqlen_k]", false));
+  CUFLASH_TRY(check_dtype(view, "attn_probs", DType::f32, "probabilities are float32"));
+  CUFLASH_TRY(check_device(view, "attn_probs", p->device));
+  const char* keys = p->layout == Layout::kv_cache ? "cache_capacity" : "max_seqlen_k";
+  CUFLASH_TRY(check_dims(view, "attn_probs",
+                         {{"batch", p->batch}, {"heads_q", p->heads_q}, {"max_seqlen_q", p->max_q_len},
+                          {keys, p->probs_kv_len}},
+                         "from q and k"));
+  CUFLASH_TRY(check_no_self_overlap(view, "attn_probs"));
+  p->attn_probs = view;
+  return {};
+}
+
 Status check_index_layout(const TensorView& view, const char* name, int rank, const char* doc, Device device) {
   CUFLASH_TRY(check_given(view, name));
   CUFLASH_TRY(check_layout(view, name, rank, doc, true));
@@ -357,13 +381,18 @@ Status resolve_options(const AttentionOptions& options, Problem* p) {
   p->window_right = options.causal ? 0 : options.window_right;
   p->softcap = options.softcap;
   p->deterministic = options.deterministic;
+  if (!(options.dropout_p >= 0.0f && options.dropout_p < 1.0f))
+    return Status::invalid("dropout_p: expected 0 (off) <= dropout_p < 1, got " + std::to_string(options.dropout_p));
+  p->dropout_p = options.dropout_p;
+  p->dropout = {options.dropout_seed, options.dropout_offset, dropout_threshold(options.dropout_p)};
   return {};
 }
 
 // Everything a forward and a backward share: layout, q/k/v, index tensors,
 // alibi and options.
 Status check_common(const TensorView& q, const TensorView& k, const TensorView& v, const TensorView& alibi,
-                    const VarlenBatch& varlen, const KvCache& cache, const AttentionOptions& options, bool forward,
+                    const TensorView& sinks, const VarlenBatch& varlen, const KvCache& cache,
+                    const AttentionOptions& options, bool forward,
                     void* stream, Problem* p) {
   if (varlen.given() && cache.given())
     return Status::invalid("varlen, kv_cache: a call takes either cu_seqlens (varlen) or a KV cache, not both");
@@ -373,13 +402,18 @@ Status check_common(const TensorView& q, const TensorView& k, const TensorView& 
   if (p->layout == Layout::varlen) CUFLASH_TRY(check_varlen(varlen, options, stream, p));
   if (p->layout == Layout::kv_cache) CUFLASH_TRY(check_kv_cache(cache, options, forward, stream, p));
   CUFLASH_TRY(check_alibi(alibi, p));
+  if (!sinks.empty()) {
+    CUFLASH_TRY(check_sinks(sinks, "sinks", *p));
+    p->has_sinks = true;
+    p->sinks = sinks;
+  }
   return resolve_options(options, p);
 }
 
 std::vector<NamedView> index_views(const Problem& p) {
   return {{"varlen.cu_seqlens_q", p.cu_seqlens_q}, {"varlen.cu_seqlens_k", p.cu_seqlens_k},
           {"kv_cache.seqlens_k", p.seqlens_k},     {"kv_cache.block_table", p.block_table},
-          {"alibi_slopes", p.alibi_slopes}};
+          {"alibi_slopes", p.alibi_slopes},        {"sinks", p.sinks}};
 }
 
 const char* q_doc(const Problem& p) { return p.layout == Layout::varlen ? kVarlenQ : kDenseQ; }
@@ -394,7 +428,8 @@ const char* kv_doc(const Problem& p) {
 Status validate_forward(const ForwardArgs& args, const AttentionOptions& options, void* stream, Problem* problem) {
   Problem p;
   p.pass = Pass::forward;
-  CUFLASH_TRY(check_common(args.q, args.k, args.v, args.alibi_slopes, args.varlen, args.kv_cache, options, true, stream, &p));
+  CUFLASH_TRY(check_common(args.q, args.k, args.v, args.alibi_slopes, args.sinks, args.varlen, args.kv_cache, options,
+                           true, stream, &p));
   CUFLASH_TRY(check_like(args.out, "out", args.q, "q", q_doc(p)));
   CUFLASH_TRY(check_no_self_overlap(args.out, "out"));
   p.out = args.out;
@@ -403,8 +438,9 @@ Status validate_forward(const ForwardArgs& args, const AttentionOptions& options
     CUFLASH_TRY(check_no_self_overlap(args.lse, "lse"));
     p.lse = args.lse;
   }
+  if (!args.attn_probs.empty()) CUFLASH_TRY(check_attn_probs(args.attn_probs, &p));
 
-  std::vector<NamedView> outputs = {{"out", p.out}, {"lse", p.lse}};
+  std::vector<NamedView> outputs = {{"out", p.out}, {"lse", p.lse}, {"attn_probs", p.attn_probs}};
   std::vector<NamedView> inputs = index_views(p);
   inputs.push_back({"q", p.q});
   inputs.push_back({"kv_cache.k_new", p.k_new});
@@ -426,7 +462,8 @@ Status validate_forward(const ForwardArgs& args, const AttentionOptions& options
 Status validate_backward(const BackwardArgs& args, const AttentionOptions& options, void* stream, Problem* problem) {
   Problem p;
   p.pass = Pass::backward;
-  CUFLASH_TRY(check_common(args.q, args.k, args.v, args.alibi_slopes, args.varlen, args.kv_cache, options, false, stream, &p));
+  CUFLASH_TRY(check_common(args.q, args.k, args.v, args.alibi_slopes, args.sinks, args.varlen, args.kv_cache, options,
+                           false, stream, &p));
   CUFLASH_TRY(check_like(args.out, "out", args.q, "q", q_doc(p)));
   CUFLASH_TRY(check_like(args.dout, "dout", args.q, "q", q_doc(p)));
   CUFLASH_TRY(check_given(args.lse, "lse"));
@@ -436,6 +473,13 @@ Status validate_backward(const BackwardArgs& args, const AttentionOptions& optio
   CUFLASH_TRY(check_like(args.dv, "dv", args.v, "v", kv_doc(p)));
   for (const auto& [name, view] : {std::pair{"dq", args.dq}, std::pair{"dk", args.dk}, std::pair{"dv", args.dv}})
     CUFLASH_TRY(check_no_self_overlap(view, name));
+  if (!args.dsinks.empty()) {
+    if (args.sinks.empty())
+      return Status::invalid("dsinks: the gradient of sinks, given without sinks (pass the forward's sinks too)");
+    CUFLASH_TRY(check_sinks(args.dsinks, "dsinks", p));
+    CUFLASH_TRY(check_no_self_overlap(args.dsinks, "dsinks"));
+    p.dsinks = args.dsinks;
+  }
   p.out = args.out;
   p.dout = args.dout;
   p.lse = args.lse;
@@ -447,7 +491,7 @@ Status validate_backward(const BackwardArgs& args, const AttentionOptions& optio
   for (const NamedView& input : std::initializer_list<NamedView>{
            {"q", p.q}, {"k", p.k}, {"v", p.v}, {"out", p.out}, {"dout", p.dout}, {"lse", p.lse}})
     inputs.push_back(input);
-  CUFLASH_TRY(check_no_aliasing({{"dq", p.dq}, {"dk", p.dk}, {"dv", p.dv}}, inputs));
+  CUFLASH_TRY(check_no_aliasing({{"dq", p.dq}, {"dk", p.dk}, {"dv", p.dv}, {"dsinks", p.dsinks}}, inputs));
   *problem = std::move(p);
   return {};
 }

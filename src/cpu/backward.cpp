@@ -169,7 +169,7 @@ class BackwardRunner {
       multiply_add<false>(scratch.output_grads.data(), dim_, values_transposed, kKeyTile,
                           scratch.score_grads.data(), kKeyTile, rows_padded, key_cols, dim_);
       for (int r = 0; r < row_count; ++r)
-        score_gradients(r, first_row + r, q_len, kv_len, first_key, key_count, slope_log2e, scratch);
+        score_gradients(b, head, r, first_row + r, q_len, kv_len, first_key, key_count, slope_log2e, scratch);
       for (int r = row_count; r < rows_padded; ++r) {
         std::fill_n(&scratch.probabilities[r * kKeyTile], kKeyTile, 0.0f);
         std::fill_n(&scratch.score_grads[r * kKeyTile], kKeyTile, 0.0f);
@@ -223,9 +223,10 @@ class BackwardRunner {
     }
   }
 
-  // Row r of the tile: scores -> P, dP -> softmax_scale * dS, in place.
-  void score_gradients(int r, int row, int q_len, int kv_len, std::int64_t first_key, int key_count,
-                       float slope_log2e, BackwardScratch& scratch) const {
+  // Row r of the tile: scores -> P, dP -> softmax_scale * dS, in place. With
+  // dropout (Z = mask / (1 - p)): dS = P (Z dP - D) and P becomes Z P, for dv.
+  void score_gradients(int b, int head, int r, int row, int q_len, int kv_len, std::int64_t first_key,
+                       int key_count, float slope_log2e, BackwardScratch& scratch) const {
     float* probabilities = &scratch.probabilities[r * kKeyTile];
     float* score_grads = &scratch.score_grads[r * kKeyTile];
     const float lse_log2 = scratch.row_lse_log2[r];
@@ -242,10 +243,22 @@ class BackwardRunner {
     const float delta = scratch.row_delta[r];
     const float scale = problem_.softmax_scale;
     exp2_shifted(probabilities, key_count, lse_log2);
-    for (int j = 0; j < key_count; ++j) {
-      float grad = probabilities[j] * (score_grads[j] - delta);
-      if (softcap_tanh) grad *= 1.0f - softcap_tanh[j] * softcap_tanh[j];
-      score_grads[j] = grad * scale;
+    if (problem_.has_dropout()) {
+      const float keep_scale = model_.dropout_scale();
+      for (int j = 0; j < key_count; ++j) {
+        const bool kept = dropout_keeps(problem_.dropout, b, head, problem_.heads_q, row, first_key + j);
+        const float z = kept ? keep_scale : 0.0f;
+        float grad = probabilities[j] * (score_grads[j] * z - delta);
+        if (softcap_tanh) grad *= 1.0f - softcap_tanh[j] * softcap_tanh[j];
+        score_grads[j] = grad * scale;
+        probabilities[j] *= z;
+      }
+    } else {
+      for (int j = 0; j < key_count; ++j) {
+        float grad = probabilities[j] * (score_grads[j] - delta);
+        if (softcap_tanh) grad *= 1.0f - softcap_tanh[j] * softcap_tanh[j];
+        score_grads[j] = grad * scale;
+      }
     }
     std::fill(probabilities + key_count, probabilities + kKeyTile, 0.0f);
     std::fill(score_grads + key_count, score_grads + kKeyTile, 0.0f);
@@ -285,7 +298,34 @@ void zero_unowned_varlen_rows(const Problem& problem) {
 
 }  // namespace
 
+// The sink is one more entry of every row's softmax, with no value: its
+// dP is 0, so dS_sink = P_sink (0 - D_i) for each row that has it.
+void write_sink_gradients(const Problem& problem) {
+  const RowAddress address(problem);
+  const int dim = problem.head_dim;
+  parallel_for(problem.heads_q, [&](std::int64_t item, int) {
+    const int head = static_cast<int>(item);
+    const auto* sinks = static_cast<const float*>(problem.sinks.data);
+    const double sink = problem.has_sinks ? sinks[head * problem.sinks.strides[0]] : 0.0;
+    std::vector<float> output_grad(dim), output(dim);
+    double total = 0.0;
+    for (int b = 0; b < problem.batch; ++b) {
+      for (int row = 0; row < problem.q_len(b); ++row) {
+        if (std::isinf(sink) && sink < 0) continue;  // a sink of -inf: probability 0
+        const double lse = load_f32(problem.lse, address.lse(problem.lse, b, row, head));
+        load_row(problem.dout, address.query(problem.dout, b, row, head), dim, output_grad.data());
+        load_row(problem.out, address.query(problem.out, b, row, head), dim, output.data());
+        double delta = 0.0;
+        for (int d = 0; d < dim; ++d) delta += static_cast<double>(output_grad[d]) * output[d];
+        total -= std::exp(sink - lse) * delta;
+      }
+    }
+    store_f32(problem.dsinks, head * problem.dsinks.strides[0], static_cast<float>(total));
+  });
+}
+
 void run_backward(const Problem& problem) {
+  if (!problem.dsinks.empty()) write_sink_gradients(problem);
   if (problem.layout == Layout::varlen) zero_unowned_varlen_rows(problem);
   const BackwardRunner runner(problem);
   const std::vector<std::int64_t> items = runner.items();

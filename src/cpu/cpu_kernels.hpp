@@ -19,6 +19,11 @@ namespace cuflash::detail::cpu {
 void run_forward(const Problem& problem);   // KV-cache append, then out (and lse)
 void run_backward(const Problem& problem);  // dq, dk, dv: every element
 void run_merge(const MergeProblem& problem);
+// The forward's debug output: attn_probs (normalized probabilities, dropped
+// entries negated), after run_forward (which did the KV-cache append).
+void write_attention_probabilities(const Problem& problem);
+// dsinks[h] = -sum over (b, i) of exp(sinks[h] - lse) * dot(dout_i, out_i).
+void write_sink_gradients(const Problem& problem);
 
 inline constexpr int kQueryBlock = 32;  // query rows that share one pass over the key tiles
 inline constexpr int kKeyTile = 64;     // keys per inner-loop tile
@@ -215,6 +220,23 @@ class ScoreModel {
                                                          : head * slopes.strides[0];
     return static_cast<const float*>(slopes.data)[offset] * kLog2e;
   }
+
+  // The attention sink of a query head, times log2(e); -inf without sinks
+  // (a sink of -inf is no sink: exp(-inf) = 0 joins no denominator).
+  float sink_log2e(int head) const {
+    if (!problem_.has_sinks) return kNegInf;
+    const TensorView& sinks = problem_.sinks;
+    return static_cast<const float*>(sinks.data)[head * sinks.strides[0]] * kLog2e;
+  }
+
+  // Zeroes the entries of one row that dropout drops (keys first_key..).
+  void drop(float* values, int count, int batch_index, int head, int row, std::int64_t first_key) const {
+    if (!problem_.has_dropout()) return;
+    for (int j = 0; j < count; ++j)
+      if (!dropout_keeps(problem_.dropout, batch_index, head, problem_.heads_q, row, first_key + j)) values[j] = 0.0f;
+  }
+  // 1 / (1 - dropout_p): the scale of the kept entries.
+  float dropout_scale() const { return problem_.has_dropout() ? 1.0f / (1.0f - problem_.dropout_p) : 1.0f; }
 
   // Turns count prescaled dot products (keys first_key..) into base-2 scores
   // in place: softcap, then alibi, then -inf outside `visible`. With softcap,

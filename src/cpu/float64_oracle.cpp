@@ -11,6 +11,7 @@
 #include <vector>
 
 #include "half_convert.hpp"
+#include "philox.hpp"
 #include "problem.hpp"
 #include "validate.hpp"
 
@@ -138,13 +139,20 @@ bool visible(const Problem& p, int i, int j, int offset) {
   return right_ok && left_ok;
 }
 
-// Softmax of one query row over all keys of its sequence.
+// Softmax of one query row over all keys of its sequence (and the sink).
 struct RowSoftmax {
   std::vector<double> raw;   // softmax_scale * dot(q, k), before softcap
   std::vector<double> prob;  // 0 where not visible
+  std::vector<double> keep;  // dropout's factor: 1 / (1 - p) where kept, 0 where dropped (1 without dropout)
   std::vector<char> seen;    // visible
-  double lse = kNegInf;      // -inf when no key is visible
+  double lse = kNegInf;      // -inf when no key is visible and there is no sink
+  double sink_prob = 0.0;    // exp(sink - lse)
 };
+
+double sink_of(const Problem& p, int h) {
+  if (!p.has_sinks) return kNegInf;
+  return load(p.sinks, h * p.sinks.strides[0]);
+}
 
 RowSoftmax row_softmax(const Problem& p, const HeadRows& rows, int b, int h, int i) {
   const int kv_len = static_cast<int>(rows.k.size());
@@ -153,8 +161,13 @@ RowSoftmax row_softmax(const Problem& p, const HeadRows& rows, int b, int h, int
   r.raw.assign(kv_len, 0.0);
   r.prob.assign(kv_len, 0.0);
   r.seen.assign(kv_len, 0);
+  r.keep.assign(kv_len, 1.0);
+  if (p.has_dropout())
+    for (int j = 0; j < kv_len; ++j)
+      r.keep[j] = detail::dropout_keeps(p.dropout, b, h, p.heads_q, i, j) ? 1.0 / (1.0 - p.dropout_p) : 0.0;
   std::vector<double> score(kv_len, kNegInf);
-  double max_score = kNegInf;
+  const double sink = sink_of(p, h);
+  double max_score = sink;
   for (int j = 0; j < kv_len; ++j) {
     if (!visible(p, i, j, offset)) continue;
     r.seen[j] = 1;
@@ -165,13 +178,14 @@ RowSoftmax row_softmax(const Problem& p, const HeadRows& rows, int b, int h, int
     score[j] = s;
     if (s > max_score) max_score = s;
   }
-  if (max_score == kNegInf) return r;  // no visible key
-  double sum = 0.0;
+  if (max_score == kNegInf) return r;  // no visible key, no sink
+  double sum = sink == kNegInf ? 0.0 : std::exp(sink - max_score);
   for (int j = 0; j < kv_len; ++j)
     if (r.seen[j]) sum += std::exp(score[j] - max_score);
   r.lse = max_score + std::log(sum);
   for (int j = 0; j < kv_len; ++j)
     if (r.seen[j]) r.prob[j] = std::exp(score[j] - r.lse);
+  if (sink != kNegInf) r.sink_prob = std::exp(sink - r.lse);
   return r;
 }
 
@@ -183,6 +197,13 @@ std::vector<double> weighted_sum(const std::vector<double>& weights, const std::
     for (int d = 0; d < head_dim; ++d) out[d] += weights[j] * rows[j][d];
   }
   return out;
+}
+
+// P with dropout applied: the weights of out = sum_j weight_j v_j.
+std::vector<double> dropped(const RowSoftmax& r) {
+  std::vector<double> weights(r.prob.size());
+  for (std::size_t j = 0; j < weights.size(); ++j) weights[j] = r.prob[j] * r.keep[j];
+  return weights;
 }
 
 Status require_host(const Problem& p) {
@@ -200,12 +221,19 @@ Status forward_float64(const ForwardArgs& args, const AttentionOptions& options,
   // Packed varlen rows that belong to no sequence keep NaN: "no value defined".
   result->out.assign(logical_numel(p.out), kNaN);
   result->lse.assign(lse_numel(p), kNaN);
+  const bool with_probs = !p.attn_probs.empty();
+  if (with_probs) result->attn_probs.assign(logical_numel(p.attn_probs), 0.0);
   for (int b = 0; b < p.batch; ++b) {
     for (int h = 0; h < p.heads_q; ++h) {
       const HeadRows rows = load_head(p, b, h, false);
       for (int i = 0; i < p.q_len(b); ++i) {
         const RowSoftmax r = row_softmax(p, rows, b, h, i);
-        const std::vector<double> o = weighted_sum(r.prob, rows.v, p.head_dim);  // all 0 if nothing visible
+        const std::vector<double> o = weighted_sum(dropped(r), rows.v, p.head_dim);  // all 0 if nothing visible
+        if (with_probs) {
+          const std::int64_t row = ((static_cast<std::int64_t>(b) * p.heads_q + h) * p.max_q_len + i) * p.probs_kv_len;
+          for (std::size_t j = 0; j < r.prob.size(); ++j)
+            result->attn_probs[row + j] = r.keep[j] == 0.0 ? -r.prob[j] : r.prob[j];
+        }
         const std::int64_t base = logical_offset(p.out, query_outer(p, b), query_pos(p, b, i), h);
         for (int d = 0; d < p.head_dim; ++d) result->out[base + d] = o[d];
         result->lse[lse_index(p, b, h, i)] = r.lse;
@@ -223,6 +251,7 @@ Status backward_float64(const BackwardArgs& args, const AttentionOptions& option
   result->dq.assign(logical_numel(p.q), 0.0);
   result->dk.assign(logical_numel(p.k), 0.0);
   result->dv.assign(logical_numel(p.v), 0.0);
+  if (p.has_sinks) result->dsinks.assign(p.heads_q, 0.0);
   const double scale = p.softmax_scale;
   for (int b = 0; b < p.batch; ++b) {
     for (int h = 0; h < p.heads_q; ++h) {
@@ -233,12 +262,15 @@ Status backward_float64(const BackwardArgs& args, const AttentionOptions& option
       std::vector<std::vector<double>> dv(kv_len, std::vector<double>(p.head_dim, 0.0));
       for (int i = 0; i < p.q_len(b); ++i) {
         const RowSoftmax r = row_softmax(p, rows, b, h, i);
-        const std::vector<double> out = weighted_sum(r.prob, rows.v, p.head_dim);
+        const std::vector<double> out = weighted_sum(dropped(r), rows.v, p.head_dim);
         const double d_i = dot(rows.dout[i], out);
+        // The sink: one more softmax entry whose value is 0, so its dP is 0.
+        if (p.has_sinks) result->dsinks[h] += r.sink_prob * (0.0 - d_i);
         std::vector<double> dq(p.head_dim, 0.0);
         for (int j = 0; j < kv_len; ++j) {
           if (!r.seen[j]) continue;
-          const double dp = dot(rows.dout[i], rows.v[j]);
+          // out = sum_j P_j keep_j v_j: dP_j = keep_j dot(dout, v_j); dv_j = P_j keep_j dout.
+          const double dp = r.keep[j] * dot(rows.dout[i], rows.v[j]);
           double ds = r.prob[j] * (dp - d_i);
           if (p.softcap > 0.0f) {
             const double t = std::tanh(r.raw[j] / p.softcap);
@@ -247,7 +279,7 @@ Status backward_float64(const BackwardArgs& args, const AttentionOptions& option
           for (int d = 0; d < p.head_dim; ++d) {
             dq[d] += scale * ds * rows.k[j][d];
             dk[j][d] += scale * ds * rows.q[i][d];
-            dv[j][d] += r.prob[j] * rows.dout[i][d];
+            dv[j][d] += r.prob[j] * r.keep[j] * rows.dout[i][d];
           }
         }
         const std::int64_t base = logical_offset(p.dq, query_outer(p, b), query_pos(p, b, i), h);

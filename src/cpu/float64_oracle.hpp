@@ -11,17 +11,22 @@ namespace cuflash::oracle {
 
 struct ForwardResult {
   std::vector<double> out;  // out's logical shape, row-major
-  std::vector<double> lse;  // [B, Hq, q_len] (varlen: [Hq, total_q]); -inf for rows that see no key
+  std::vector<double> lse;  // [B, Hq, q_len] (varlen: [Hq, total_q]); -inf for rows that see no key (and no sink)
+  // With args.attn_probs given: its logical shape [B, Hq, max_seqlen_q, max_kv],
+  // the probabilities with dropped entries negated, 0 outside the sequences.
+  std::vector<double> attn_probs;
 };
 
 struct BackwardResult {
   std::vector<double> dq;  // q's logical shape, row-major
   std::vector<double> dk;  // k's logical shape (the whole cache for a KV cache), row-major
   std::vector<double> dv;
+  std::vector<double> dsinks;  // [Hq], with sinks given
 };
 
 // Host tensors of any supported dtype and strides. Validates like the API.
-// A KV-cache append is applied virtually: the cache is not modified.
+// Sinks and dropout as the API defines them (dropout's mask is the one
+// definition in src/core/philox.hpp). A KV-cache append is applied virtually: the cache is not modified.
 Status forward_float64(const ForwardArgs& args, const AttentionOptions& options, ForwardResult* result);
 // Recomputes everything from q, k, v, dout (args.out and args.lse are ignored;
 // args.dq/dk/dv must still be given, as shape templates, and are not written).

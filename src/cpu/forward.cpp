@@ -155,8 +155,10 @@ class ForwardRunner {
     load_queries(b, head, first_row, row_count, scratch);
     std::fill(scratch.accumulator.begin(), scratch.accumulator.end(), 0.0f);
     std::fill(scratch.probabilities.begin(), scratch.probabilities.end(), 0.0f);
-    std::fill_n(scratch.running_max, kQueryBlock, kNegInf);
-    std::fill_n(scratch.running_sum, kQueryBlock, 0.0f);
+    // A sink starts every row's softmax: the maximum so far, contributing exp2(0) = 1.
+    const float sink = model_.sink_log2e(head);
+    std::fill_n(scratch.running_max, kQueryBlock, sink);
+    std::fill_n(scratch.running_sum, kQueryBlock, sink == kNegInf ? 0.0f : 1.0f);
 
     const KeyRange keys = rows_keys(model_, first_row, first_row + row_count, q_len, kv_len);
     if (!keys.empty()) {
@@ -174,6 +176,8 @@ class ForwardRunner {
           model_.finish_scores(scores, key_count, first_key, position, model_.visible_keys(position, kv_len),
                                slope_log2e, nullptr);
           softmax_update(r, scores, key_count, scratch);
+          // The sum above keeps every entry: dropout acts on normalized probabilities.
+          model_.drop(scores, key_count, b, head, first_row + r, first_key);
         }
         multiply_add<true>(scratch.probabilities.data(), kKeyTile, values, dim_, scratch.accumulator.data(), dim_,
                            rows_padded, dim_, key_count);
@@ -214,14 +218,16 @@ class ForwardRunner {
 
   void store_rows(int b, int head, int first_row, int row_count, ForwardScratch& scratch) const {
     const bool write_lse = !problem_.lse.empty();
+    const float dropout_scale = model_.dropout_scale();
     float* row = scratch.row.data();
     for (int r = 0; r < row_count; ++r) {
       const float sum = scratch.running_sum[r];
       const float* accumulator = &scratch.accumulator[r * dim_];
-      // A row that saw no key (sum == 0) gets out = 0 and lse = -inf; a sum of
-      // at least 1 otherwise (its maximum score contributes exp2(0)).
+      // A row that saw no key and no sink (sum == 0) gets out = 0 and lse =
+      // -inf; a sum of at least 1 otherwise (its maximum contributes exp2(0)).
+      // With a sink and no key, the accumulator is 0: out = 0, lse = sink.
       const bool saw_keys = sum != 0.0f;
-      for (int d = 0; d < problem_.head_dim; ++d) row[d] = saw_keys ? accumulator[d] / sum : 0.0f;
+      for (int d = 0; d < problem_.head_dim; ++d) row[d] = saw_keys ? accumulator[d] / sum * dropout_scale : 0.0f;
       const int query_row = first_row + r;
       store_row(problem_.out, address_.query(problem_.out, b, query_row, head), problem_.head_dim, row);
       if (write_lse) {
@@ -250,6 +256,57 @@ void run_forward(const Problem& problem) {
   scratch.reserve(workers);
   for (int worker = 0; worker < workers; ++worker) scratch.emplace_back(runner.dim(), max_key_tiles(problem));
   parallel_for(item_count, [&](std::int64_t item, int worker) { runner.run(items[item], scratch[worker]); });
+  if (!problem.attn_probs.empty()) write_attention_probabilities(problem);
+}
+
+// One row at a time, every score materialized: a debug output, kept simple.
+void write_attention_probabilities(const Problem& problem) {
+  const RowAddress address(problem);
+  const ScoreModel model(problem);
+  const TensorView& probs = problem.attn_probs;
+  auto* base = static_cast<float*>(probs.data);
+  const int dim = problem.head_dim;
+  const std::int64_t items = static_cast<std::int64_t>(problem.batch) * problem.heads_q;
+  parallel_for(items, [&](std::int64_t item, int) {
+    const int b = static_cast<int>(item / problem.heads_q);
+    const int head = static_cast<int>(item % problem.heads_q);
+    const int head_kv = head / problem.group_size();
+    const int q_len = problem.q_len(b);
+    const int kv_len = problem.kv_len(b);
+    std::vector<float> query(dim), key(dim), scores(std::max(kv_len, 1));
+    auto at = [&](std::int64_t i, std::int64_t j) {
+      return base + b * probs.strides[0] + head * probs.strides[1] + i * probs.strides[2] + j * probs.strides[3];
+    };
+    for (std::int64_t i = 0; i < problem.max_q_len; ++i)
+      for (std::int64_t j = 0; j < problem.probs_kv_len; ++j) *at(i, j) = 0.0f;
+    const float slope_log2e = model.alibi_slope_log2e(b, head);
+    const float sink = model.sink_log2e(head);
+    for (int i = 0; i < q_len; ++i) {
+      load_row(problem.q, address.query(problem.q, b, i, head), dim, query.data());
+      for (float& x : query) x *= model.query_scale();
+      for (int j = 0; j < kv_len; ++j) {
+        load_row(problem.k, address.key(problem.k, b, j, head_kv), dim, key.data());
+        float dot = 0.0f;
+        for (int d = 0; d < dim; ++d) dot += query[d] * key[d];
+        scores[j] = dot;
+      }
+      const std::int64_t position = ScoreModel::query_position(i, q_len, kv_len);
+      model.finish_scores(scores.data(), kv_len, 0, position, model.visible_keys(position, kv_len), slope_log2e,
+                          nullptr);
+      float max_score = sink;
+      for (int j = 0; j < kv_len; ++j) max_score = std::max(max_score, scores[j]);
+      // No key and no sink: every p_ij is 0 (the sign still carries the mask).
+      const double reference = max_score == kNegInf ? 0.0 : max_score;
+      double sum = sink == kNegInf ? 0.0 : std::exp2(static_cast<double>(sink) - reference);
+      for (int j = 0; j < kv_len; ++j) sum += std::exp2(static_cast<double>(scores[j]) - reference);
+      for (int j = 0; j < kv_len; ++j) {
+        const double weight = std::exp2(static_cast<double>(scores[j]) - reference);
+        const float p = weight == 0.0 ? 0.0f : static_cast<float>(weight / sum);
+        const bool kept = dropout_keeps(problem.dropout, b, head, problem.heads_q, i, j);
+        *at(i, j) = kept ? p : -p;
+      }
+    }
+  });
 }
 
 }  // namespace cuflash::detail::cpu

@@ -33,6 +33,7 @@ class CudaBackend final : public BackendImpl {
   }
 
   Status supports(const Problem& problem) const override {
+    CUFLASH_TRY(refuse_cpu_only_features(problem, "cuda"));
     if (problem.layout == Layout::kv_cache) {
       if (problem.pass == Pass::backward)
         return Status::unsupported("backend cuda backward: KV-cache (paged or contiguous) backward is not implemented");

@@ -3,6 +3,7 @@
 #include <cstdint>
 #include <string>
 
+#include "backend.hpp"
 #include "common/device_info.hpp"
 
 namespace cuflash::detail::cudnn {
@@ -26,6 +27,8 @@ Status check_view(const TensorView& view, const char* name, const std::string& p
 }  // namespace
 
 Status check_problem(const Problem& p) {
+  // (cuDNN's SDPA does have dropout, but not with cuflash's Philox mask.)
+  CUFLASH_TRY(refuse_cpu_only_features(p, "cudnn"));
   const std::string prefix = std::string("backend cudnn ") + (p.pass == Pass::forward ? "forward" : "backward") + ": ";
   if (p.dtype != DType::f16 && p.dtype != DType::bf16)
     return Status::unsupported(prefix + "dtype " + dtype_name(p.dtype) +

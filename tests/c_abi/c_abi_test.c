@@ -440,6 +440,119 @@ static void test_empty_tensors(void) {
   free(q), free(k), free(v), free(out), free(lse), free(dk), free(dv);
 }
 
+/* Attention sinks and dropout (backend cpu): out and lse with the sinks in the
+ * softmax against a double reference; dsinks against its formula over the
+ * outputs; dropout reproducible from (seed, offset), and out decoded from the
+ * debug probabilities attn_probs (dropped entries negative). */
+static void test_sinks_and_dropout(void) {
+  enum { SQ = 3, SK = 4, H = 2, D = 8 };
+  const int64_t q_shape[4] = {1, SQ, H, D}, kv_shape[4] = {1, SK, H, D}, lse_shape[3] = {1, H, SQ};
+  const int64_t sinks_shape[1] = {H}, probs_shape[4] = {1, H, SQ, SK};
+  float *q = random_floats(SQ * H * D), *k = random_floats(SK * H * D), *v = random_floats(SK * H * D);
+  float *out = filled_floats(SQ * H * D, NAN), *lse = filled_floats(H * SQ, NAN), *dout = random_floats(SQ * H * D);
+  float *dq = filled_floats(SQ * H * D, NAN), *dk = filled_floats(SK * H * D, NAN);
+  float *dv = filled_floats(SK * H * D, NAN);
+  float *first = filled_floats(SQ * H * D, NAN), *probs = filled_floats(H * SQ * SK, NAN);
+  float sinks[H] = {0.5f, 2.0f}, dsinks[H] = {NAN, NAN};
+  const double scale = 1.0 / sqrt((double)D), p = 0.5;
+  cuflash_forward_args args;
+  cuflash_backward_args grad;
+  cuflash_options options;
+  cuflash_status status;
+  double worst_out = 0, worst_lse = 0, worst_dsinks = 0, worst_decoded = 0;
+  int h, i, j, d, same = 1, negatives = 0;
+
+  memset(&args, 0, sizeof args);
+  args.q = host_tensor(q, CUFLASH_F32, 4, q_shape);
+  args.k = host_tensor(k, CUFLASH_F32, 4, kv_shape);
+  args.v = host_tensor(v, CUFLASH_F32, 4, kv_shape);
+  args.out = host_tensor(out, CUFLASH_F32, 4, q_shape);
+  args.lse = host_tensor(lse, CUFLASH_F32, 3, lse_shape);
+  args.sinks = host_tensor(sinks, CUFLASH_F32, 1, sinks_shape);
+  cuflash_options_init(&options);
+  options.backend = CUFLASH_BACKEND_CPU;
+  status = cuflash_attention_forward(&args, &options, NULL);
+  CHECK(status == CUFLASH_OK, "sinks forward: %s", cuflash_last_error_message());
+  for (h = 0; h < H; ++h)
+    for (i = 0; i < SQ; ++i) {
+      double s[SK], m = sinks[h], sum, o;
+      for (j = 0; j < SK; ++j) {
+        double dot = 0;
+        for (d = 0; d < D; ++d) dot += (double)q[(i * H + h) * D + d] * k[(j * H + h) * D + d];
+        s[j] = scale * dot;
+        m = fmax(m, s[j]);
+      }
+      sum = exp(sinks[h] - m);
+      for (j = 0; j < SK; ++j) sum += exp(s[j] - m);
+      worst_lse = fmax(worst_lse, fabs(lse[h * SQ + i] - (m + log(sum))));
+      for (d = 0; d < D; ++d) {
+        o = 0;
+        for (j = 0; j < SK; ++j) o += exp(s[j] - m) / sum * v[(j * H + h) * D + d];
+        worst_out = fmax(worst_out, fabs(out[(i * H + h) * D + d] - o));
+      }
+    }
+  CHECK(worst_out <= kTolerance && worst_lse <= kTolerance, "sinks: out error %g, lse error %g", worst_out, worst_lse);
+
+  memset(&grad, 0, sizeof grad);
+  grad.q = args.q, grad.k = args.k, grad.v = args.v, grad.out = args.out, grad.lse = args.lse;
+  grad.dout = host_tensor(dout, CUFLASH_F32, 4, q_shape);
+  grad.dq = host_tensor(dq, CUFLASH_F32, 4, q_shape);
+  grad.dk = host_tensor(dk, CUFLASH_F32, 4, kv_shape);
+  grad.dv = host_tensor(dv, CUFLASH_F32, 4, kv_shape);
+  grad.sinks = args.sinks;
+  grad.dsinks = host_tensor(dsinks, CUFLASH_F32, 1, sinks_shape);
+  status = cuflash_attention_backward(&grad, &options, NULL);
+  CHECK(status == CUFLASH_OK, "sinks backward: %s", cuflash_last_error_message());
+  for (h = 0; h < H; ++h) {
+    double want = 0;
+    for (i = 0; i < SQ; ++i) {
+      double delta = 0;
+      for (d = 0; d < D; ++d) delta += (double)dout[(i * H + h) * D + d] * out[(i * H + h) * D + d];
+      want -= exp(sinks[h] - lse[h * SQ + i]) * delta;
+    }
+    worst_dsinks = fmax(worst_dsinks, fabs(dsinks[h] - want));
+  }
+  CHECK(worst_dsinks <= kTolerance, "dsinks error %g", worst_dsinks);
+
+  /* Dropout: the same (seed, offset) gives the same bits; attn_probs decodes to out. */
+  args.sinks.rank = 0;
+  options.dropout_p = (float)p;
+  options.dropout_seed = 0x123456789ull;
+  options.dropout_offset = 3;
+  args.attn_probs = host_tensor(probs, CUFLASH_F32, 4, probs_shape);
+  status = cuflash_attention_forward(&args, &options, NULL);
+  CHECK(status == CUFLASH_OK, "dropout forward: %s", cuflash_last_error_message());
+  memcpy(first, out, sizeof(float) * SQ * H * D);
+  args.attn_probs.rank = 0;
+  status = cuflash_attention_forward(&args, &options, NULL);
+  for (i = 0; i < SQ * H * D; ++i) same = same && out[i] == first[i];
+  CHECK(status == CUFLASH_OK && same, "dropout: the same seed and offset gave another out");
+  options.dropout_offset = 4;
+  status = cuflash_attention_forward(&args, &options, NULL);
+  same = 1;
+  for (i = 0; i < SQ * H * D; ++i) same = same && out[i] == first[i];
+  CHECK(status == CUFLASH_OK && !same, "dropout: another offset gave the same out");
+  for (h = 0; h < H; ++h)
+    for (i = 0; i < SQ; ++i)
+      for (d = 0; d < D; ++d) {
+        double o = 0;
+        for (j = 0; j < SK; ++j) {
+          const float entry = probs[(h * SQ + i) * SK + j];
+          if (signbit(entry)) ++negatives;
+          else o += entry / (1.0 - p) * v[(j * H + h) * D + d];
+        }
+        worst_decoded = fmax(worst_decoded, fabs(first[(i * H + h) * D + d] - o));
+      }
+  CHECK(worst_decoded <= kTolerance, "out from attn_probs: error %g", worst_decoded);
+  CHECK(negatives > 0 && negatives < H * SQ * SK * D, "dropout p = 0.5 dropped %d of %d", negatives / D, H * SQ * SK);
+  options.dropout_p = 1.0f;
+  CHECK(cuflash_attention_forward(&args, &options, NULL) == CUFLASH_INVALID_ARGUMENT &&
+            strstr(cuflash_last_error_message(), "dropout_p") != NULL,
+        "dropout_p = 1: '%s'", cuflash_last_error_message());
+
+  free(q), free(k), free(v), free(out), free(lse), free(dout), free(dq), free(dk), free(dv), free(first), free(probs);
+}
+
 static void* failing_call(void* message_out) {
   cuflash_forward_args args;
   memset(&args, 0, sizeof args);
@@ -538,6 +651,7 @@ int main(void) {
   test_paged_kvcache_append();
   test_merge_states();
   test_empty_tensors();
+  test_sinks_and_dropout();
   test_errors();
   printf("%d passed, %d failed\n", checks_passed, checks_failed);
   return checks_failed == 0 ? 0 : 1;

@@ -54,7 +54,8 @@ void PrintTo(const CaseSpec& s, std::ostream* os) {
   if (s.options.softmax_scale) *os << " scale=" << *s.options.softmax_scale;
   *os << " causal=" << s.options.causal
       << " window=(" << s.options.window_left << "," << s.options.window_right << ") softcap=" << s.options.softcap
-      << " alibi=" << static_cast<int>(s.alibi) << " bhsd=" << s.bhsd << " padding=" << s.row_padding << "}";
+      << " alibi=" << static_cast<int>(s.alibi) << " sinks=" << s.sinks
+      << " dropout=" << s.options.dropout_p << " bhsd=" << s.bhsd << " padding=" << s.row_padding << "}";
 }
 
 std::vector<CaseSpec> for_dtypes(const std::vector<CaseSpec>& specs, const std::vector<DType>& dtypes) {
@@ -252,6 +253,14 @@ void AttentionCase::build_common(std::mt19937& engine) {
   if (s.alibi == AlibiKind::per_head) alibi = HostTensor(DType::f32, {s.heads_q});
   if (s.alibi == AlibiKind::per_batch) alibi = HostTensor(DType::f32, {B, s.heads_q});
   for (std::int64_t i = 0; i < alibi.numel(); ++i) alibi.set(i, slope(engine));
+  if (s.sinks) {
+    // Around the scores' own range, so that the sink takes a real share of each row.
+    std::uniform_real_distribution<double> sink(-1.0, 3.0);
+    sinks = HostTensor(DType::f32, {s.heads_q});
+    for (std::int64_t i = 0; i < sinks.numel(); ++i) sinks.set(i, sink(engine));
+    dsinks = HostTensor(DType::f32, {s.heads_q});
+    dsinks.poison();
+  }
   // Backward tensors: dout random on owned rows, gradients poisoned so that
   // an element the backward fails to write shows as NaN.
   const int rank_q = static_cast<int>(q.shape().size());
@@ -281,6 +290,7 @@ Args shared_args(const AttentionCase& c) {
   a.out = c.out.view();
   a.lse = c.lse.view();
   a.alibi_slopes = c.alibi.view();
+  a.sinks = c.sinks.view();
   if (s.layout == CaseLayout::varlen) {
     a.varlen.cu_seqlens_q = c.cu_seqlens_q.view();
     a.varlen.cu_seqlens_k = c.cu_seqlens_k.view();
@@ -323,6 +333,7 @@ BackwardArgs AttentionCase::backward_args() const {
   a.dq = dq.view();
   a.dk = dk.view();
   a.dv = dv.view();
+  a.dsinks = dsinks.view();
   return a;
 }
 

@@ -42,6 +42,7 @@ struct CaseSpec {
   int row_padding = 0;  // and/or with this many unused elements after every head_dim row
   bool with_lse = true;
   AlibiKind alibi = AlibiKind::none;
+  bool sinks = false;  // attention sinks [Hq] (and their gradient dsinks in the backward)
   AttentionOptions options;
   // Rows and cache slots no sequence owns hold NaN, so that reading them shows.
   bool poison_unused = true;
@@ -100,6 +101,7 @@ class AttentionCase {
   HostTensor q, k, v, out, lse;
   HostTensor dout, dq, dk, dv;
   HostTensor alibi;
+  HostTensor sinks, dsinks;  // f32 [Hq] when spec().sinks
   HostTensor cu_seqlens_q, cu_seqlens_k;
   HostTensor seqlens_k, block_table, k_new, v_new;
   std::vector<int> block_table_values;  // [B * max_pages]

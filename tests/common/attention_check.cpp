@@ -102,6 +102,30 @@ bool within(const ErrorStats& e, double max_abs_rel, double rel_l2) {
   return e.rel_l2 <= rel_l2;
 }
 
+// dsinks[h] = -sum over rows of exp(sinks[h] - lse) * dot(dout, out), in
+// float64 over the case's (rounded) out, lse and dout.
+std::vector<double> dsinks_from_inputs(const AttentionCase& c) {
+  const CaseSpec& s = c.spec();
+  std::vector<double> dsinks(s.heads_q, 0.0);
+  const bool varlen = s.layout == CaseLayout::varlen;
+  std::int64_t first_row = 0;  // varlen: packed row of the sequence's first query
+  for (int b = 0; b < c.batch(); ++b) {
+    for (int i = 0; i < c.q_len(b); ++i) {
+      for (int h = 0; h < s.heads_q; ++h) {
+        const std::int64_t row = varlen ? first_row + i : static_cast<std::int64_t>(b) * s.q_len + i;
+        const std::int64_t base = (row * s.heads_q + h) * s.head_dim;
+        double delta = 0.0;
+        for (int d = 0; d < s.head_dim; ++d) delta += c.dout.get(base + d) * c.out.get(base + d);
+        const std::int64_t lse_index = varlen ? h * c.q.shape()[0] + first_row + i
+                                              : (static_cast<std::int64_t>(b) * s.heads_q + h) * s.q_len + i;
+        dsinks[h] -= std::exp(c.sinks.get(h) - c.lse.get(lse_index)) * delta;
+      }
+    }
+    if (varlen) first_row += c.q_len(b);
+  }
+  return dsinks;
+}
+
 }  // namespace
 
 void record_error(DType dtype, const char* quantity, double value, Backend backend) {
@@ -186,6 +210,7 @@ BackwardErrors check_backward(AttentionCase& c, Runner& runner, const Tolerance&
   c.dq.poison();
   c.dk.poison();
   c.dv.poison();
+  if (!c.dsinks.empty()) c.dsinks.poison();
 
   const std::string what = std::string(backend_name(runner.backend())) + " backward";
   if (!call_ok(runner.backward(c, c.options(runner.backend())), what)) return errors;
@@ -216,6 +241,17 @@ BackwardErrors check_backward(AttentionCase& c, Runner& runner, const Tolerance&
   record_error(s.dtype, "dq rel_l2", errors.dq.rel_l2, runner.backend());
   record_error(s.dtype, "dk rel_l2", errors.dk.rel_l2, runner.backend());
   record_error(s.dtype, "dv rel_l2", errors.dv.rel_l2, runner.backend());
+  if (!c.dsinks.empty()) {
+    // A sum over every row of its head, whose terms cancel: in f16/bf16 the
+    // rounding of the given out alone moves it by more than the tolerance, so
+    // there the reference is the same sum in float64 over the inputs the
+    // backward was given (the oracle's own dsinks are checked in f32 here and
+    // by finite differences in sinks_dropout_test.cpp).
+    const std::vector<double> dsinks_ref = s.dtype == DType::f32 ? ref.dsinks : dsinks_from_inputs(c);
+    errors.dsinks = compare_zeros_where(c.dsinks, dsinks_ref, std::vector<bool>(dsinks_ref.size(), false));
+    EXPECT_TRUE(within(errors.dsinks, -1.0, tol.grad_rel_l2)) << "dsinks: " << errors.dsinks.describe();
+    record_error(s.dtype, "dsinks rel_l2", errors.dsinks.rel_l2, runner.backend());
+  }
 
   expect_unchanged(q_before, c.q, "q");
   expect_unchanged(k_before, c.k, "k");

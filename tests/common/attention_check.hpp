@@ -50,7 +50,7 @@ struct ForwardErrors {
   ErrorStats out, lse;
 };
 struct BackwardErrors {
-  ErrorStats dq, dk, dv;
+  ErrorStats dq, dk, dv, dsinks;
 };
 
 // Runs the forward and adds gtest failures for every disagreement with the
@@ -59,7 +59,8 @@ ForwardErrors check_forward(AttentionCase& c, Runner& runner, const Tolerance& t
 ForwardErrors check_forward(AttentionCase& c, Runner& runner);
 
 // Feeds the backward the oracle's forward (out rounded to the dtype, lse to
-// f32) and compares dq, dk, dv with the oracle's analytic gradients.
+// f32) and compares dq, dk, dv (and dsinks, with sinks) with the oracle's
+// analytic gradients.
 BackwardErrors check_backward(AttentionCase& c, Runner& runner, const Tolerance& tolerance);
 BackwardErrors check_backward(AttentionCase& c, Runner& runner);
 

@@ -32,6 +32,7 @@ INSTANTIATE_TEST_SUITE_P(Causal, CudaForward, ::testing::ValuesIn(matrix::causal
 INSTANTIATE_TEST_SUITE_P(Options, CudaForward, ::testing::ValuesIn(matrix::option_cases()), CaseSpecName());
 INSTANTIATE_TEST_SUITE_P(Varlen, CudaForward, ::testing::ValuesIn(matrix::varlen_cases()), CaseSpecName());
 INSTANTIATE_TEST_SUITE_P(SplitKv, CudaForward, ::testing::ValuesIn(matrix::split_kv_cases()), CaseSpecName());
+INSTANTIATE_TEST_SUITE_P(HopperTma, CudaForward, ::testing::ValuesIn(matrix::tma_cases()), CaseSpecName());
 // The compute-sanitizer subset: every forward kernel once, small shapes.
 INSTANTIATE_TEST_SUITE_P(Sanitize, CudaForward, ::testing::ValuesIn(matrix::sanitize_cases()), CaseSpecName());
 

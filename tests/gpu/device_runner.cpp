@@ -158,6 +158,8 @@ Status add_case(DeviceMirror& mirror, AttentionCase& c) {
       {&c.dk, "dk"},
       {&c.dv, "dv"},
       {&c.alibi, "alibi_slopes"},
+      {&c.sinks, "sinks"},
+      {&c.dsinks, "dsinks"},
       {&c.cu_seqlens_q, "cu_seqlens_q"},
       {&c.cu_seqlens_k, "cu_seqlens_k"},
       {&c.seqlens_k, "seqlens_k"},
@@ -177,6 +179,7 @@ Status translate_shared(const DeviceMirror& m, Args& a) {
   CUFLASH_TRY(m.translate(&a.out, "out"));
   CUFLASH_TRY(m.translate(&a.lse, "lse"));
   CUFLASH_TRY(m.translate(&a.alibi_slopes, "alibi_slopes"));
+  CUFLASH_TRY(m.translate(&a.sinks, "sinks"));
   CUFLASH_TRY(m.translate(&a.varlen.cu_seqlens_q, "varlen.cu_seqlens_q"));
   CUFLASH_TRY(m.translate(&a.varlen.cu_seqlens_k, "varlen.cu_seqlens_k"));
   CUFLASH_TRY(m.translate(&a.kv_cache.seqlens_k, "kv_cache.seqlens_k"));
@@ -194,6 +197,7 @@ Status translate_args(const DeviceMirror& m, BackwardArgs& a) {
   CUFLASH_TRY(m.translate(&a.dq, "dq"));
   CUFLASH_TRY(m.translate(&a.dk, "dk"));
   CUFLASH_TRY(m.translate(&a.dv, "dv"));
+  CUFLASH_TRY(m.translate(&a.dsinks, "dsinks"));
   return {};
 }
 
@@ -333,6 +337,7 @@ void expect_case_unchanged(const AttentionCase& before, const AttentionCase& aft
       {&AttentionCase::out, "out"},     {&AttentionCase::lse, "lse"},     {&AttentionCase::dout, "dout"},
       {&AttentionCase::dq, "dq"},       {&AttentionCase::dk, "dk"},       {&AttentionCase::dv, "dv"},
       {&AttentionCase::k_new, "k_new"}, {&AttentionCase::v_new, "v_new"}, {&AttentionCase::alibi, "alibi"},
+      {&AttentionCase::sinks, "sinks"}, {&AttentionCase::dsinks, "dsinks"},
   };
   for (const auto& [member, name] : tensors)
     EXPECT_TRUE(same_bytes(before.*member, after.*member)) << name << " was written by a call that failed";

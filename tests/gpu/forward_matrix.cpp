@@ -257,6 +257,36 @@ std::vector<CaseSpec> varlen_cases() {
           kF32));
 }
 
+// ----- Hopper's TMA kernel ------------------------------------------------
+// The shapes that reach the warp-specialized TMA forward on an H100 beyond
+// the lists above: D = 64 only takes it from 2048 keys on (tma_fwd_tile),
+// so these give it D = 64 with long keys in every layout and option, the
+// persistent walk (dense, no mask: more work items than SMs, ragged last
+// blocks) and the per-item grid (causal, window, varlen), GQA, strided
+// views, and D = 192/256 varlen. On other GPUs they are ordinary cases.
+std::vector<CaseSpec> tma_cases() {
+  std::vector<CaseSpec> cases;
+  auto add = [&](CaseSpec s) { cases.push_back(std::move(s)); };
+  CaseSpec s;
+  add(dense_case("tma_d64_q700_k2100_gqa", 700, 2100, 6, 2, 64, 2));
+  add(causal(dense_case("tma_d64_q2100_k2100_causal", 2100, 2100, 2, 1, 64, 1)));
+  s = dense_case("tma_d64_q300_k2500_window_softcap", 300, 2500, 3, 3, 64, 2);
+  s.options.window_left = 700;
+  s.options.window_right = 90;
+  s.options.softcap = 8.0f;
+  add(s);
+  s = dense_case("tma_d64_q500_k2048_bhsd_padded_alibi", 500, 2048, 4, 2, 64, 2);
+  s.bhsd = true;
+  s.row_padding = 8;
+  s.alibi = AlibiKind::per_head;
+  add(s);
+  add(dense_case("tma_d128_q1100_k1300_b3_mqa", 1100, 1300, 8, 1, 128, 3));
+  add(causal(varlen_case("tma_d64_varlen_causal", {2100, 1, 0, 700, 2300}, {2100, 5, 0, 2200, 2300}, 2, 1, 64)));
+  add(varlen_case("tma_d192_varlen", {300, 1, 129}, {500, 2049, 64}, 2, 2, 192));
+  add(causal(varlen_case("tma_d256_varlen_causal", {257, 64, 3}, {300, 64, 1000}, 2, 1, 256)));
+  return for_gpu_dtypes(cases, kHalfDtypes);
+}
+
 // ----- split-KV: few CTAs (batch x heads x query blocks) over long keys ------------
 
 std::vector<CaseSpec> split_kv_cases() {

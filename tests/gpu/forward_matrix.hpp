@@ -20,6 +20,7 @@ std::vector<CaseSpec> causal_cases();
 std::vector<CaseSpec> option_cases();
 std::vector<CaseSpec> varlen_cases();
 std::vector<CaseSpec> split_kv_cases();
+std::vector<CaseSpec> tma_cases();
 std::vector<CaseSpec> sanitize_cases();
 
 }  // namespace cuflash::test::forward_matrix

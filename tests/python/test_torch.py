@@ -161,8 +161,8 @@ def test_cpu_errors_from_torch_calls():
         cuflash.flash_attn_func(q, k, k)
     with pytest.raises(ValueError, match="float64"):
         cuflash.flash_attn_func(q.double(), q.double(), q.double())
-    with pytest.raises(NotImplementedError, match="dropout"):
-        cuflash.flash_attn_func(q, q, q, dropout_p=0.1)
+    with pytest.raises(ValueError, match="dropout_p"):
+        cuflash.flash_attn_func(q, q, q, dropout_p=1.0)
 
 
 def test_custom_ops_pass_opcheck():

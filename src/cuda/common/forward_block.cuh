@@ -25,14 +25,16 @@ struct ForwardBlock {
   ScoreRules rules;
 };
 
+// The block of grid position (x, y, z) of a (m_blocks, heads, batch x
+// splits) grid; a persistent kernel walks these positions itself.
 template <int BM, int BN>
-__device__ __forceinline__ ForwardBlock forward_block(const ForwardParams& p) {
+__device__ __forceinline__ ForwardBlock forward_block_at(const ForwardParams& p, int m_blocks, int x, int y, int z) {
   ForwardBlock f;
   // Heaviest causal blocks (the last query rows) are scheduled first.
-  const int m_block = gridDim.x - 1 - blockIdx.x;
-  f.h = blockIdx.y;
-  f.b = blockIdx.z / p.num_splits;
-  f.split = blockIdx.z % p.num_splits;
+  const int m_block = m_blocks - 1 - x;
+  f.h = y;
+  f.b = z / p.num_splits;
+  f.split = z % p.num_splits;
   f.seq = seq_bounds(p, f.b);
   f.m0 = m_block * BM;
   // No early return: one straight path keeps the caller's register
@@ -53,6 +55,11 @@ __device__ __forceinline__ ForwardBlock forward_block(const ForwardParams& p) {
     f.t_lo = first;
   }
   return f;
+}
+
+template <int BM, int BN>
+__device__ __forceinline__ ForwardBlock forward_block(const ForwardParams& p) {
+  return forward_block_at<BM, BN>(p, gridDim.x, blockIdx.x, blockIdx.y, blockIdx.z);
 }
 
 // One online-softmax step over a warp's m16 x (8 NT) tile of scores s whose

@@ -21,7 +21,9 @@
 #include "sm80/flash_fwd_tiles.hpp"
 #include "sm80/head_dims.hpp"
 #include "sm80/kernel_support.hpp"
+#include "sm90/flash_fwd_tma_launch_args.hpp"
 #include "sm90/flash_fwd_wgmma_tiles.hpp"
+#include "sm90/tma_map.hpp"
 
 namespace cuflash::detail {
 
@@ -32,27 +34,64 @@ Status launch_flash_fwd(const ForwardParams& p, cudaStream_t stream);
 namespace sm90 {
 template <typename T, int D>
 Status launch_flash_fwd_wgmma(const ForwardParams& p, cudaStream_t stream);
+template <typename T, int D>
+Status launch_flash_fwd_tma(const ForwardParams& p, const TmaForwardLaunch& launch, cudaStream_t stream);
 }  // namespace sm90
 
 namespace {
 
 constexpr int kMaxSplits = 64;
 
-// The kernel a problem runs on and its tile: the Hopper (wgmma) kernel on an
-// sm_90 device when it was built and has the head dim, else the sm80 one.
-// CUFLASH_SM90_FORWARD=0 in the environment keeps Hopper on the sm80 kernel
-// (for comparing the two; both compute the same function).
+// The kernel a problem runs on and its tile. On an sm_90 device (when the
+// sm_90a kernels were built): the warp-specialized TMA kernel where it has
+// the head dim, the tensors can be TMA-mapped and the keys are long enough
+// for it to win (sm90::tma_fwd_tile), else the cp.async wgmma kernel where
+// it has the head dim; the sm80 kernel otherwise. All compute the same
+// function. CUFLASH_SM90_FORWARD=0 in the environment keeps Hopper on the
+// sm80 kernel, CUFLASH_SM90_TMA=0 on the cp.async wgmma kernel (for
+// comparing them); both are read once per process.
+enum class ForwardKind { sm80, wgmma, tma };
+
 struct ForwardKernel {
-  bool wgmma = false;
+  ForwardKind kind = ForwardKind::sm80;
   sm80::FwdTile tile{};
 };
 
+bool env_enabled(const char* name) {
+  const char* v = std::getenv(name);
+  return v == nullptr || std::string(v) != "0";
+}
+
 bool sm90_forward_enabled() {
-  static const bool enabled = [] {
-    const char* v = std::getenv("CUFLASH_SM90_FORWARD");
-    return v == nullptr || std::string(v) != "0";
-  }();
+  static const bool enabled = env_enabled("CUFLASH_SM90_FORWARD");
   return enabled;
+}
+
+bool sm90_tma_enabled() {
+  static const bool enabled = env_enabled("CUFLASH_SM90_TMA");
+  return enabled;
+}
+
+// Rows of a q/k/v view along its sequence axis: [B, S, H, D] or [total, H, D].
+std::int64_t view_rows(const TensorView& view) { return view.shape[view.rank - 3]; }
+
+sm90::HeadRowsTensor head_rows_tensor(const Problem& problem, const TensorView& view, int heads) {
+  sm90::HeadRowsTensor t;
+  t.base = view.data;
+  t.batch = problem.layout == Layout::varlen ? 1 : problem.batch;
+  t.rows = view_rows(view);
+  t.heads = heads;
+  t.head_dim = problem.head_dim;
+  t.strides.row = view.strides[view.rank - 3];
+  t.strides.head = view.strides[view.rank - 2];
+  t.strides.batch = problem.layout == Layout::varlen ? 0 : view.strides[0];
+  return t;
+}
+
+bool tma_maps_fit(const Problem& problem) {
+  return sm90::tma_can_map(head_rows_tensor(problem, problem.q, problem.heads_q)) &&
+         sm90::tma_can_map(head_rows_tensor(problem, problem.k, problem.heads_kv)) &&
+         sm90::tma_can_map(head_rows_tensor(problem, problem.v, problem.heads_kv));
 }
 
 ForwardKernel forward_kernel(const Problem& problem) {
@@ -60,13 +99,30 @@ ForwardKernel forward_kernel(const Problem& problem) {
   k.tile = sm80::fwd_tile(problem.head_dim);
 #if defined(CUFLASH_WITH_SM90A)
   const DeviceInfo& info = device_info(problem.device.index);
+  if (!info.valid || info.major != 9 || info.minor != 0 || !sm90_forward_enabled()) return k;
+  const sm90::TmaFwdTile tma = sm90::tma_fwd_tile(problem.head_dim);
+  if (tma.block_n > 0 && sm90_tma_enabled() && problem.max_kv_len >= tma.min_keys && tma_maps_fit(problem)) {
+    k.kind = ForwardKind::tma;
+    k.tile = {64 * tma.consumers, tma.block_n, 4 * (tma.consumers + 1), false, 1};
+    return k;
+  }
   const sm90::WgmmaFwdTile hopper = sm90::wgmma_fwd_tile(problem.head_dim);
-  if (info.valid && info.major == 9 && info.minor == 0 && hopper.block_n > 0 && sm90_forward_enabled()) {
-    k.wgmma = true;
+  if (hopper.block_n > 0) {
+    k.kind = ForwardKind::wgmma;
     k.tile = {128, hopper.block_n, 8, false, hopper.min_blocks};
   }
 #endif
   return k;
+}
+
+// Whether the TMA kernel's CTAs walk the work items themselves (one per SM):
+// when every item costs the same (no causal or sliding-window mask, dense
+// rows); items of unequal cost go to the hardware's block scheduler, which
+// balances them better than a static walk.
+int persistent_ctas(const Problem& problem) {
+  const bool uniform = problem.window_left < 0 && problem.window_right < 0 && problem.layout != Layout::varlen;
+  if (!uniform || problem.head_dim > 128) return 0;
+  return device_info(problem.device.index).sm_count;
 }
 
 // Split-KV when the grid would leave SMs idle: few (batch x head x query
@@ -87,22 +143,30 @@ int choose_splits(const Problem& problem) {
 }
 
 template <typename T>
-Status launch_for_dim(const ForwardParams& p, int head_dim, bool wgmma, cudaStream_t stream) {
+Status launch_for_dim(const ForwardParams& p, const Problem& problem, ForwardKind kind, cudaStream_t stream) {
   return sm80::with_head_dim(
-      head_dim,
+      problem.head_dim,
       [&](auto d) {
         constexpr int D = decltype(d)::value;
+        if constexpr (sm90::tma_fwd_tile(D).block_n > 0) {
+          if (kind == ForwardKind::tma) {
+            const sm90::TmaForwardLaunch launch{view_rows(problem.q), view_rows(problem.k), persistent_ctas(problem)};
+            return sm90::launch_flash_fwd_tma<T, D>(p, launch, stream);
+          }
+        }
         if constexpr (sm90::wgmma_fwd_tile(D).block_n > 0) {
-          if (wgmma) return sm90::launch_flash_fwd_wgmma<T, D>(p, stream);
+          if (kind == ForwardKind::wgmma) return sm90::launch_flash_fwd_wgmma<T, D>(p, stream);
         }
         return sm80::launch_flash_fwd<T, D>(p, stream);
       },
-      [&] { return Status::unsupported("backend cuda: head_dim " + std::to_string(head_dim) + " has no kernel"); });
+      [&] {
+        return Status::unsupported("backend cuda: head_dim " + std::to_string(problem.head_dim) + " has no kernel");
+      });
 }
 
 template <typename T>
-Status run_forward(ForwardParams& p, int head_dim, bool wgmma, cudaStream_t stream) {
-  CUFLASH_TRY(launch_for_dim<T>(p, head_dim, wgmma, stream));
+Status run_forward(ForwardParams& p, const Problem& problem, ForwardKind kind, cudaStream_t stream) {
+  CUFLASH_TRY(launch_for_dim<T>(p, problem, kind, stream));
   if (p.num_splits == 1) return {};
   return launch_combine_splits<T>(p, stream);
 }
@@ -121,10 +185,10 @@ std::size_t flash_forward_workspace_bytes(const Problem& problem) {
 
 Status flash_forward(const Problem& problem, void* workspace, cudaStream_t stream) {
   ForwardParams p = make_forward_params(problem);
-  const bool wgmma = forward_kernel(problem).wgmma;
+  const ForwardKind kind = forward_kernel(problem).kind;
   place_split_partials(p, choose_splits(problem), workspace);
-  if (problem.dtype == DType::bf16) return run_forward<__nv_bfloat16>(p, problem.head_dim, wgmma, stream);
-  return run_forward<__half>(p, problem.head_dim, wgmma, stream);
+  if (problem.dtype == DType::bf16) return run_forward<__nv_bfloat16>(p, problem, kind, stream);
+  return run_forward<__half>(p, problem, kind, stream);
 }
 
 }  // namespace cuflash::detail

@@ -21,24 +21,10 @@
 #include "common/forward_block.cuh"
 #include "common/score_mask.cuh"
 #include "common/tensor_core.cuh"
+#include "sm90/sw128_tile.hpp"
 #include "sm90/wgmma.cuh"
 
 namespace cuflash::detail::sm90 {
-
-// ROWS x D tile of 2-byte elements as wgmma's 128-byte-swizzle atoms: the D
-// columns in blocks of 64 (one 128-byte row each), block-major, so each
-// block is ROWS rows of 128 bytes and every 8 rows form one 1024-byte atom.
-template <int ROWS, int D>
-struct Sw128Tile {
-  static_assert(D % 64 == 0, "columns in whole 64-element blocks");
-  static constexpr int kBlocks = D / 64;
-  static constexpr int kBlockBytes = ROWS * 128;  // one 64-column block
-  static constexpr int kBytes = kBlocks * kBlockBytes;
-  // Element offset of 16-byte chunk `chunk` (0 .. D/8-1) of row `row`.
-  __host__ __device__ static constexpr int offset(int row, int chunk) {
-    return (chunk / 8) * (kBlockBytes / 2) + row * 64 + ((chunk % 8) ^ (row % 8)) * 8;
-  }
-};
 
 template <typename T, int D_, int BN_, int Stages_, int MinBlocks_>
 struct WgmmaFwdConfig {

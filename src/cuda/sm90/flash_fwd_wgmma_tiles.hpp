@@ -27,4 +27,27 @@ constexpr WgmmaFwdTile wgmma_fwd_tile(int head_dim) {
   }
 }
 
+// The warp-specialized TMA forward (sm90/flash_fwd_tma_kernel.cuh): 64 x
+// `consumers` query rows per CTA. Measured on the H100 (docs/perf/NOTES.md,
+// "Hopper forward, TMA"): D = 64 takes three consumer warpgroups (192 rows;
+// +10-14 % over two at 4k-16k keys) but loses to the cp.async kernel's two
+// CTAs per SM below `min_keys`; D = 192 and 256 take 64-key tiles (their O
+// already holds 96-128 registers per thread).
+struct TmaFwdTile {
+  int block_n;    // keys per tile; 0: no TMA kernel for this head dim
+  int consumers;  // consumer warpgroups of 64 query rows
+  int stages;     // K/V tiles in the shared-memory ring
+  int min_keys;   // below this many keys the cp.async wgmma kernel is faster
+};
+
+constexpr TmaFwdTile tma_fwd_tile(int head_dim) {
+  switch (head_dim) {
+    case 64: return {128, 3, 2, 2048};
+    case 128: return {128, 2, 2, 0};
+    case 192: return {64, 2, 2, 0};
+    case 256: return {64, 2, 2, 0};
+    default: return {0, 0, 0, 0};
+  }
+}
+
 }  // namespace cuflash::detail::sm90

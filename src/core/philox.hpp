@@ -1,0 +1,91 @@
+// Philox4x32-10 (Salmon, Moraes, Dror, Shaw: "Parallel random numbers: as
+// easy as 1, 2, 3", SC 2011) and the dropout mask defined on it. Header-only
+// and callable from host and device code alike, so that the CPU backend, the
+// float64 oracle and (later) the CUDA kernels draw the same mask bit for bit.
+//
+// The dropout mask (docs/semantics.md, "Dropout"): for sequence b, query head
+// h (of heads_q), query row i and key j of that sequence (i, j counted from
+// the sequence's first row and key, in every layout), with the call's
+// 64-bit seed and offset:
+//   key     = (lo32(seed), hi32(seed))
+//   stream  = offset + b * heads_q + h                 (64-bit, wrapping)
+//   counter = (j / 4, i, lo32(stream), hi32(stream))   (words x0..x3)
+//   r       = philox4x32_10(counter, key)[j % 4]
+//   kept    = r >= threshold,  threshold = dropout_threshold(p)
+// A call uses the streams offset .. offset + B * heads_q - 1: a caller that
+// advances one offset between calls advances it by B * heads_q or more.
+#pragma once
+
+#include <cstdint>
+
+#if defined(__CUDACC__)
+#define CUFLASH_HOST_DEVICE __host__ __device__ __forceinline__
+#else
+#define CUFLASH_HOST_DEVICE inline
+#endif
+
+namespace cuflash::detail {
+
+struct Philox4x32 {
+  std::uint32_t word[4];
+};
+
+// One Philox4x32 block: 10 rounds of two 32x32->64 multiplies, with the key
+// bumped by the Weyl constants between rounds.
+CUFLASH_HOST_DEVICE Philox4x32 philox4x32_10(Philox4x32 counter, std::uint32_t key0, std::uint32_t key1) {
+  constexpr std::uint32_t kMultiplier0 = 0xD2511F53u;
+  constexpr std::uint32_t kMultiplier1 = 0xCD9E8D57u;
+  constexpr std::uint32_t kWeyl0 = 0x9E3779B9u;
+  constexpr std::uint32_t kWeyl1 = 0xBB67AE85u;
+  std::uint32_t x0 = counter.word[0], x1 = counter.word[1], x2 = counter.word[2], x3 = counter.word[3];
+  for (int round = 0; round < 10; ++round) {
+    const std::uint64_t product0 = static_cast<std::uint64_t>(kMultiplier0) * x0;
+    const std::uint64_t product1 = static_cast<std::uint64_t>(kMultiplier1) * x2;
+    const auto high0 = static_cast<std::uint32_t>(product0 >> 32), low0 = static_cast<std::uint32_t>(product0);
+    const auto high1 = static_cast<std::uint32_t>(product1 >> 32), low1 = static_cast<std::uint32_t>(product1);
+    x0 = high1 ^ x1 ^ key0;
+    x1 = low1;
+    x2 = high0 ^ x3 ^ key1;
+    x3 = low0;
+    key0 += kWeyl0;
+    key1 += kWeyl1;
+  }
+  return {{x0, x1, x2, x3}};
+}
+
+// An entry is kept when its 32-bit draw is >= this: floor(p * 2^32), at most
+// 2^32 - 1, computed in double (exact for every float p). Keep probability
+// 1 - threshold / 2^32, within 2^-32 of 1 - p.
+CUFLASH_HOST_DEVICE std::uint32_t dropout_threshold(float dropout_p) {
+  const double scaled = static_cast<double>(dropout_p) * 4294967296.0;
+  if (!(scaled > 0.0)) return 0u;
+  if (scaled >= 4294967295.0) return 0xFFFFFFFFu;
+  return static_cast<std::uint32_t>(scaled);
+}
+
+// The call's dropout parameters, as kernels need them.
+struct DropoutRng {
+  std::uint64_t seed = 0;
+  std::uint64_t offset = 0;
+  std::uint32_t threshold = 0;  // dropout_threshold(p); 0: nothing is dropped
+};
+
+// The four draws of keys 4 * (j / 4) .. 4 * (j / 4) + 3 of one row: a kernel
+// that walks a row four keys at a time calls this once per four keys.
+CUFLASH_HOST_DEVICE Philox4x32 dropout_draws(const DropoutRng& rng, std::int64_t batch_index, std::int64_t head,
+                                             std::int64_t heads_q, std::int64_t row, std::int64_t key) {
+  const std::uint64_t stream = rng.offset + static_cast<std::uint64_t>(batch_index * heads_q + head);
+  const Philox4x32 counter{{static_cast<std::uint32_t>(static_cast<std::uint64_t>(key) >> 2),
+                            static_cast<std::uint32_t>(row), static_cast<std::uint32_t>(stream),
+                            static_cast<std::uint32_t>(stream >> 32)}};
+  return philox4x32_10(counter, static_cast<std::uint32_t>(rng.seed), static_cast<std::uint32_t>(rng.seed >> 32));
+}
+
+// Whether entry (b, h, i, j) of the probabilities is kept (not dropped).
+CUFLASH_HOST_DEVICE bool dropout_keeps(const DropoutRng& rng, std::int64_t batch_index, std::int64_t head,
+                                       std::int64_t heads_q, std::int64_t row, std::int64_t key) {
+  if (rng.threshold == 0u) return true;
+  return dropout_draws(rng, batch_index, head, heads_q, row, key).word[key & 3] >= rng.threshold;
+}
+
+}  // namespace cuflash::detail

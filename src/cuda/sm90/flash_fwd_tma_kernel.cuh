@@ -1,0 +1,369 @@
+// FlashAttention forward on Hopper, warp-specialized: TMA loads by a
+// producer warp, wgmma by consumer warpgroups, mbarriers between them.
+//
+// A CTA is one producer warpgroup and `Consumers` consumer warpgroups of 64
+// query rows each (BM = 64 x Consumers rows of one (batch, head)). One
+// thread of the producer issues TMA loads: Q once, then K_j and V_j of every
+// key tile into a ring of `Stages` shared-memory stages, each guarded by a
+// "full" mbarrier (the TMA unit's bytes have landed) and an "empty" one
+// (every consumer thread is done reading). The producer warpgroup gives its
+// registers to the consumers (setmaxnreg), which hold S and O.
+//
+// Each consumer warpgroup runs the schedule of the cp.async wgmma kernel
+// (flash_fwd_wgmma_kernel.cuh): iteration j issues S_j = Q K_j^T and
+// O += P_{j-1} V_{j-1} together, computes P_j while P_{j-1} V_{j-1} runs,
+// then rescales O. Across warpgroups the GEMM issues take turns (ping-pong,
+// named barriers): consumer c issues its pair, then hands the turn to
+// consumer c + 1, so one warpgroup's softmax runs while the other's GEMMs
+// keep the tensor cores busy. No __syncthreads after the prologue: a slow
+// warpgroup never stalls the loads, only the stage it still reads.
+#pragma once
+
+#include <cuda.h>
+
+#include <cmath>
+#include <cstdint>
+
+#include "common/attention_params.hpp"
+#include "common/forward_block.cuh"
+#include "common/score_mask.cuh"
+#include "common/tensor_core.cuh"
+#include "sm90/mbarrier.cuh"
+#include "sm90/sw128_tile.hpp"
+#include "sm90/tma_load.cuh"
+#include "sm90/warpgroup.cuh"
+#include "sm90/wgmma.cuh"
+
+namespace cuflash::detail::sm90 {
+
+// What the kernel reads: the call's parameters and one TMA map per input.
+struct TmaForwardParams {
+  ForwardParams p;
+  CUtensorMap q, k, v;
+  int m_blocks = 0;    // query blocks of BM rows per (batch, head, split)
+  int work_items = 0;  // m_blocks x heads x batch x splits
+};
+
+template <typename T, int D_, int BN_, int Consumers_, int Stages_>
+struct TmaFwdConfig {
+  using Element = T;
+  static constexpr int D = D_, BN = BN_, Consumers = Consumers_, Stages = Stages_;
+  static constexpr int BM = 64 * Consumers;
+  static constexpr int kThreads = 128 * (Consumers + 1);
+  // Registers per thread after the hand-over: 128 x (producer + consumers)
+  // must fit the SM's 64 K.
+  static constexpr int ProducerRegs = Consumers == 2 ? 24 : 32;
+  static constexpr int ConsumerRegs = Consumers == 2 ? 240 : 160;
+  static_assert(128 * (ProducerRegs + Consumers * ConsumerRegs) <= 65536);
+  static constexpr int NT = BN / 8;   // n8 column blocks of S per warp
+  static constexpr int DT = D / 8;    // n8 column blocks of O per warp
+  static constexpr int KQ = D / 16;   // k-steps of Q K^T
+  static constexpr int KP = BN / 16;  // k-steps of P V
+  using QTile = Sw128Tile<BM, D>;
+  using KVTile = Sw128Tile<BN, D>;
+  static constexpr int kStageBytes = 2 * KVTile::kBytes;  // K, then V
+  static constexpr int kStagesOffset = QTile::kBytes;
+  static constexpr int kBarrierOffset = kStagesOffset + Stages * kStageBytes;
+  static constexpr int kBarriers = 3 + 4 * Stages;  // q_full, q_empty, k/v_full, k/v_empty, v_landed
+  // 1 KiB of slack to align the base to a swizzle atom.
+  static constexpr int kSmemBytes = kBarrierOffset + 8 * kBarriers + 1024;
+  static_assert(BN % 64 == 0 && BN <= 256, "S is one wgmma of N = BN");
+  static_assert(BM <= 256 && BN <= 256, "one TMA box per 64-column block");
+  static_assert(kSmemBytes <= 227 * 1024, "shared memory per SM");
+  // Named barriers 1 .. Consumers: consumer c may issue its GEMMs.
+  static constexpr int kTurnBarrier0 = 1;
+};
+
+// The consumers' share of one work item: O and the row statistics of a
+// warpgroup's 64 rows, computed over the item's key tiles. `kv_count`
+// counts the key tiles this CTA consumed before (stage and phase of the
+// ring); `turns` hands the GEMM issue from consumer to consumer.
+template <class C, bool Transformed>
+__device__ __forceinline__ void consume_item(const ForwardParams& p, const ForwardBlock& f, int n_tiles,
+                                             std::uint32_t kv_count, const typename C::Element* sQ,
+                                             unsigned char* stage0, std::uint64_t* k_full, std::uint64_t* v_full,
+                                             std::uint64_t* k_empty, std::uint64_t* v_empty, int cw, int my_turn,
+                                             int next_turn, float (&o)[C::DT][4], float (&row_max)[2],
+                                             float (&row_sum)[2], float mult) {
+  using T = typename C::Element;
+  using sm80::pack2;
+  const ScoreRules& rules = f.rules;
+  const int tid = threadIdx.x, warp = (tid / 32) % 4, lane = tid % 32;
+  const int g = lane / 4, t4 = lane % 4;
+  const int warp_row0 = cw * 64 + warp * 16;
+  const std::uint64_t q_desc = sw128_desc(sQ + cw * 64 * 64, 16, 1024);
+  const std::uint64_t k_desc = sw128_desc(stage0, 16, 1024);
+  const std::uint64_t v_desc = sw128_desc(stage0 + C::KVTile::kBytes, C::KVTile::kBlockBytes, 1024);
+
+  std::uint32_t pa[C::KP][4];  // P_{j-1}, the A operand of the pending P V
+  float correction[2] = {1.0f, 1.0f};
+  for (int j = 0; j < n_tiles; ++j) {
+    const int n0 = (f.t_hi - 1 - j) * C::BN;
+    const std::uint32_t t = kv_count + j;  // this tile in the CTA's ring
+    const int st = t % C::Stages, prev = (t + C::Stages - 1) % C::Stages;
+    mbarrier_wait(&k_full[st], (t / C::Stages) & 1);
+    if (j > 0) mbarrier_wait(&v_full[prev], ((t - 1) / C::Stages) & 1);
+
+    float s[C::NT][4];
+    named_barrier_sync(my_turn, 256);
+    wgmma_fence();
+#pragma unroll
+    for (int ks = 0; ks < C::KQ; ++ks) {
+      const std::uint32_t step = (ks % 4) * 32;
+      wgmma_ss<T, C::BN>(s, desc_advance(q_desc, (ks / 4) * C::QTile::kBlockBytes + step),
+                         desc_advance(k_desc, st * C::kStageBytes + (ks / 4) * C::KVTile::kBlockBytes + step),
+                         ks > 0);
+    }
+    wgmma_commit();
+    // (The hand-over sits in each branch: one shared copy after the branch
+    // made ptxas serialize the wgmmas.)
+    if (j > 0) {
+#pragma unroll
+      for (int kk = 0; kk < C::KP; ++kk)
+        wgmma_rs<T, C::D, true>(o, pa[kk], desc_advance(v_desc, prev * C::kStageBytes + kk * 16 * 128), true);
+      wgmma_commit();
+      named_barrier_arrive(next_turn, 256);
+      wgmma_wait<1>();
+    } else {
+      named_barrier_arrive(next_turn, 256);
+      wgmma_wait<0>();
+    }
+    fence_accumulators(s);
+    mbarrier_arrive(&k_empty[st]);  // K_j read
+
+    const bool masked = !rules.tile_unmasked(f.m0, f.rows, n0, C::BN);
+    online_softmax_m16<C::NT, Transformed>(s, row_max, row_sum, correction, rules, f.m0 + warp_row0 + g, n0, masked,
+                                           t4, mult);
+    // P_{j-1} V_{j-1} done: V_{j-1}'s stage, its A registers and O are free.
+    wgmma_wait<0>();
+    fence_accumulators(o);
+    if (j > 0) mbarrier_arrive(&v_empty[prev]);
+#pragma unroll
+    for (int kk = 0; kk < C::KP; ++kk) {
+      pa[kk][0] = pack2<T>(s[2 * kk][0], s[2 * kk][1]);
+      pa[kk][1] = pack2<T>(s[2 * kk][2], s[2 * kk][3]);
+      pa[kk][2] = pack2<T>(s[2 * kk + 1][0], s[2 * kk + 1][1]);
+      pa[kk][3] = pack2<T>(s[2 * kk + 1][2], s[2 * kk + 1][3]);
+    }
+#pragma unroll
+    for (int dt = 0; dt < C::DT; ++dt) {
+      o[dt][0] *= correction[0];
+      o[dt][1] *= correction[0];
+      o[dt][2] *= correction[1];
+      o[dt][3] *= correction[1];
+    }
+  }
+  if (n_tiles == 0) return;
+  // The last P V.
+  const std::uint32_t t = kv_count + n_tiles - 1;
+  const int last = t % C::Stages;
+  mbarrier_wait(&v_full[last], (t / C::Stages) & 1);
+  named_barrier_sync(my_turn, 256);
+  wgmma_fence();
+#pragma unroll
+  for (int kk = 0; kk < C::KP; ++kk)
+    wgmma_rs<T, C::D, true>(o, pa[kk], desc_advance(v_desc, last * C::kStageBytes + kk * 16 * 128), true);
+  wgmma_commit();
+  named_barrier_arrive(next_turn, 256);
+  wgmma_wait<0>();
+  fence_accumulators(o);
+  mbarrier_arrive(&v_empty[last]);
+}
+
+// Persistent: gridDim.x CTAs (at most one per SM) walk the work items
+// blockIdx.x, blockIdx.x + gridDim.x, ... of the (m_blocks, heads, batch x
+// splits) grid in launch order (query blocks of one head together, so its
+// K/V stays in L2; within a head the heaviest causal blocks first). The
+// producer runs ahead into the next item while the consumers finish the
+// current one (its last GEMMs, the epilogue).
+template <class C, bool Transformed>
+__global__ void __launch_bounds__(C::kThreads, 1) flash_fwd_tma_kernel(const __grid_constant__ TmaForwardParams tp) {
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900 && defined(__CUDA_ARCH_FEAT_SM90_ALL)
+  using T = typename C::Element;
+  using sm80::pack2;
+  const ForwardParams& p = tp.p;
+  extern __shared__ unsigned char smem_raw[];
+  // wgmma's and TMA's swizzle is a function of the address: atoms must be
+  // 1 KiB aligned.
+  unsigned char* smem_base = smem_raw + ((1024 - (smem_address(smem_raw) & 1023)) & 1023);
+  T* sQ = reinterpret_cast<T*>(smem_base);
+  unsigned char* stage0 = smem_base + C::kStagesOffset;
+  auto sK = [&](int st) { return reinterpret_cast<T*>(stage0 + st * C::kStageBytes); };
+  auto sV = [&](int st) { return reinterpret_cast<T*>(stage0 + st * C::kStageBytes + C::KVTile::kBytes); };
+  std::uint64_t* q_full = reinterpret_cast<std::uint64_t*>(smem_base + C::kBarrierOffset);
+  std::uint64_t* q_empty = q_full + 1;
+  std::uint64_t* k_full = q_empty + 1;
+  std::uint64_t* v_full = k_full + C::Stages;
+  std::uint64_t* k_empty = v_full + C::Stages;
+  std::uint64_t* v_empty = k_empty + C::Stages;
+  std::uint64_t* v_landed = v_empty + C::Stages;  // a varlen tail's V, before its zeroing
+
+  const int tid = threadIdx.x, wg = tid / 128;
+  if (tid == 0) {
+    mbarrier_init(q_full, 1);
+    mbarrier_init(q_empty, 128 * C::Consumers);
+    mbarrier_init(v_landed, 1);
+#pragma unroll
+    for (int st = 0; st < C::Stages; ++st) {
+      mbarrier_init(&k_full[st], 1);
+      mbarrier_init(&v_full[st], 1);
+      mbarrier_init(&k_empty[st], 128 * C::Consumers);
+      mbarrier_init(&v_empty[st], 128 * C::Consumers);
+    }
+    mbarrier_init_fence();
+  }
+  __syncthreads();
+
+  const int grid_y = p.heads_q;
+  auto block_of = [&](int w) {
+    return forward_block_at<C::BM, C::BN>(p, tp.m_blocks, w % tp.m_blocks, (w / tp.m_blocks) % grid_y,
+                                          w / (tp.m_blocks * grid_y));
+  };
+  // Varlen tensors are mapped as one batch of packed rows.
+  const bool varlen = p.cu_seqlens_q != nullptr;
+
+  if (wg == 0) {
+    // Producer: lane 0 of warp 0 issues every load; the rest of warp 0
+    // helps with varlen tails; the other warps only give their registers
+    // back.
+    warpgroup_registers_decrease<C::ProducerRegs>();
+    if (tid >= 32) return;
+    const bool leader = tid == 0;
+    if (leader) {
+      tma_prefetch_map(&tp.q);
+      tma_prefetch_map(&tp.k);
+      tma_prefetch_map(&tp.v);
+    }
+    std::uint32_t items = 0, kv_count = 0, tails = 0;
+    for (int w = blockIdx.x; w < tp.work_items; w += gridDim.x) {
+      const ForwardBlock f = block_of(w);
+      if (!f.active) continue;
+      const int batch_coord = varlen ? 0 : f.b;
+      const int n_tiles = max(f.t_hi - f.t_lo, 0);
+      if (leader) {
+        // Q waits until the consumers have finished the previous item's
+        // epilogue (which stages O in sQ).
+        mbarrier_wait(q_empty, (items & 1) ^ 1);
+        mbarrier_arrive_expect_tx(q_full, C::QTile::kBytes);
+#pragma unroll
+        for (int c = 0; c < C::QTile::kBlocks; ++c)
+          tma_load_4d(sQ + c * (C::QTile::kBlockBytes / 2), &tp.q, q_full, c * 64, f.seq.q_start + f.m0, f.h,
+                      batch_coord);
+      }
+      for (int j = 0; j < n_tiles; ++j, ++kv_count) {
+        const int st = kv_count % C::Stages;
+        const std::uint32_t phase = (kv_count / C::Stages) & 1;
+        const int tile_key0 = (f.t_hi - 1 - j) * C::BN;  // within the sequence
+        const int key0 = f.seq.k_start + tile_key0;
+        // A varlen tile that runs past the sequence's keys reads the next
+        // sequence's rows (or rows no sequence owns): their scores are
+        // masked, but P = 0 times a non-finite V is NaN, so those V rows
+        // are zeroed before the consumers see the tile. (Dense tensors end
+        // at the sequence: TMA fills the rows past it with zeros.)
+        const int tail_row = f.seq.k_len - tile_key0;
+        const bool tail = varlen && tail_row < C::BN;
+        if (leader) {
+          mbarrier_wait(&k_empty[st], phase ^ 1);
+          mbarrier_arrive_expect_tx(&k_full[st], C::KVTile::kBytes);
+#pragma unroll
+          for (int c = 0; c < C::KVTile::kBlocks; ++c)
+            tma_load_4d(sK(st) + c * (C::KVTile::kBlockBytes / 2), &tp.k, &k_full[st], c * 64, key0, f.hk,
+                        batch_coord);
+          mbarrier_wait(&v_empty[st], phase ^ 1);
+          std::uint64_t* v_bar = tail ? v_landed : &v_full[st];
+          mbarrier_arrive_expect_tx(v_bar, C::KVTile::kBytes);
+#pragma unroll
+          for (int c = 0; c < C::KVTile::kBlocks; ++c)
+            tma_load_4d(sV(st) + c * (C::KVTile::kBlockBytes / 2), &tp.v, v_bar, c * 64, key0, f.hk, batch_coord);
+        }
+        if (tail) {
+          mbarrier_wait(v_landed, tails & 1);
+          ++tails;
+          constexpr int kChunksPerRow = C::D / 8;
+          const uint4 zero = make_uint4(0, 0, 0, 0);
+          for (int idx = tid; idx < (C::BN - tail_row) * kChunksPerRow; idx += 32)
+            *reinterpret_cast<uint4*>(sV(st) + C::KVTile::offset(tail_row + idx / kChunksPerRow,
+                                                                 idx % kChunksPerRow)) = zero;
+          // The zeros are generic-proxy writes that wgmma reads through the
+          // async proxy; then the warp's writes before lane 0's arrival.
+          fence_proxy_async_shared();
+          __syncwarp();
+          if (leader) mbarrier_arrive(&v_full[st]);
+        }
+      }
+      ++items;
+    }
+    return;
+  }
+
+  warpgroup_registers_increase<C::ConsumerRegs>();
+  const int cw = wg - 1;  // consumer index: rows [64 cw, 64 cw + 64) of a block
+  const int warp = (tid / 32) % 4, lane = tid % 32;
+  const int g = lane / 4, t4 = lane % 4;
+  const int warp_row0 = cw * 64 + warp * 16;  // within the block
+  // Turn-taking: consumer c waits on barrier c, then passes to c + 1 (mod
+  // Consumers). The last consumer opens consumer 0's first turn here, and
+  // consumer 0 takes the last consumer's final hand-over at the end, so
+  // every arrival has its sync.
+  const int my_turn = C::kTurnBarrier0 + cw, next_turn = C::kTurnBarrier0 + (cw + 1) % C::Consumers;
+  if (cw == C::Consumers - 1) named_barrier_arrive(C::kTurnBarrier0, 256);
+
+  std::uint32_t items = 0, kv_count = 0;
+  for (int w = blockIdx.x; w < tp.work_items; w += gridDim.x) {
+    const ForwardBlock f = block_of(w);
+    if (!f.active) continue;
+    const int n_tiles = max(f.t_hi - f.t_lo, 0);
+    const float mult = Transformed ? 1.0f : f.rules.scale_log2;
+    float o[C::DT][4];
+    float row_max[2] = {-INFINITY, -INFINITY}, row_sum[2] = {0.0f, 0.0f};
+#pragma unroll
+    for (int dt = 0; dt < C::DT; ++dt)
+#pragma unroll
+      for (int e = 0; e < 4; ++e) o[dt][e] = 0.0f;
+    // Wait for Q even when there is no key tile: the epilogue stages O in
+    // sQ, and the TMA write must not land after it.
+    mbarrier_wait(q_full, items & 1);
+    consume_item<C, Transformed>(p, f, n_tiles, kv_count, sQ, stage0, k_full, v_full, k_empty, v_empty, cw, my_turn,
+                                 next_turn, o, row_max, row_sum, mult);
+    kv_count += n_tiles;
+
+    // Epilogue: normalize, write out (or this split's partial) and lse.
+    float inv_sum[2];
+    finish_rows_m16(p, f, row_max, row_sum, mult, f.m0 + warp_row0 + g, t4, inv_sum);
+    if (p.num_splits > 1) {
+      write_partial_m16<C::D>(p, f, o, inv_sum, f.m0 + warp_row0 + g, t4);
+    } else {
+      // O goes through this warp's own 16 rows of sQ (every GEMM that read
+      // them has completed), swizzled as Q was, so both the fragment writes
+      // and the 16-byte row reads are free of bank conflicts; then whole
+      // row chunks to global memory.
+#pragma unroll
+      for (int half = 0; half < 2; ++half) {
+        const int r = warp_row0 + g + half * 8;
+#pragma unroll
+        for (int dt = 0; dt < C::DT; ++dt)
+          *reinterpret_cast<std::uint32_t*>(sQ + C::QTile::offset(r, dt) + 2 * t4) =
+              pack2<T>(o[dt][half * 2] * inv_sum[half], o[dt][half * 2 + 1] * inv_sum[half]);
+      }
+      __syncwarp();
+      T* out_base = static_cast<T*>(p.out) + row_offset(p.out_strides, f.b, f.seq.q_start, 0, f.h);
+      constexpr int kChunksPerRow = C::D / 8;
+#pragma unroll
+      for (int idx = lane; idx < 16 * kChunksPerRow; idx += 32) {
+        const int r = idx / kChunksPerRow, c = idx % kChunksPerRow;
+        const int i = f.m0 + warp_row0 + r;
+        if (i < f.seq.q_len)
+          *reinterpret_cast<uint4*>(out_base + static_cast<std::int64_t>(i) * p.out_strides.row + c * 8) =
+              *reinterpret_cast<const uint4*>(sQ + C::QTile::offset(warp_row0 + r, c));
+      }
+      __syncwarp();
+    }
+    // sQ (Q and the staged O) is free for the next item's Q.
+    mbarrier_arrive(q_empty);
+    ++items;
+  }
+  if (cw == 0) named_barrier_sync(C::kTurnBarrier0, 256);
+#endif
+}
+
+}  // namespace cuflash::detail::sm90

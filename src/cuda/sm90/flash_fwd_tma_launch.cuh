@@ -1,0 +1,57 @@
+// Launch of the warp-specialized TMA forward for one (element type, head
+// dim); explicitly instantiated once per pair in src/cuda/inst/.
+#pragma once
+
+#include <cuda_runtime_api.h>
+
+#include <algorithm>
+
+#include "common/cuda_check.hpp"
+#include "common/kernel_attributes.hpp"
+#include "sm90/flash_fwd_tma_kernel.cuh"
+#include "sm90/flash_fwd_tma_launch_args.hpp"
+#include "sm90/flash_fwd_wgmma_tiles.hpp"
+#include "sm90/tma_map.hpp"
+
+namespace cuflash::detail::sm90 {
+
+template <class C, bool Transformed>
+Status launch_tma_config(const ForwardParams& p, const TmaForwardLaunch& launch, cudaStream_t stream) {
+  TmaForwardParams tp;
+  tp.p = p;
+  const bool varlen = p.cu_seqlens_q != nullptr;
+  auto tensor = [&](const void* base, const RowStrides& strides, std::int64_t rows, int heads) {
+    HeadRowsTensor t;
+    t.base = base;
+    t.batch = varlen ? 1 : p.batch;
+    t.rows = rows;
+    t.heads = heads;
+    t.head_dim = C::D;
+    t.strides = strides;
+    return t;
+  };
+  CUFLASH_TRY(encode_head_rows_map(&tp.q, tensor(p.q, p.q_strides, launch.q_rows, p.heads_q), C::BM, "q"));
+  CUFLASH_TRY(encode_head_rows_map(&tp.k, tensor(p.k, p.k_strides, launch.kv_rows, p.heads_kv), C::BN, "k"));
+  CUFLASH_TRY(encode_head_rows_map(&tp.v, tensor(p.v, p.v_strides, launch.kv_rows, p.heads_kv), C::BN, "v"));
+  tp.m_blocks = (p.max_q_len + C::BM - 1) / C::BM;
+  tp.work_items = tp.m_blocks * p.heads_q * p.batch * p.num_splits;
+  auto kernel = flash_fwd_tma_kernel<C, Transformed>;
+  CUFLASH_TRY(allow_dynamic_smem(kernel, C::kSmemBytes, "flash_fwd_tma_kernel"));
+  const int ctas = launch.persistent_ctas > 0 ? std::min(tp.work_items, launch.persistent_ctas) : tp.work_items;
+  kernel<<<ctas, C::kThreads, C::kSmemBytes, stream>>>(tp);
+  return launch_status("flash_fwd_tma_kernel");
+}
+
+template <typename T, int D>
+Status launch_flash_fwd_tma(const ForwardParams& p, const TmaForwardLaunch& launch, cudaStream_t stream) {
+  constexpr TmaFwdTile tile = tma_fwd_tile(D);
+  static_assert(tile.block_n > 0, "no TMA forward for this head dim");
+  using C = TmaFwdConfig<T, D, tile.block_n, tile.consumers, tile.stages>;
+  // Softcap/ALiBi scores need more registers than three consumer warpgroups
+  // have (160 each: 460 bytes of spills at D = 64); they take two.
+  using CT = TmaFwdConfig<T, D, tile.block_n, tile.consumers == 3 ? 2 : tile.consumers, tile.stages>;
+  if (p.softcap > 0.0f || p.alibi_slopes != nullptr) return launch_tma_config<CT, true>(p, launch, stream);
+  return launch_tma_config<C, false>(p, launch, stream);
+}
+
+}  // namespace cuflash::detail::sm90

@@ -1,0 +1,23 @@
+// The shared-memory layout of a ROWS x D tile of 2-byte elements that
+// wgmma's 128-byte-swizzle descriptors read (wgmma.cuh: sw128_desc) and a
+// 128-byte-swizzled TMA box writes (tma_map.hpp): the D columns in blocks of
+// 64 (one 128-byte row each), block-major, so each block is ROWS rows of 128
+// bytes and every 8 rows form one 1024-byte atom; 16-byte chunk c of row r
+// sits at chunk c ^ (r % 8) of its row.
+#pragma once
+
+namespace cuflash::detail::sm90 {
+
+template <int ROWS, int D>
+struct Sw128Tile {
+  static_assert(D % 64 == 0, "columns in whole 64-element blocks");
+  static constexpr int kBlocks = D / 64;
+  static constexpr int kBlockBytes = ROWS * 128;  // one 64-column block
+  static constexpr int kBytes = kBlocks * kBlockBytes;
+  // Element offset of 16-byte chunk `chunk` (0 .. D/8-1) of row `row`.
+  __host__ __device__ static constexpr int offset(int row, int chunk) {
+    return (chunk / 8) * (kBlockBytes / 2) + row * 64 + ((chunk % 8) ^ (row % 8)) * 8;
+  }
+};
+
+}  // namespace cuflash::detail::sm90
