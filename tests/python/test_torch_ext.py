@@ -160,6 +160,97 @@ def test_ops_pass_opcheck():
     packed = [x[0].clone().requires_grad_() for x in (q, k[:, :16], v[:, :16])]
     torch.library.opcheck(torch.ops.cuflash.fwd.default,
                           (*packed, None, cu, cu, 9, 9, None, None, 0.5, True, -1, -1, 0.0, True, True, "cpu"))
+    # Sinks (differentiable) and dropout with its (seed, offset) tensor; sinks in a KV-cache append.
+    sinks = torch.randn(4, requires_grad=True)
+    rng = torch.tensor([-3, 5], dtype=torch.int64)
+    torch.library.opcheck(torch.ops.cuflash.fwd.default,
+                          (*packed, None, cu, cu, 9, 9, None, None, None, True, -1, -1, 0.0, False, True, "cpu",
+                           sinks, 0.3, rng))
+    torch.library.opcheck(torch.ops.cuflash.fwd_kvcache.default,
+                          (q, k_cache, v_cache, k_new, v_new, seqlens, None, None, None, True, -1, -1, 0.0, True,
+                           "auto", sinks.detach()))
+
+
+@ext
+def test_cpp_node_sinks_and_dropout_equal_the_python_path():
+    """Sinks (with their gradient) and dropout through the C++ node: out, lse, dq, dk, dv and dsinks
+    equal to the Python autograd.Function's, dense and varlen, the backward redrawing the same mask."""
+    gen = torch.Generator().manual_seed(11)
+    q, k, v = make_inputs("cpu", torch.float32, seqlen_q=19, seqlen_k=23, head_dim=32, seed=4)
+    sinks = torch.randn(4, generator=gen).requires_grad_()
+    cu = torch.tensor([0, 9, 9, 26], dtype=torch.int32)
+    packed = [torch.randn(26, h, 32, generator=gen).requires_grad_() for h in (4, 2, 2)]
+    varlen = dict(cu_seqlens_q=cu, cu_seqlens_k=cu, max_seqlen_q=17, max_seqlen_k=17)
+    dropout_key = key(causal=True) + (0.25,)
+    for inputs, extras, options in (((q, k, v), {}, dropout_key), ((q, k, v), {}, key(softcap=2.0)),
+                                    (packed, varlen, dropout_key)):
+        results = []
+        for call in (_torch_ext.attention_eager, python_path):
+            qq, kk, vv, ss = fresh(*inputs, sinks)
+            out, lse = call(qq, kk, vv, options, sinks=ss, rng=(2**64 - 5, 17), **extras)
+            out.backward(torch.ones_like(out))
+            results.append((out.detach(), lse, qq.grad, kk.grad, vv.grad, ss.grad, type(out.grad_fn).__name__))
+        ext_result, python_result = results
+        assert ext_result[6] == "CppFunction" and python_result[6] != "CppFunction"
+        for a, b in zip(ext_result[:6], python_result[:6]):
+            assert a is not None and torch.equal(a, b)
+    # Sinks alone asking for a gradient make a node too; dsinks only then.
+    qq, kk, vv = (x.detach() for x in (q, k, v))
+    out, lse = _torch_ext.attention_eager(qq, kk, vv, key(), sinks=sinks.detach().requires_grad_())
+    assert type(out.grad_fn).__name__ == "CppFunction"
+    grads = _torch_ext.backward(torch.ones_like(out), qq, kk, vv, out.detach(), lse, key(), sinks=sinks.detach())
+    assert len(grads) == 3
+
+
+PARITY = """
+import sys, torch, cuflash
+torch.manual_seed(7)
+q, k, v = (torch.randn(2, 13, h, 32, requires_grad=True) for h in (4, 2, 2))
+sinks = torch.randn(4, requires_grad=True)
+results = {}
+out, lse, probs = cuflash.flash_attn_func(q, k, v, dropout_p=0.3, causal=True, return_attn_probs=True, sinks=sinks)
+results["probs"] = (out.detach(), lse, probs)
+out = cuflash.flash_attn_func(q, k, v, dropout_p=0.2, softcap=3.0, learnable_sink=sinks)
+out.sum().backward()
+results["dropout_sinks"] = (out.detach(), q.grad, k.grad, v.grad, sinks.grad)
+out = cuflash.attention(q, k, v, dropout_p=0.4, dropout_seed=2**64 - 3, dropout_offset=5)
+results["explicit_seed"] = (out,)
+grads = cuflash.attention_backward(torch.ones_like(out), q, k, v, out, cuflash.attention(
+    q, k, v, dropout_p=0.4, dropout_seed=2**64 - 3, dropout_offset=5, return_lse=True)[1], sinks=sinks,
+    dropout_p=0.4, dropout_seed=2**64 - 3, dropout_offset=5)
+results["backward"] = grads
+k_cache, v_cache = torch.randn(2, 16, 2, 32), torch.randn(2, 16, 2, 32)
+out, lse = cuflash.flash_attn_with_kvcache(q[:, :1].detach(), k_cache, v_cache, torch.randn(2, 1, 2, 32),
+                                           torch.randn(2, 1, 2, 32), cache_seqlens=torch.tensor([3, 9],
+                                           dtype=torch.int32), sinks=sinks, return_softmax_lse=True)
+results["kvcache"] = (out, lse, k_cache)
+compiled = torch.compile(lambda q, k, v, s: cuflash.flash_attn_func(q, k, v, dropout_p=0.3, sinks=s),
+                         backend="aot_eager", fullgraph=True)
+torch.manual_seed(9)
+q.grad = k.grad = v.grad = sinks.grad = None
+out = compiled(q, k, v, sinks)
+out.sum().backward()
+results["compiled"] = (out.detach(), q.grad, k.grad, v.grad, sinks.grad)
+torch.save({name: [t.detach() for t in ts] for name, ts in results.items()}, sys.argv[1] if len(sys.argv) > 1 else "")
+print("loaded", cuflash._torch_ext.LOADED)
+"""
+
+
+@ext
+def test_sinks_dropout_and_attn_probs_are_the_same_without_the_extension(tmp_path):
+    """The public calls with sinks, dropout (seeds from torch's generator or given), return_attn_probs,
+    their gradients, a KV-cache append with sinks and a compiled call: identical results in a process
+    with the C++ operators and in one without (CUFLASH_TORCH_EXT=0)."""
+    saved = {}
+    for setting in ("1", "0"):
+        path = tmp_path / f"results_{setting}.pt"
+        code = PARITY.replace('sys.argv[1] if len(sys.argv) > 1 else ""', repr(str(path)))
+        assert f"loaded {setting == '1'}" in run_python(code, setting)
+        saved[setting] = torch.load(path)
+    assert saved["1"].keys() == saved["0"].keys()
+    for name in saved["1"]:
+        for a, b in zip(saved["1"][name], saved["0"][name], strict=True):
+            assert torch.equal(a, b), name
 
 
 # ---- torch.compile -------------------------------------------------------------------------
