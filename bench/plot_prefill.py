@@ -150,7 +150,7 @@ def render_markdown(rows: list[dict], png_name: str | None = "prefill.png") -> s
         "",
         "Written by `bench/prefill.py` (see [bench/README.md](../../bench/README.md)); all backends in one run. "
         f"FlashAttention papers' shapes: 16k tokens per batch (B = 16384/S), hidden 2048 (D=64: 32 heads, "
-        f"D=128: 16 heads), {dtype}, random normal inputs in [B, S, H, D] memory "
+        f"D=128: 16 heads, D=256: 8 heads), {dtype}, random normal inputs in [B, S, H, D] memory "
         + ("(PyTorch gets the same memory as a [B, H, S, D] view)" if layout == "bshd"
            else "(PyTorch gets contiguous [B, H, S, D] tensors)")
         + ". TFLOP/s = 4·B·H·S²·D (halved when causal, ×3.5 for forward+backward) / median time; "
