@@ -110,6 +110,33 @@ __device__ __forceinline__ void online_softmax_m16(float (&s)[NT][4], float (&ro
   }
 }
 
+// A warp's m16 tile of P (the scores after online_softmax_m16), rounded
+// to T, as the m16k16 A fragments of P V: the accumulator layout of two n8
+// blocks is the A fragment of one k16 step.
+template <typename T, int KP>
+__device__ __forceinline__ void p_fragments_m16(const float (&s)[2 * KP][4], std::uint32_t (&pa)[KP][4]) {
+#pragma unroll
+  for (int kk = 0; kk < KP; ++kk) {
+    pa[kk][0] = sm80::pack2<T>(s[2 * kk][0], s[2 * kk][1]);
+    pa[kk][1] = sm80::pack2<T>(s[2 * kk][2], s[2 * kk][3]);
+    pa[kk][2] = sm80::pack2<T>(s[2 * kk + 1][0], s[2 * kk + 1][1]);
+    pa[kk][3] = sm80::pack2<T>(s[2 * kk + 1][2], s[2 * kk + 1][3]);
+  }
+}
+
+// O of a warp's m16 rows scaled by their online-softmax corrections
+// (correction[0]: row g, correction[1]: row g + 8).
+template <int DT>
+__device__ __forceinline__ void rescale_rows_m16(float (&o)[DT][4], const float (&correction)[2]) {
+#pragma unroll
+  for (int dt = 0; dt < DT; ++dt) {
+    o[dt][0] *= correction[0];
+    o[dt][1] *= correction[0];
+    o[dt][2] *= correction[1];
+    o[dt][3] *= correction[1];
+  }
+}
+
 // Offset of this (split, batch, head)'s row 0 in the split-KV partials.
 __device__ __forceinline__ std::int64_t partial_row0(const ForwardParams& p, const ForwardBlock& f) {
   return ((static_cast<std::int64_t>(f.split) * p.batch + f.b) * p.heads_q + f.h) *

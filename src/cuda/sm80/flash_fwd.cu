@@ -128,8 +128,8 @@ int persistent_ctas(const Problem& problem) {
 // Split-KV when the grid would leave SMs idle: few (batch x head x query
 // block) CTAs over long keys. Each split keeps at least two key tiles.
 // Depends on shapes and the device only, so workspace queries agree.
-int choose_splits(const Problem& problem) {
-  const sm80::FwdTile tile = forward_kernel(problem).tile;
+int choose_splits(const Problem& problem, const ForwardKernel& kernel) {
+  const sm80::FwdTile tile = kernel.tile;
   const DeviceInfo& info = device_info(problem.device.index);
   if (!info.valid || tile.block_m == 0) return 1;
   const long long m_blocks = (problem.max_q_len + tile.block_m - 1) / tile.block_m;
@@ -180,15 +180,16 @@ Status flash_forward_supports(const Problem& problem) {
 }
 
 std::size_t flash_forward_workspace_bytes(const Problem& problem) {
-  return split_partials_bytes(problem, choose_splits(problem));
+  return split_partials_bytes(problem, choose_splits(problem, forward_kernel(problem)));
 }
 
 Status flash_forward(const Problem& problem, void* workspace, cudaStream_t stream) {
   ForwardParams p = make_forward_params(problem);
-  const ForwardKind kind = forward_kernel(problem).kind;
-  place_split_partials(p, choose_splits(problem), workspace);
-  if (problem.dtype == DType::bf16) return run_forward<__nv_bfloat16>(p, problem, kind, stream);
-  return run_forward<__half>(p, problem, kind, stream);
+  // One kernel choice per call: the split count is sized by its tile.
+  const ForwardKernel kernel = forward_kernel(problem);
+  place_split_partials(p, choose_splits(problem, kernel), workspace);
+  if (problem.dtype == DType::bf16) return run_forward<__nv_bfloat16>(p, problem, kernel.kind, stream);
+  return run_forward<__half>(p, problem, kernel.kind, stream);
 }
 
 }  // namespace cuflash::detail

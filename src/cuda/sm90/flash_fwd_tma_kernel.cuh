@@ -86,7 +86,6 @@ __device__ __forceinline__ void consume_item(const ForwardParams& p, const Forwa
                                              int next_turn, float (&o)[C::DT][4], float (&row_max)[2],
                                              float (&row_sum)[2], float mult) {
   using T = typename C::Element;
-  using sm80::pack2;
   const ScoreRules& rules = f.rules;
   const int tid = threadIdx.x, warp = (tid / 32) % 4, lane = tid % 32;
   const int g = lane / 4, t4 = lane % 4;
@@ -138,20 +137,8 @@ __device__ __forceinline__ void consume_item(const ForwardParams& p, const Forwa
     wgmma_wait<0>();
     fence_accumulators(o);
     if (j > 0) mbarrier_arrive(&v_empty[prev]);
-#pragma unroll
-    for (int kk = 0; kk < C::KP; ++kk) {
-      pa[kk][0] = pack2<T>(s[2 * kk][0], s[2 * kk][1]);
-      pa[kk][1] = pack2<T>(s[2 * kk][2], s[2 * kk][3]);
-      pa[kk][2] = pack2<T>(s[2 * kk + 1][0], s[2 * kk + 1][1]);
-      pa[kk][3] = pack2<T>(s[2 * kk + 1][2], s[2 * kk + 1][3]);
-    }
-#pragma unroll
-    for (int dt = 0; dt < C::DT; ++dt) {
-      o[dt][0] *= correction[0];
-      o[dt][1] *= correction[0];
-      o[dt][2] *= correction[1];
-      o[dt][3] *= correction[1];
-    }
+    p_fragments_m16<T, C::KP>(s, pa);
+    rescale_rows_m16<C::DT>(o, correction);
   }
   if (n_tiles == 0) return;
   // The last P V.

@@ -187,20 +187,8 @@ __global__ void __launch_bounds__(C::kThreads, C::MinBlocks) flash_fwd_wgmma_ker
       // P_{j-1} V_{j-1} done: its A registers are free and O can be rescaled.
       wgmma_wait<0>();
       fence_accumulators(o);
-#pragma unroll
-      for (int kk = 0; kk < C::KP; ++kk) {
-        pa[kk][0] = pack2<T>(s[2 * kk][0], s[2 * kk][1]);
-        pa[kk][1] = pack2<T>(s[2 * kk][2], s[2 * kk][3]);
-        pa[kk][2] = pack2<T>(s[2 * kk + 1][0], s[2 * kk + 1][1]);
-        pa[kk][3] = pack2<T>(s[2 * kk + 1][2], s[2 * kk + 1][3]);
-      }
-#pragma unroll
-      for (int dt = 0; dt < C::DT; ++dt) {
-        o[dt][0] *= correction[0];
-        o[dt][1] *= correction[0];
-        o[dt][2] *= correction[1];
-        o[dt][3] *= correction[1];
-      }
+      p_fragments_m16<T, C::KP>(s, pa);
+      rescale_rows_m16<C::DT>(o, correction);
     }
     // The last P V.
     cp_async_wait<0>();
