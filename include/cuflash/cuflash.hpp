@@ -4,6 +4,7 @@
 #include "cuflash/attention.hpp"
 #include "cuflash/merge_states.hpp"
 #include "cuflash/options.hpp"
+#include "cuflash/ring_schedule.hpp"
 #include "cuflash/status.hpp"
 #include "cuflash/tensor.hpp"
 

@@ -99,6 +99,11 @@ typedef struct cuflash_options {
   float dropout_p;
   uint64_t dropout_seed;
   uint64_t dropout_offset;
+  /* Key j is aligned with query i when j = i + diagonal_offset (replaces
+   * kv_len - q_len in the causal/window masks and ALiBi); used when
+   * has_diagonal_offset. Not with a KV cache; |offset| <= 2^30. */
+  int32_t has_diagonal_offset;
+  int64_t diagonal_offset;
 } cuflash_options;
 
 /* cuflash::RunContext. All zero: default stream, no caller workspace. */

@@ -12,7 +12,8 @@
 namespace cuflash {
 
 struct MergeArgs {
-  // out_* [B, S, H, D] (any dtype of f32/f16/bf16, all the same);
+  // out_* [B, S, H, D] (any dtype of f32/f16/bf16, all the same; or out_a
+  // and out f32 with out_b f16/bf16, to accumulate partials in fp32);
   // lse_* float32 [B, H, S]. B, S or H may be 0 (nothing to merge; views
   // without elements may have null data); D may not.
   TensorView out_a, lse_a;

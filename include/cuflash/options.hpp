@@ -28,6 +28,13 @@ struct AttentionOptions {
   // -1 leaves that side unbounded.
   int window_left = -1;
   int window_right = -1;
+  // Where the diagonal lies: key j is aligned with query i when
+  // j = i + diagonal_offset, in every sequence. It replaces kv_len - q_len
+  // (the bottom-right default) in the causal and window masks above and in
+  // ALiBi's |i + offset - j|. Ring attention's steps pass the difference of
+  // the global positions of their first query and first key; |offset| <= 2^30.
+  // Not with a KV cache; the cudnn backend refuses it.
+  std::optional<std::int64_t> diagonal_offset;
   // score = softcap * tanh(score / softcap); 0 turns it off.
   float softcap = 0.0f;
   // Dropout on the normalized probabilities (flash-attn's semantics): each

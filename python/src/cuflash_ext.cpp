@@ -19,6 +19,8 @@
 #include <nanobind/ndarray.h>
 #include <nanobind/stl/optional.h>
 #include <nanobind/stl/string.h>
+#include <nanobind/stl/tuple.h>
+#include <nanobind/stl/vector.h>
 
 #include <cstdint>
 #include <optional>
@@ -27,6 +29,7 @@
 #include <vector>
 
 #include "cuflash/cuflash.hpp"
+#include "cuflash/ring_schedule.hpp"
 
 namespace nb = nanobind;
 using namespace nb::literals;
@@ -209,6 +212,29 @@ void set_batch_indices(const OptArray& cu_seqlens_q, const OptArray& cu_seqlens_
   args->kv_cache.block_table = to_view(block_table, "block_table");
 }
 
+using RingCallTuple = std::tuple<int, int, int, int, bool, int, int, std::optional<std::int64_t>>;
+
+std::vector<RingCallTuple> ring_step_calls(const std::string& layout, int world_size, int rank, int kv_rank,
+                                           bool causal, int window_left, int window_right, bool alibi, bool varlen,
+                                           std::int64_t chunk_len) {
+  cuflash::RingLayout ring_layout;
+  if (layout == "zigzag")
+    ring_layout = cuflash::RingLayout::zigzag;
+  else if (layout == "contiguous")
+    ring_layout = cuflash::RingLayout::contiguous;
+  else
+    throw InvalidArgument("layout: expected 'zigzag' or 'contiguous', got '" + layout + "'");
+  std::vector<cuflash::RingCall> calls;
+  const Status status = cuflash::ring_step_calls(ring_layout, world_size, rank, kv_rank,
+                                                 {causal, window_left, window_right, alibi}, varlen, chunk_len, &calls);
+  if (!status.ok()) raise_status(status);
+  std::vector<RingCallTuple> tuples;
+  for (const cuflash::RingCall& c : calls)
+    tuples.emplace_back(c.q_first, c.q_count, c.k_first, c.k_count, c.causal, c.window_left, c.window_right,
+                        c.diagonal_offset);
+  return tuples;
+}
+
 // The options of one call: the shared object, with this call's dropout seed
 // and offset (which change per call, so they are not part of the cached object).
 AttentionOptions with_dropout_rng(const AttentionOptions& options, std::uint64_t seed, std::uint64_t offset) {
@@ -336,7 +362,23 @@ NB_MODULE(_ext, m) {
                                                       deterministic, check_index_contents, backend, dropout_p));
            },
            "softmax_scale"_a.none(), "causal"_a, "window_left"_a, "window_right"_a, "softcap"_a, "deterministic"_a,
-           "check_index_contents"_a, "backend"_a, "dropout_p"_a = 0.0);
+           "check_index_contents"_a, "backend"_a, "dropout_p"_a = 0.0)
+      .def(
+          "with_diagonal_offset",
+          [](const AttentionOptions& self, std::optional<std::int64_t> offset) {
+            AttentionOptions copy = self;
+            copy.diagonal_offset = offset;
+            return copy;
+          },
+          "diagonal_offset"_a.none(),
+          "A copy whose diagonal_offset is this (key j aligned with query i when j = i + offset; None: the "
+          "bottom-right default).");
+
+  m.def("ring_step_calls", &ring_step_calls, "layout"_a, "world_size"_a, "rank"_a, "kv_rank"_a, "causal"_a,
+        "window_left"_a, "window_right"_a, "alibi"_a, "varlen"_a, "chunk_len"_a,
+        "cuflash::ring_step_calls: the local calls of the ring step where `rank` holds the K/V block of `kv_rank`, "
+        "as tuples (q_first, q_count, k_first, k_count, causal, window_left, window_right, diagonal_offset or None) "
+        "in chunks (include/cuflash/ring_schedule.hpp).");
 
   m.def("forward", &forward, "q"_a, "k"_a, "v"_a, "out"_a, "lse"_a.none(), "options"_a, "stream"_a,
         "workspace"_a.none(), "alibi_slopes"_a.none() = nb::none(), "cu_seqlens_q"_a.none() = nb::none(),

@@ -101,6 +101,7 @@ Status to_options(const cuflash_options* in, AttentionOptions* out) {
   out->dropout_p = in->dropout_p;
   out->dropout_seed = in->dropout_seed;
   out->dropout_offset = in->dropout_offset;
+  if (in->has_diagonal_offset) out->diagonal_offset = in->diagonal_offset;
   return {};
 }
 

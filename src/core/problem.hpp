@@ -43,6 +43,8 @@ struct Problem {
   bool causal = false;
   int window_left = -1;   // -1: unbounded
   int window_right = -1;  // -1: unbounded; 0 when causal
+  bool has_diagonal_offset = false;  // else bottom-right: kv_len - q_len per sequence
+  std::int64_t diagonal_offset = 0;
   float softcap = 0.0f;   // 0: off
   bool deterministic = false;
   bool has_alibi = false;
@@ -82,11 +84,16 @@ struct Problem {
     return max_kv_len;
   }
   int group_size() const { return heads_q / heads_kv; }
+  // Key j is aligned with query i of sequence b when j = i + diagonal(b).
+  std::int64_t diagonal(int b) const {
+    return has_diagonal_offset ? diagonal_offset : static_cast<std::int64_t>(kv_len(b)) - q_len(b);
+  }
 };
 
 // Merge of two partial attentions, checked.
 struct MergeProblem {
-  DType dtype = DType::f32;
+  DType dtype = DType::f32;    // of out_a and out
+  DType dtype_b = DType::f32;  // of out_b: dtype, or f16/bf16 when dtype is f32
   Device device{};
   int batch = 0, seq_len = 0, heads = 0, head_dim = 0;
   TensorView out_a, lse_a, out_b, lse_b, out, lse;

@@ -379,6 +379,15 @@ Status resolve_options(const AttentionOptions& options, Problem* p) {
   p->causal = options.causal;
   p->window_left = options.window_left;
   p->window_right = options.causal ? 0 : options.window_right;
+  if (options.diagonal_offset) {
+    constexpr std::int64_t kLimit = std::int64_t{1} << 30;
+    if (*options.diagonal_offset < -kLimit || *options.diagonal_offset > kLimit)
+      return Status::invalid("diagonal_offset: expected |offset| <= 2^30, got " + std::to_string(*options.diagonal_offset));
+    if (p->layout == Layout::kv_cache)
+      return Status::invalid("diagonal_offset: not with a KV cache (its queries follow its cached keys)");
+    p->has_diagonal_offset = true;
+    p->diagonal_offset = *options.diagonal_offset;
+  }
   p->softcap = options.softcap;
   p->deterministic = options.deterministic;
   if (!(options.dropout_p >= 0.0f && options.dropout_p < 1.0f))
@@ -507,7 +516,12 @@ Status validate_merge(const MergeArgs& args, MergeProblem* problem) {
   if (args.out_a.device.kind == DeviceKind::cuda && !built_with_cuda())
     return Status::unsupported("out_a: is in CUDA memory, but this build of cuflash has no CUDA support");
   CUFLASH_TRY(check_head_dim(args.out_a, "out_a", kOutDoc));
-  CUFLASH_TRY(check_like(args.out_b, "out_b", args.out_a, "out_a", kOutDoc));
+  // A float32 side a may take a half-precision side b: partial attentions
+  // (ring steps, say) accumulated in fp32.
+  TensorView b_expected = args.out_a;
+  if (args.out_a.dtype == DType::f32 && (args.out_b.dtype == DType::f16 || args.out_b.dtype == DType::bf16))
+    b_expected.dtype = args.out_b.dtype;
+  CUFLASH_TRY(check_like(args.out_b, "out_b", b_expected, "out_a", kOutDoc));
   CUFLASH_TRY(check_like(args.out, "out", args.out_a, "out_a", kOutDoc));
   const TensorView& a = args.out_a;
   for (const auto& [name, view] : {std::pair{"lse_a", args.lse_a}, std::pair{"lse_b", args.lse_b}, std::pair{"lse", args.lse}}) {
@@ -526,6 +540,7 @@ Status validate_merge(const MergeArgs& args, MergeProblem* problem) {
   CUFLASH_TRY(check_no_aliasing({{"out", args.out}, {"lse", args.lse}}, inputs));
 
   p.dtype = a.dtype;
+  p.dtype_b = args.out_b.dtype;
   p.device = a.device;
   p.batch = static_cast<int>(a.shape[0]);
   p.seq_len = static_cast<int>(a.shape[1]);

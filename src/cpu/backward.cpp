@@ -152,7 +152,7 @@ class BackwardRunner {
 
     KeyRange block{kv_len, -1};
     for (int r = 0; r < row_count; ++r) {
-      const KeyRange keys = model_.visible_keys(ScoreModel::query_position(first_row + r, q_len, kv_len), kv_len);
+      const KeyRange keys = model_.visible_keys(model_.query_position(first_row + r, q_len, kv_len), kv_len);
       if (keys.empty()) continue;
       block.first = std::min(block.first, keys.first);
       block.last = std::max(block.last, keys.last);
@@ -236,7 +236,7 @@ class BackwardRunner {
       std::fill_n(score_grads, kKeyTile, 0.0f);
       return;
     }
-    const std::int64_t position = ScoreModel::query_position(row, q_len, kv_len);
+    const std::int64_t position = model_.query_position(row, q_len, kv_len);
     float* softcap_tanh = model_.has_softcap() ? scratch.softcap_tanh.data() : nullptr;
     model_.finish_scores(probabilities, key_count, first_key, position, model_.visible_keys(position, kv_len),
                          slope_log2e, softcap_tanh);

@@ -200,9 +200,11 @@ class ScoreModel {
   float query_scale() const { return query_scale_; }
   bool has_softcap() const { return problem_.softcap > 0.0f; }
 
-  // Position of query `row` on the key axis (bottom-right aligned).
-  static std::int64_t query_position(int row, int q_len, int kv_len) {
-    return static_cast<std::int64_t>(row) + kv_len - q_len;
+  // Position of query `row` on the key axis: bottom-right aligned, or the
+  // call's diagonal_offset.
+  std::int64_t query_position(int row, int q_len, int kv_len) const {
+    return static_cast<std::int64_t>(row) +
+           (problem_.has_diagonal_offset ? problem_.diagonal_offset : static_cast<std::int64_t>(kv_len) - q_len);
   }
 
   KeyRange visible_keys(std::int64_t position, int kv_len) const {

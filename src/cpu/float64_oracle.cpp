@@ -133,7 +133,7 @@ HeadRows load_head(const Problem& p, int b, int h, bool with_dout) {
   return rows;
 }
 
-bool visible(const Problem& p, int i, int j, int offset) {
+bool visible(const Problem& p, int i, int j, std::int64_t offset) {
   const bool right_ok = p.window_right < 0 || j <= i + offset + p.window_right;
   const bool left_ok = p.window_left < 0 || j >= i + offset - p.window_left;
   return right_ok && left_ok;
@@ -156,7 +156,8 @@ double sink_of(const Problem& p, int h) {
 
 RowSoftmax row_softmax(const Problem& p, const HeadRows& rows, int b, int h, int i) {
   const int kv_len = static_cast<int>(rows.k.size());
-  const int offset = kv_len - static_cast<int>(rows.q.size());
+  const std::int64_t offset =
+      p.has_diagonal_offset ? p.diagonal_offset : static_cast<std::int64_t>(kv_len) - static_cast<int>(rows.q.size());
   RowSoftmax r;
   r.raw.assign(kv_len, 0.0);
   r.prob.assign(kv_len, 0.0);

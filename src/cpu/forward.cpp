@@ -67,7 +67,7 @@ void append_to_cache(const Problem& problem) {
 KeyRange rows_keys(const ScoreModel& model, int first_row, int end_row, int q_len, int kv_len) {
   KeyRange all{kv_len, -1};
   for (int row = first_row; row < end_row; ++row) {
-    const KeyRange keys = model.visible_keys(ScoreModel::query_position(row, q_len, kv_len), kv_len);
+    const KeyRange keys = model.visible_keys(model.query_position(row, q_len, kv_len), kv_len);
     if (keys.empty()) continue;
     all.first = std::min(all.first, keys.first);
     all.last = std::max(all.last, keys.last);
@@ -171,7 +171,7 @@ class ForwardRunner {
         multiply_add<false>(scratch.queries.data(), dim_, keys_transposed, kKeyTile, scratch.probabilities.data(),
                             kKeyTile, rows_padded, (key_count + 7) / 8 * 8, dim_);
         for (int r = 0; r < row_count; ++r) {
-          const std::int64_t position = ScoreModel::query_position(first_row + r, q_len, kv_len);
+          const std::int64_t position = model_.query_position(first_row + r, q_len, kv_len);
           float* scores = &scratch.probabilities[r * kKeyTile];
           model_.finish_scores(scores, key_count, first_key, position, model_.visible_keys(position, kv_len),
                                slope_log2e, nullptr);
@@ -290,7 +290,7 @@ void write_attention_probabilities(const Problem& problem) {
         for (int d = 0; d < dim; ++d) dot += query[d] * key[d];
         scores[j] = dot;
       }
-      const std::int64_t position = ScoreModel::query_position(i, q_len, kv_len);
+      const std::int64_t position = model.query_position(i, q_len, kv_len);
       model.finish_scores(scores.data(), kv_len, 0, position, model.visible_keys(position, kv_len), slope_log2e,
                           nullptr);
       float max_score = sink;

@@ -71,6 +71,8 @@ AttentionParams make_attention_params(const Problem& problem) {
   p.softcap = problem.softcap;
   p.window_left = problem.window_left;
   p.window_right = problem.window_right;
+  p.has_diagonal_offset = problem.has_diagonal_offset;
+  p.diagonal_offset = static_cast<int>(problem.diagonal_offset);  // |offset| <= 2^30 (validate)
   if (problem.has_alibi) {
     p.alibi_slopes = static_cast<const float*>(problem.alibi_slopes.data);
     if (problem.alibi_per_batch) {

@@ -40,6 +40,9 @@ Status check_problem(const Problem& p) {
   if (p.softcap > 0.0f)
     return Status::unsupported(prefix + "softcap is not supported (cuDNN's fused attention has no tanh soft-capping "
                                         "that combines with its masks)");
+  if (p.has_diagonal_offset)
+    return Status::unsupported(prefix + "diagonal_offset is not supported (cuDNN aligns its masks top-left or "
+                                        "bottom-right only)");
   if (p.has_alibi)
     return Status::unsupported(prefix + "ALiBi (alibi_slopes) is not supported (cuDNN's alibi_mask takes no "
                                         "caller-given slopes and no bottom-right alignment)");

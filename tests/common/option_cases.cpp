@@ -55,6 +55,31 @@ std::vector<CaseSpec> option_variant_cases() {
   s.alibi = AlibiKind::per_head;
   s.row_padding = 3;
   add(s);
+  // diagonal_offset (ring attention's blocks): the diagonal anywhere, rows
+  // that see all, part or none of the keys.
+  add(variant(base, "offset_causal_plus_30", [](CaseSpec& s) {
+    s.options.causal = true;
+    s.options.diagonal_offset = 30;
+  }));
+  add(variant(base, "offset_causal_minus_20", [](CaseSpec& s) {
+    s.options.causal = true;
+    s.options.diagonal_offset = -20;  // the first 20 rows see nothing
+  }));
+  add(variant(base, "offset_window_7_3_plus_60", [](CaseSpec& s) {
+    s.options.window_left = 7;
+    s.options.window_right = 3;
+    s.options.diagonal_offset = 60;  // past the last key: the late rows see nothing
+  }));
+  add(variant(base, "offset_alibi_causal_window_plus_45", [](CaseSpec& s) {
+    s.options.causal = true;
+    s.options.window_left = 25;
+    s.options.diagonal_offset = 45;
+    s.alibi = AlibiKind::per_batch;
+  }));
+  add(variant(base, "offset_alibi_unmasked_plus_100", [](CaseSpec& s) {
+    s.options.diagonal_offset = 100;  // nothing masked; ALiBi sees the distances
+    s.alibi = AlibiKind::per_head;
+  }));
   return cases;
 }
 

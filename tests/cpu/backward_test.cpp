@@ -47,6 +47,14 @@ std::vector<CaseSpec> dense_cases() {
   add(variant(base, "alibi_per_head", [](CaseSpec& s) { s.alibi = AlibiKind::per_head; }));
   add(variant(base, "alibi_per_batch_causal",
               [](CaseSpec& s) { s.alibi = AlibiKind::per_batch; s.options.causal = true; }));
+  add(variant(base, "offset_causal_plus_12", [](CaseSpec& s) { s.options.causal = true; s.options.diagonal_offset = 12; }));
+  add(variant(base, "offset_causal_minus_9", [](CaseSpec& s) { s.options.causal = true; s.options.diagonal_offset = -9; }));
+  add(variant(base, "offset_window_4_2_alibi_plus_20", [](CaseSpec& s) {
+    s.options.window_left = 4;
+    s.options.window_right = 2;
+    s.options.diagonal_offset = 20;
+    s.alibi = AlibiKind::per_head;
+  }));
   add(dense("gqa8", 25, 31, 8, 1));
   s = dense("bhsd", 25, 31);
   s.bhsd = true;

@@ -261,6 +261,13 @@ std::vector<CaseSpec> gradient_cases() {
   s.options.window_right = 0;
   cases.push_back(s);
   s = base;
+  s.label = "offset_window_alibi";
+  s.options.window_left = 1;
+  s.options.window_right = 1;
+  s.options.diagonal_offset = 2;
+  s.alibi = AlibiKind::per_head;
+  cases.push_back(s);
+  s = base;
   s.label = "varlen";
   s.layout = CaseLayout::varlen;
   s.q_lens = {2, 0, 3};

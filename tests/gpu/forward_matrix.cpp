@@ -157,6 +157,21 @@ std::vector<CaseSpec> long_option_cases() {
     s.row_padding = 8;
     s.with_lse = false;
   }));
+  // diagonal_offset over several tiles (ring attention's blocks).
+  add(variant(base, "long_offset_causal_plus_400", [](CaseSpec& s) {
+    s.options.causal = true;
+    s.options.diagonal_offset = 400;
+  }));
+  add(variant(base, "long_offset_causal_minus_150", [](CaseSpec& s) {
+    s.options.causal = true;
+    s.options.diagonal_offset = -150;
+  }));
+  add(variant(base, "long_offset_window_128_64_plus_800_alibi", [](CaseSpec& s) {
+    s.options.window_left = 128;
+    s.options.window_right = 64;
+    s.options.diagonal_offset = 800;
+    s.alibi = AlibiKind::per_head;
+  }));
   add(variant(base, "long_scale_0_05_causal", [](CaseSpec& s) {
     s.options.softmax_scale = 0.05f;
     s.options.causal = true;
@@ -209,6 +224,10 @@ std::vector<CaseSpec> cpu_varlen_cases(int head_dim_40) {
   s.with_lse = false;
   add(s);
   s = causal(varlen_case("long_mixed_causal", {1, 130, 0, 255}, {200, 130, 17, 255}, 2, 1, 128, 0));
+  add(s);
+  s = causal(varlen_case("cross_causal_offset_4_alibi", kCrossQ, kCrossK, 4, 2, 64));
+  s.options.diagonal_offset = 4;  // the same offset in every sequence
+  s.alibi = AlibiKind::per_head;
   add(s);
   return cases;
 }

@@ -57,6 +57,10 @@ struct AttentionParams {
   float softmax_scale_log2 = 1.0f;
   float softcap = 0.0f;  // 0: off
   int window_left = -1, window_right = -1;  // -1: unbounded (causal => right 0)
+  // Key j is aligned with query i when j = i + diagonal_offset; without it,
+  // k_len - q_len of each sequence (bottom-right). score_mask.cuh: diagonal().
+  bool has_diagonal_offset = false;
+  int diagonal_offset = 0;
   const float* alibi_slopes = nullptr;       // [Hq] or [B, Hq]
   std::int64_t alibi_batch_stride = 0;       // 0 for [Hq]
   std::int64_t alibi_head_stride = 1;

@@ -1,8 +1,9 @@
 // Device-side attention semantics shared by the forward and backward kernels:
 // where a sequence's rows are, which keys a query row sees, and how a raw
 // dot product becomes a base-2 logit (scale, softcap, ALiBi). Positions i, j
-// are relative to the sequence; offset = k_len - q_len aligns causal/window
-// masks bottom-right (docs/semantics.md).
+// are relative to the sequence; key j is aligned with query i when
+// j = i + offset, offset = diagonal(): k_len - q_len (bottom-right, as
+// flash-attn) or the call's diagonal_offset (docs/semantics.md).
 #pragma once
 
 #include <cstdint>
@@ -31,6 +32,11 @@ __device__ __forceinline__ SeqBounds seq_bounds(const AttentionParams& p, int b)
     s.k_len = p.max_kv_len;
   }
   return s;
+}
+
+// Key j is aligned with query i of this sequence when j = i + diagonal().
+__device__ __forceinline__ int diagonal(const AttentionParams& p, const SeqBounds& s) {
+  return p.has_diagonal_offset ? p.diagonal_offset : s.k_len - s.q_len;
 }
 
 // Element offset of row `row` (relative to the sequence) of head `h` in batch b.
@@ -92,12 +98,14 @@ struct ScoreRules {
 
 __device__ __forceinline__ ScoreRules score_rules(const AttentionParams& p, const SeqBounds& s, int b, int h) {
   ScoreRules r;
-  r.offset = s.k_len - s.q_len;
+  r.offset = diagonal(p, s);
   r.k_len = s.k_len;
-  // Windows wider than the sequence are unbounded; clamping them keeps
-  // i + offset +- window inside int32 whatever the caller passed.
-  r.window_left = p.window_left > s.k_len ? -1 : p.window_left;
-  r.window_right = p.window_right > s.q_len ? -1 : p.window_right;
+  // A window side that masks no key of the sequence is unbounded; clamping
+  // them keeps i + offset +- window inside int32 whatever the caller passed
+  // (|offset| <= 2^30, lengths < 2^30).
+  const std::int64_t last_row = static_cast<std::int64_t>(s.q_len) - 1;
+  r.window_left = p.window_left >= last_row + r.offset ? -1 : p.window_left;
+  r.window_right = static_cast<std::int64_t>(p.window_right) + r.offset >= s.k_len - 1 ? -1 : p.window_right;
   r.scale_log2 = p.softmax_scale_log2;
   if (p.softcap > 0.0f) {
     r.scale_over_cap = p.softmax_scale / p.softcap;

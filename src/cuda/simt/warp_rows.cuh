@@ -97,7 +97,7 @@ __device__ __forceinline__ bool warp_task(int rows, int heads, int batch, WarpTa
 // Ranges are computed in 64 bits: window sizes may be anything up to INT_MAX.
 struct RowScore {
   float scale = 1.0f, softcap = 0.0f, slope = 0.0f;
-  std::int64_t offset = 0;  // k_len - q_len: bottom-right alignment
+  std::int64_t offset = 0;  // diagonal(): key j is aligned with query i when j = i + offset
   int q_len = 0, k_len = 0, window_left = -1, window_right = -1;
 
   // s = scale*dot; softcap*tanh(s/softcap); - slope*|i + offset - j|.
@@ -137,7 +137,7 @@ __device__ __forceinline__ RowScore row_score(const AttentionParams& p, const Se
   r.scale = p.softmax_scale;
   r.softcap = p.softcap;
   if (p.alibi_slopes != nullptr) r.slope = p.alibi_slopes[b * p.alibi_batch_stride + h * p.alibi_head_stride];
-  r.offset = static_cast<std::int64_t>(s.k_len) - s.q_len;
+  r.offset = diagonal(p, s);
   r.q_len = s.q_len;
   r.k_len = s.k_len;
   r.window_left = p.window_left;

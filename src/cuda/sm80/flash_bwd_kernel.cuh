@@ -456,7 +456,7 @@ __device__ __forceinline__ float2 unpack2<__half>(std::uint32_t v) {
 // [n0, n1) (n1 <= k_len); 64-bit so that huge windows cannot overflow.
 __device__ __forceinline__ void query_range(const BackwardParams& p, const SeqBounds& seq, int n0, int n1,
                                             std::int64_t* lo, std::int64_t* hi) {
-  const std::int64_t offset = static_cast<std::int64_t>(seq.k_len) - seq.q_len;
+  const std::int64_t offset = diagonal(p, seq);
   std::int64_t l = 0, h = seq.q_len;
   if (p.window_right >= 0) l = max(l, static_cast<std::int64_t>(n0) - offset - p.window_right);
   if (p.window_left >= 0) h = min(h, static_cast<std::int64_t>(n1) - offset + p.window_left);

@@ -40,7 +40,7 @@ __device__ __forceinline__ std::int64_t lse_offset(const RowAddressing& at, int 
 // One warp per (batch, seq, head) row; lanes stride over head_dim. Each
 // element is read before it is written by the same thread, and the lse after
 // the warp has read it, so out == out_a (in place) is safe.
-template <typename Element>
+template <typename Element, typename ElementB>
 __global__ void merge_states_kernel(MergeParams params) {
   const std::int64_t row = static_cast<std::int64_t>(blockIdx.x) * blockDim.y + threadIdx.y;
   if (row >= params.rows) return;
@@ -59,7 +59,7 @@ __global__ void merge_states_kernel(MergeParams params) {
   const float scale_b = empty ? 0.0f : weight_b / weight_sum;
 
   const auto* out_a = static_cast<const Element*>(params.out_a) + out_offset(params.a, batch, seq, head);
-  const auto* out_b = static_cast<const Element*>(params.out_b) + out_offset(params.b, batch, seq, head);
+  const auto* out_b = static_cast<const ElementB*>(params.out_b) + out_offset(params.b, batch, seq, head);
   auto* out = static_cast<Element*>(params.out) + out_offset(params.merged, batch, seq, head);
   for (int d = threadIdx.x; d < params.head_dim; d += warpSize)
     store_float(out + d, scale_a * load_float(out_a + d) + scale_b * load_float(out_b + d));
@@ -67,12 +67,12 @@ __global__ void merge_states_kernel(MergeParams params) {
   if (threadIdx.x == 0) params.lse[lse_offset(params.merged, batch, seq, head)] = empty ? -INFINITY : lse_max + logf(weight_sum);
 }
 
-template <typename Element>
+template <typename Element, typename ElementB = Element>
 Status launch_typed(const MergeParams& params, cudaStream_t stream) {
   constexpr int kRowsPerBlock = 4;
   const dim3 block(32, kRowsPerBlock);
   const auto blocks = static_cast<unsigned>((params.rows + kRowsPerBlock - 1) / kRowsPerBlock);
-  merge_states_kernel<Element><<<blocks, block, 0, stream>>>(params);
+  merge_states_kernel<Element, ElementB><<<blocks, block, 0, stream>>>(params);
   return launch_status("merge_states_kernel");
 }
 
@@ -94,6 +94,9 @@ Status launch_merge_states(const MergeProblem& problem, cudaStream_t stream) {
   params.head_dim = problem.head_dim;
   params.rows = static_cast<std::int64_t>(problem.batch) * problem.seq_len * problem.heads;
   if (params.rows == 0) return {};
+  if (problem.dtype == DType::f32 && problem.dtype_b == DType::f16) return launch_typed<float, __half>(params, stream);
+  if (problem.dtype == DType::f32 && problem.dtype_b == DType::bf16)
+    return launch_typed<float, __nv_bfloat16>(params, stream);
   switch (problem.dtype) {
     case DType::f32: return launch_typed<float>(params, stream);
     case DType::f16: return launch_typed<__half>(params, stream);
