@@ -21,6 +21,7 @@ inline std::vector<std::string> cudnn_refusal(const CaseSpec& s, TestPass pass) 
   if (s.dtype == DType::f32) return {backend, "dtype f32"};
   if (s.head_dim % 8 != 0 || s.head_dim > 256) return {backend, "head_dim " + std::to_string(s.head_dim)};
   if (s.options.softcap > 0.0f) return {backend, "softcap"};
+  if (s.options.diagonal_offset) return {backend, "diagonal_offset"};
   if (s.alibi != AlibiKind::none) return {backend, "alibi"};
   if (s.layout == CaseLayout::kv_cache && pass == TestPass::backward) return {backend, "kv-cache", "backward"};
   if (s.layout == CaseLayout::kv_cache && s.new_len > 0) return {backend, "append"};
