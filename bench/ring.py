@@ -304,32 +304,35 @@ class Bench:
 
     # ---- backends ----
 
-    def setup_ring(self, point: dict):
+    def attention_calls(self, attend, shape: tuple, fwd_bwd: bool):
+        """(call, before, outputs) timing attend(q, k, v) on random inputs of `shape`:
+        the forward under no_grad, or forward and .backward(dout) on fresh leaves' gradients."""
         torch = self.torch
-        fwd_bwd = point["pass"] == "fwd_bwd"
+        q, k, v = (self.randn(*shape, requires_grad=fwd_bwd, seed_offset=i) for i in range(3))
+        if fwd_bwd:
+            dout = self.randn(*shape, seed_offset=3)
 
+            def call():
+                attend(q, k, v).backward(dout)
+
+            def before():
+                q.grad = k.grad = v.grad = None  # so that backward writes, not accumulates
+            return call, before, lambda: [q.grad, k.grad, v.grad]
+        result = {}
+
+        def call():
+            with torch.no_grad():
+                result["out"] = attend(q, k, v)
+        return call, lambda: result.pop("out", None), lambda: [result["out"]]
+
+    def setup_ring(self, point: dict):
         def setup(stack):
             from cuflash.distributed import ring_flash_attn_func
-            shape = self.local_shape(point)
-            q, k, v = (self.randn(*shape, requires_grad=fwd_bwd, seed_offset=i) for i in range(3))
             kwargs = dict(causal=point["causal"], group=self.group, layout=point["layout"])
             if self.args.cuflash_backend:
                 kwargs["backend"] = self.args.cuflash_backend
-            if fwd_bwd:
-                dout = self.randn(*shape, seed_offset=3)
-
-                def call():
-                    ring_flash_attn_func(q, k, v, **kwargs).backward(dout)
-
-                def before():
-                    q.grad = k.grad = v.grad = None
-                return call, before, lambda: [q.grad, k.grad, v.grad]
-            result = {}
-
-            def call():
-                with torch.no_grad():
-                    result["out"] = ring_flash_attn_func(q, k, v, **kwargs)
-            return call, lambda: result.pop("out", None), lambda: [result["out"]]
+            return self.attention_calls(lambda q, k, v: ring_flash_attn_func(q, k, v, **kwargs),
+                                        self.local_shape(point), point["pass"] == "fwd_bwd")
         return setup
 
     def cp_options(self):
@@ -362,32 +365,16 @@ class Bench:
         stack.enter_context(sdpa_kernel(getattr(SDPBackend, TORCH_CP_BACKENDS[backend])))
 
     def setup_torch_cp(self, point: dict, backend: str):
-        torch = self.torch
-        fwd_bwd, causal = point["pass"] == "fwd_bwd", point["causal"]
-
         def setup(stack):
             # context_parallel shards its buffers: one of the global length marks the sequence; the timed
             # inputs are made directly as this rank's [B, H, S_local, D] shards (their values do not matter).
-            marker = torch.zeros(1, 1, point["seq_len"], 1, device=self.device)
+            marker = self.torch.zeros(1, 1, point["seq_len"], 1, device=self.device)
             self.enter_torch_cp(stack, point, backend, [marker])
             b, s, h, d = self.local_shape(point)
-            q, k, v = (self.randn(b, h, s, d, requires_grad=fwd_bwd, seed_offset=i) for i in range(3))
-            F = self.F  # F.scaled_dot_product_attention is patched by context_parallel: look it up per call
-            if fwd_bwd:
-                dout = self.randn(b, h, s, d, seed_offset=3)
 
-                def call():
-                    F.scaled_dot_product_attention(q, k, v, is_causal=causal).backward(dout)
-
-                def before():
-                    q.grad = k.grad = v.grad = None
-                return call, before, lambda: [q.grad, k.grad, v.grad]
-            result = {}
-
-            def call():
-                with torch.no_grad():
-                    result["out"] = F.scaled_dot_product_attention(q, k, v, is_causal=causal)
-            return call, lambda: result.pop("out", None), lambda: [result["out"]]
+            def attend(q, k, v):  # context_parallel patched F.scaled_dot_product_attention: look it up per call
+                return self.F.scaled_dot_product_attention(q, k, v, is_causal=point["causal"])
+            return self.attention_calls(attend, (b, h, s, d), point["pass"] == "fwd_bwd")
         return setup
 
     def step_calls(self, point: dict, kv_rank: int) -> list[tuple]:

@@ -18,6 +18,9 @@ import json
 import os
 import sys
 
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+import prefill  # noqa: E402  (its FLOP count)
+
 # Column order of tables and plots; backends not listed here follow, sorted.
 BACKEND_ORDER = ["cuflash_ring", "torch_cp_cudnn", "torch_cp_flash"]
 OURS = "cuflash_ring"
@@ -29,16 +32,9 @@ KEY_FIELDS = ("scaling", "pass", "causal", "world_size", "tokens_per_gpu", "seq_
 
 
 def flops(pass_name: str, seq_len: int, heads: int, head_dim: int, causal: bool, batch: int = 1) -> float:
-    """Attention FLOPs of the whole sequence: 4·B·S²·H·D for the forward (two
-    matmuls), halved when causal; the backward counts 2.5× the forward, so
-    forward+backward 3.5× (the convention of bench/prefill.py and the
-    FlashAttention papers)."""
-    count = 4.0 * batch * seq_len * seq_len * heads * head_dim
-    if causal:
-        count /= 2
-    if pass_name == "fwd_bwd":
-        count *= 3.5
-    return count
+    """Attention FLOPs of the whole sequence, prefill's rule (bench/prefill.py): 4·B·S²·H·D
+    for the forward, halved when causal, ×3.5 for forward+backward (here `fwd_bwd`)."""
+    return prefill.flops("fwdbwd" if pass_name == "fwd_bwd" else pass_name, batch, heads, seq_len, head_dim, causal)
 
 
 def row_key(row: dict) -> tuple:
