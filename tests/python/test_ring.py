@@ -543,3 +543,47 @@ def test_shard_helpers_are_differentiable():
     shards = [cfd.shard_sequence(x, 2, r) for r in range(2)]
     (cfd.unshard_sequence(shards) * torch.arange(8.0).view(1, 8, 1)).sum().backward()
     assert torch.equal(x.grad, torch.arange(8.0).view(1, 8, 1).expand(1, 8, 2))
+
+
+def test_communication_overlaps_compute(monkeypatch):
+    """The order of events on one rank of a ring of 3 (a stand-in ring that records instead of sending): each
+    step starts the next K/V block's exchange before its kernel calls and waits for it only after them; in the
+    backward the dk/dv accumulator goes on after the step's calls, and its arrival is awaited after them too."""
+    from cuflash.distributed import _ring
+
+    events = []
+
+    class Request:
+        def __init__(self, what):
+            self.what = what
+
+        def wait(self):
+            events.append("wait " + self.what)
+
+    class RecordingRing:
+        size, rank = 3, 1
+
+        def exchange(self, send, recv, tag):
+            recv.copy_(send)
+            what = "kv" if tag == 0 else "grad"
+            events.append("send " + what)
+            return [Request(what)]
+
+    for name in ("forward", "backward"):
+        real = getattr(_ring._ext, name)
+
+        def recorded(*args, real=real, name=name):
+            events.append(name)
+            return real(*args)
+
+        monkeypatch.setattr(_ring._ext, name, recorded)
+    q, k, v = (torch.randn(1, 8, 2, 16, requires_grad=True) for _ in range(3))
+    key = (None, False, -1, -1, 0.0, False, False, "cpu")
+    setup = _ring.Setup(RecordingRing(), "zigzag", key, False, (-1, -1), None, False, 4)
+    out, _ = _ring.run(q, k, v, setup)
+    assert events == ["send kv", "forward", "wait kv", "send kv", "forward", "wait kv", "forward"]
+    events.clear()
+    out.sum().backward()
+    assert events == ["send kv", "backward", "send grad", "wait kv",
+                      "send kv", "backward", "wait grad", "send grad", "wait kv",
+                      "backward", "wait grad", "send grad", "wait grad"]
