@@ -28,7 +28,6 @@ from __future__ import annotations
 import argparse
 import contextlib
 import datetime
-import inspect
 import math
 import os
 import sys
@@ -90,62 +89,14 @@ def layout_chunks(layout: str, world_size: int, rank: int) -> list[int]:
     return [rank, 2 * world_size - 1 - rank] if layout == "zigzag" else [rank]
 
 
-def python_step_calls(layout: str, world_size: int, rank: int, kv_rank: int, causal: bool,
-                      chunk_len: int) -> list[tuple]:
-    """The local attention calls of the ring step where `rank` holds the K/V
-    block of `kv_rank`, as cuflash._ext.ring_step_calls gives them:
-    (q_first, q_count, k_first, k_count, causal, window_left, window_right,
-    diagonal_offset), rows and keys local to the two shards, key j aligned
-    with query i when j = i + diagonal_offset. An independent derivation, used
-    when the extension lacks ring_step_calls and to cross-check it.
-
-    Local chunks are in increasing global order on every rank, so under a
-    causal mask each query chunk sees a prefix of the other block's chunks:
-    on the rank's own block the whole shard is one causal call (offset 0:
-    earlier local chunks are entirely in the past, each chunk's own block is
-    the diagonal); on another rank's block no chunk is shared, and query
-    chunks that see the same prefix make one unmasked call."""
-    q_chunks, k_chunks = layout_chunks(layout, world_size, rank), layout_chunks(layout, world_size, kv_rank)
-    total = len(q_chunks) * chunk_len
-    if not causal:
-        return [(0, total, 0, total, False, -1, -1, 0)]
-    if kv_rank == rank:
-        return [(0, total, 0, total, True, -1, -1, 0)]
-    calls = []
-    prefixes = [sum(1 for k in k_chunks if k < q) for q in q_chunks]
-    start = 0
-    while start < len(q_chunks):
-        end = start
-        while end + 1 < len(q_chunks) and prefixes[end + 1] == prefixes[start]:
-            end += 1
-        if prefixes[start]:
-            calls.append((start * chunk_len, (end - start + 1) * chunk_len, 0, prefixes[start] * chunk_len,
-                          False, -1, -1, 0))
-        start = end + 1
-    return calls
-
-
-def local_call_options(q_count: int, k_count: int, causal: bool, window_left: int, window_right: int,
-                       diagonal_offset: int, takes_diagonal_offset: bool = False) -> dict:
-    """cuflash.attention's mask arguments for one local call. cuflash aligns
-    causal masks and windows bottom-right (key j on query i's diagonal when
-    j = i + k_count - q_count); a call whose diagonal_offset differs gets the
-    same mask as a window shifted by the difference. ValueError when the
-    shifted window cannot be written (a bound would turn negative)."""
-    if takes_diagonal_offset:
-        return dict(causal=causal, window_size=(window_left, window_right), diagonal_offset=diagonal_offset)
-    right = 0 if causal else window_right  # causal: no key right of the diagonal
-    if right < 0 and window_left < 0:
-        return dict(causal=False)  # no mask: alignment does not matter
-    shift = diagonal_offset - (k_count - q_count)
-    if shift == 0:
-        return dict(causal=causal, window_size=(window_left, window_right))
-    new_left = -1 if window_left < 0 else window_left - shift
-    new_right = -1 if right < 0 else right + shift
-    if (window_left >= 0 and new_left < 0) or (right >= 0 and new_right < 0):
-        raise ValueError(f"a call with diagonal_offset {diagonal_offset} ({q_count} queries, {k_count} keys) "
-                         "is not a bottom-right aligned window; cuflash.attention has no diagonal_offset")
-    return dict(causal=False, window_size=(new_left, new_right))
+def local_call_options(causal: bool, window_left: int, window_right: int, diagonal_offset) -> dict:
+    """cuflash.attention's mask arguments for one local call of the ring's
+    schedule. The benchmark's masks (causal or none, no window, no ALiBi)
+    never need a diagonal offset (ring_schedule.hpp: such blocks are the
+    default alignment), which cuflash.attention does not take."""
+    if diagonal_offset is not None:
+        raise ValueError(f"a local call with diagonal_offset {diagonal_offset}: not one of the benchmark's masks")
+    return dict(causal=causal, window_size=(window_left, window_right))
 
 
 def estimate_seconds(point: dict, args, measurements: int) -> float:
@@ -189,8 +140,6 @@ class Bench:
         self.flush_buffer = torch.empty(max(2 * l2_bytes, 32 << 20), dtype=torch.int8, device=self.device)
         self.generator = torch.Generator(device=self.device)
         self._mesh = None
-        self.step_calls_source = None
-        self.step_calls_notes: list[str] = []
 
     # ---- agreement between ranks ----
 
@@ -378,30 +327,15 @@ class Bench:
         return setup
 
     def step_calls(self, point: dict, kv_rank: int) -> list[tuple]:
-        """This rank's local calls on kv_rank's block: cuflash._ext.ring_step_calls
-        where the extension has it (checked against python_step_calls), else python_step_calls."""
+        """This rank's local calls on kv_rank's block, from the ring's one schedule
+        (cuflash._ext.ring_step_calls), in rows: (q_first, q_count, k_first, k_count,
+        causal, window_left, window_right, diagonal_offset)."""
+        from cuflash import _ext
         layout, causal = point["layout"], point["causal"]
         chunk_len = point["seq_len"] // (len(layout_chunks(layout, self.world, 0)) * self.world)
-        ours = python_step_calls(layout, self.world, self.rank, kv_rank, causal, chunk_len)
-        try:
-            from cuflash import _ext
-            ext = getattr(_ext, "ring_step_calls", None)
-        except ImportError:
-            ext = None
-        if ext is None:
-            self.step_calls_source = "bench/ring.py's python_step_calls (cuflash._ext has no ring_step_calls)"
-            return ours
-        raw = ext(layout, self.world, self.rank, kv_rank, causal, -1, -1, False, False, chunk_len)
-        calls = [tuple(int(x) if not isinstance(x, bool) else x for x in call) for call in raw]
-        calls = [(c[0], c[1], c[2], c[3], bool(c[4]), c[5], c[6], c[7]) for c in calls]
-        self.step_calls_source = "cuflash._ext.ring_step_calls"
-        if sorted(calls) != sorted(ours):
-            note = (f"W={self.world} rank {self.rank} kv_rank {kv_rank} {layout} causal={causal}: "
-                    f"ring_step_calls {calls} != bench's {ours}")
-            if note not in self.step_calls_notes:
-                self.step_calls_notes.append(note)
-                log(note, self.rank)
-        return calls
+        calls = _ext.ring_step_calls(layout, self.world, self.rank, kv_rank, causal, -1, -1, False, False, chunk_len)
+        return [(qf * chunk_len, qc * chunk_len, kf * chunk_len, kc * chunk_len, c, left, right, offset)
+                for qf, qc, kf, kc, c, left, right, offset in calls]
 
     def setup_baseline(self, point: dict):
         """The ring's local attention calls of this rank, K/V already local:
@@ -414,8 +348,6 @@ class Bench:
 
         def setup(stack):
             import cuflash
-            takes_offset = all("diagonal_offset" in inspect.signature(f).parameters
-                               for f in (cuflash.attention, cuflash.attention_backward))
             shape = self.local_shape(point)
             local = shape[1]
             q = self.randn(*shape, seed_offset=0)
@@ -428,7 +360,7 @@ class Bench:
                             and 0 <= k_first and k_first + k_count <= local):
                         raise ValueError(f"local call ({q_first}, {q_count}, {k_first}, {k_count}) outside the "
                                          f"{local}-token shards")
-                    options = local_call_options(q_count, k_count, causal, left, right, offset, takes_offset)
+                    options = local_call_options(causal, left, right, offset)
                     prepared.append(dict(q=q[:, q_first:q_first + q_count], k=k[:, k_first:k_first + k_count],
                                          v=v[:, k_first:k_first + k_count], options=options))
             if fwd_bwd:
@@ -657,8 +589,6 @@ def run(args) -> int:
 
     def write(plot: bool) -> None:
         if rank == 0:
-            meta["step_calls_source"] = bench.step_calls_source or "not used"
-            meta["step_calls_note"] = "; ".join(bench.step_calls_notes[:4]) or None
             meta["elapsed_s"] = round(time.monotonic() - started, 1)
             ring_report.write_report(report, args.out_dir, plot=plot)
 

@@ -1,8 +1,7 @@
 #!/usr/bin/env python3
 """Tests of bench/ring.py and bench/ring_report.py that need no GPU and no
-PyTorch: the points, the ring's local calls that the baseline times (they
-cover the causal mask exactly once, and zigzag balances it), their mask
-arguments for cuflash.attention, the FLOP count, the report (json, markdown,
+PyTorch: the points, the mask arguments of the ring's local calls (the
+schedule itself is tested in tests/cpu/ring_schedule_test.cpp), the FLOP count, the report (json, markdown,
 plot when matplotlib is there) and the merge of two runs, from the command
 line too. With torch installed, also that torch's head-tail load balancer
 shards as cuflash's zigzag does.
@@ -28,113 +27,12 @@ import ring  # noqa: E402
 import ring_report  # noqa: E402
 
 
-def global_positions(layout: str, world: int, rank: int, chunk_len: int) -> list[int]:
-    """Global token index of each local token of `rank`'s shard."""
-    return [chunk * chunk_len + t for chunk in ring.layout_chunks(layout, world, rank) for t in range(chunk_len)]
-
-
-def covered_pairs(layout: str, world: int, causal: bool, chunk_len: int) -> dict:
-    """(query, key) global positions -> times computed, over every rank and ring step."""
-    counts: dict = {}
-    for rank in range(world):
-        q_pos = global_positions(layout, world, rank, chunk_len)
-        for step in range(world):
-            kv_rank = (rank - step) % world
-            k_pos = global_positions(layout, world, kv_rank, chunk_len)
-            for q_first, q_count, k_first, k_count, masked, left, right, offset in ring.python_step_calls(
-                    layout, world, rank, kv_rank, causal, chunk_len):
-                for i in range(q_count):
-                    for j in range(k_count):
-                        if masked and j > i + offset:
-                            continue
-                        pair = (q_pos[q_first + i], k_pos[k_first + j])
-                        counts[pair] = counts.get(pair, 0) + 1
-    return counts
-
-
-def allowed_bottom_right(i: int, j: int, q_count: int, k_count: int, causal: bool, window) -> bool:
-    """cuflash's (flash-attn's) mask: bottom-right aligned causal and window."""
-    left, right = window
-    if causal:
-        right = 0
-    diagonal = i + k_count - q_count
-    return (left < 0 or j >= diagonal - left) and (right < 0 or j <= diagonal + right)
-
-
-def allowed_offset(i: int, j: int, causal: bool, left: int, right: int, offset: int) -> bool:
-    """The ring's per-call mask: key j aligned with query i when j = i + offset."""
-    if causal:
-        right = 0
-    return (left < 0 or j >= i + offset - left) and (right < 0 or j <= i + offset + right)
-
-
-class StepCalls(unittest.TestCase):
-    def test_every_pair_once_and_only_the_causal_ones(self):
-        for layout, world, causal in itertools.product(ring.LAYOUTS, [1, 2, 3, 4], [True, False]):
-            with self.subTest(layout=layout, world=world, causal=causal):
-                chunks = (2 if layout == "zigzag" else 1) * world
-                chunk_len = 3
-                seq = chunks * chunk_len
-                counts = covered_pairs(layout, world, causal, chunk_len)
-                expected = {(i, j) for i in range(seq) for j in range(seq) if not causal or j <= i}
-                self.assertEqual(set(counts), expected)
-                self.assertEqual(set(counts.values()), {1})
-
-    def test_zigzag_balances_causal_work_and_contiguous_does_not(self):
-        def work(layout, world, rank):
-            chunk_len = 4
-            return sum(q_count * k_count if not masked else q_count * (q_count + 1) // 2
-                       for step in range(world)
-                       for _, q_count, _, k_count, masked, *_ in ring.python_step_calls(
-                           layout, world, rank, (rank - step) % world, True, chunk_len))
-        for world in (2, 4, 8):
-            zigzag = {work("zigzag", world, r) for r in range(world)}
-            contiguous = [work("contiguous", world, r) for r in range(world)]
-            self.assertEqual(len(zigzag), 1, f"W={world}: zigzag work per rank {zigzag}")
-            self.assertEqual(contiguous, sorted(contiguous))
-            self.assertGreater(contiguous[-1], 2 * contiguous[0])
-
-    def test_zigzag_calls_of_two_ranks(self):
-        calls = lambda rank, kv: ring.python_step_calls("zigzag", 2, rank, kv, True, 8)  # noqa: E731
-        self.assertEqual(calls(0, 0), [(0, 16, 0, 16, True, -1, -1, 0)])
-        # Rank 0 (chunks 0, 3) with rank 1's block (chunks 1, 2): chunk 3 sees both, chunk 0 neither.
-        self.assertEqual(calls(0, 1), [(8, 8, 0, 16, False, -1, -1, 0)])
-        # Rank 1 (chunks 1, 2) with rank 0's block (chunks 0, 3): both see chunk 0 only.
-        self.assertEqual(calls(1, 0), [(0, 16, 0, 8, False, -1, -1, 0)])
-        self.assertEqual(ring.python_step_calls("zigzag", 2, 1, 0, False, 8), [(0, 16, 0, 16, False, -1, -1, 0)])
-
-
 class CallOptions(unittest.TestCase):
-    def test_same_mask_as_the_offset_says(self):
-        cases = [(q, k, causal, left, right, offset)
-                 for q, k in ((4, 4), (4, 8), (8, 4), (3, 5))
-                 for causal in (True, False)
-                 for left, right in ((-1, -1), (2, -1), (-1, 1), (1, 2))
-                 for offset in (-2, 0, 1, 3, 4, 6)]
-        expressed = 0
-        for q, k, causal, left, right, offset in cases:
-            with self.subTest(q=q, k=k, causal=causal, window=(left, right), offset=offset):
-                try:
-                    options = ring.local_call_options(q, k, causal, left, right, offset)
-                except ValueError:
-                    continue
-                expressed += 1
-                for i in range(q):
-                    for j in range(k):
-                        self.assertEqual(allowed_bottom_right(i, j, q, k, options["causal"],
-                                                              options.get("window_size", (-1, -1))),
-                                         allowed_offset(i, j, causal, left, right, offset), (i, j, options))
-        self.assertGreater(expressed, len(cases) // 2)
-
-    def test_forms(self):
-        self.assertEqual(ring.local_call_options(8, 8, True, -1, -1, 0), dict(causal=True, window_size=(-1, -1)))
-        self.assertEqual(ring.local_call_options(8, 16, True, -1, -1, 8), dict(causal=True, window_size=(-1, -1)))
-        self.assertEqual(ring.local_call_options(8, 16, False, -1, -1, 3), dict(causal=False))
-        self.assertEqual(ring.local_call_options(8, 8, True, -1, -1, 2), dict(causal=False, window_size=(-1, 2)))
+    def test_the_schedule_s_masks_pass_through(self):
+        self.assertEqual(ring.local_call_options(True, -1, -1, None), dict(causal=True, window_size=(-1, -1)))
+        self.assertEqual(ring.local_call_options(False, -1, -1, None), dict(causal=False, window_size=(-1, -1)))
         with self.assertRaises(ValueError):
-            ring.local_call_options(8, 16, True, -1, -1, 0)  # the diagonal left of bottom-right
-        self.assertEqual(ring.local_call_options(8, 8, True, -1, -1, 5, takes_diagonal_offset=True),
-                         dict(causal=True, window_size=(-1, -1), diagonal_offset=5))
+            ring.local_call_options(True, -1, -1, 5)  # cuflash.attention takes no diagonal_offset
 
 
 class Points(unittest.TestCase):

@@ -149,6 +149,25 @@ typedef struct cuflash_merge_args {
   cuflash_tensor out_a, lse_a, out_b, lse_b, out, lse;
 } cuflash_merge_args;
 
+/* Ring attention over NCCL (include/cuflash/ring.hpp, docs/ring.md): each
+ * rank's shard of sequences split along their length; every rank of `comm`
+ * makes the same call on its own device. Dense: q [B, S_local, Hq, D], k/v
+ * [B, S_local, Hk, D]; varlen: [T_local, H, D] with cu_seqlens of the local
+ * shards (on the device) and max_seqlen. lse and alibi_slopes may be rank 0. */
+typedef struct ncclComm* ncclComm_t;
+typedef enum cuflash_ring_layout {
+  CUFLASH_RING_CONTIGUOUS = 0, /* rank r holds chunk r of W */
+  CUFLASH_RING_ZIGZAG = 1      /* rank r holds chunks r and 2W-1-r of 2W (balanced causal work) */
+} cuflash_ring_layout;
+typedef struct cuflash_ring_forward_args {
+  cuflash_tensor q, k, v, out, lse, alibi_slopes, cu_seqlens;
+  int32_t max_seqlen;
+} cuflash_ring_forward_args;
+typedef struct cuflash_ring_backward_args {
+  cuflash_tensor q, k, v, out, dout, lse, dq, dk, dv, alibi_slopes, cu_seqlens;
+  int32_t max_seqlen;
+} cuflash_ring_backward_args;
+
 /* Library version, e.g. "0.1.0". */
 CUFLASH_C_API const char* cuflash_version(void);
 /* 1 when the backend is compiled in and usable on this machine now. */
@@ -183,6 +202,15 @@ CUFLASH_C_API cuflash_status cuflash_attention_with_kvcache(
     const cuflash_tensor* lse, const cuflash_options* options, const cuflash_run_context* context);
 CUFLASH_C_API cuflash_status cuflash_merge_states(const cuflash_merge_args* args, int32_t backend,
                                                   const cuflash_run_context* context);
+
+/* 1 when this build has the NCCL ring. */
+CUFLASH_C_API int cuflash_ring_attention_available(void);
+CUFLASH_C_API cuflash_status cuflash_ring_attention_forward(const cuflash_ring_forward_args* args,
+                                                            const cuflash_options* options, int32_t layout,
+                                                            ncclComm_t comm, const cuflash_run_context* context);
+CUFLASH_C_API cuflash_status cuflash_ring_attention_backward(const cuflash_ring_backward_args* args,
+                                                             const cuflash_options* options, int32_t layout,
+                                                             ncclComm_t comm, const cuflash_run_context* context);
 
 /* Scratch bytes the call needs in cuflash_run_context.workspace (0 on the CPU). */
 CUFLASH_C_API cuflash_status cuflash_forward_workspace_size(const cuflash_forward_args* args,

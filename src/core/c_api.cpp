@@ -2,6 +2,7 @@
 // API's views and options, a Status turned into a code plus a thread-local
 // message. Nothing thrown inside crosses the extern "C" boundary.
 #include "cuflash/cuflash_c.h"
+#include "cuflash/ring.hpp"
 
 #include <algorithm>
 #include <exception>
@@ -283,6 +284,65 @@ cuflash_status cuflash_merge_states(const cuflash_merge_args* args, int32_t back
     CUFLASH_TRY(to_view(args->out, "out", &merge.out));
     CUFLASH_TRY(to_view(args->lse, "lse", &merge.lse));
     return cuflash::merge_states(merge, static_cast<Backend>(backend), to_context(context));
+  });
+}
+
+namespace {
+
+Status to_ring_layout(int32_t layout, cuflash::RingLayout* out) {
+  if (layout == CUFLASH_RING_CONTIGUOUS) *out = cuflash::RingLayout::contiguous;
+  else if (layout == CUFLASH_RING_ZIGZAG) *out = cuflash::RingLayout::zigzag;
+  else return Status::invalid("layout: expected CUFLASH_RING_CONTIGUOUS or CUFLASH_RING_ZIGZAG, got " + std::to_string(layout));
+  return {};
+}
+
+}  // namespace
+
+int cuflash_ring_attention_available(void) { return cuflash::ring_attention_available() ? 1 : 0; }
+
+cuflash_status cuflash_ring_attention_forward(const cuflash_ring_forward_args* args, const cuflash_options* options,
+                                              int32_t layout, ncclComm_t comm, const cuflash_run_context* context) {
+  return guarded([&]() -> Status {
+    CUFLASH_TRY(null_check(args, "args"));
+    cuflash::RingForwardArgs ring;
+    CUFLASH_TRY(to_view(&args->q, "q", &ring.q));
+    CUFLASH_TRY(to_view(&args->k, "k", &ring.k));
+    CUFLASH_TRY(to_view(&args->v, "v", &ring.v));
+    CUFLASH_TRY(to_view(&args->out, "out", &ring.out));
+    CUFLASH_TRY(to_view(&args->lse, "lse", &ring.lse));
+    CUFLASH_TRY(to_view(&args->alibi_slopes, "alibi_slopes", &ring.alibi_slopes));
+    CUFLASH_TRY(to_view(&args->cu_seqlens, "cu_seqlens", &ring.cu_seqlens));
+    ring.max_seqlen = args->max_seqlen;
+    AttentionOptions opts;
+    CUFLASH_TRY(to_options(options, &opts));
+    cuflash::RingLayout ring_layout;
+    CUFLASH_TRY(to_ring_layout(layout, &ring_layout));
+    return cuflash::ring_attention_forward(ring, opts, ring_layout, comm, to_context(context));
+  });
+}
+
+cuflash_status cuflash_ring_attention_backward(const cuflash_ring_backward_args* args, const cuflash_options* options,
+                                               int32_t layout, ncclComm_t comm, const cuflash_run_context* context) {
+  return guarded([&]() -> Status {
+    CUFLASH_TRY(null_check(args, "args"));
+    cuflash::RingBackwardArgs ring;
+    CUFLASH_TRY(to_view(&args->q, "q", &ring.q));
+    CUFLASH_TRY(to_view(&args->k, "k", &ring.k));
+    CUFLASH_TRY(to_view(&args->v, "v", &ring.v));
+    CUFLASH_TRY(to_view(&args->out, "out", &ring.out));
+    CUFLASH_TRY(to_view(&args->dout, "dout", &ring.dout));
+    CUFLASH_TRY(to_view(&args->lse, "lse", &ring.lse));
+    CUFLASH_TRY(to_view(&args->dq, "dq", &ring.dq));
+    CUFLASH_TRY(to_view(&args->dk, "dk", &ring.dk));
+    CUFLASH_TRY(to_view(&args->dv, "dv", &ring.dv));
+    CUFLASH_TRY(to_view(&args->alibi_slopes, "alibi_slopes", &ring.alibi_slopes));
+    CUFLASH_TRY(to_view(&args->cu_seqlens, "cu_seqlens", &ring.cu_seqlens));
+    ring.max_seqlen = args->max_seqlen;
+    AttentionOptions opts;
+    CUFLASH_TRY(to_options(options, &opts));
+    cuflash::RingLayout ring_layout;
+    CUFLASH_TRY(to_ring_layout(layout, &ring_layout));
+    return cuflash::ring_attention_backward(ring, opts, ring_layout, comm, to_context(context));
   });
 }
 

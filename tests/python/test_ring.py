@@ -27,7 +27,7 @@ Tolerances:
 Worlds of 3 and 4 ranks also run two rings at once over subgroups (even and
 odd ranks), whose group ranks are not the global ranks.
 
-NCCL: the same cases on GPUs (backend "cuda"; worlds of 1 and 2 ranks), the
+NCCL: the same cases on GPUs (backends "cuda" and "auto"; worlds of 1 and 2 ranks), the
 bf16 ones held to the same rule, float32 to GPU_F32_RTOL; skipped unless CUDA,
 NCCL, cuflash's CUDA backend and as many GPUs as ranks are there.
 """
@@ -415,13 +415,14 @@ def _gpus():
 NCCL_CASES = CASE_NAMES  # bfloat16 cases have head dim 32: the CUDA backend's tensor-core kernels take it
 
 
-@pytest.mark.parametrize("world", (1, 2))
-def test_ring_nccl(world):
+@pytest.mark.parametrize("world,backend", ((1, "cuda"), (1, "auto"), (2, "cuda"), (2, "auto")))
+def test_ring_nccl(world, backend):
+    """backend "auto" (the default): cuDNN runs the steps that need no diagonal offset where it is built in."""
     gpus = _gpus()
     if gpus < world:
         pytest.skip(f"NCCL ring over {world} rank(s) needs CUDA, NCCL, cuflash's CUDA backend and {world} GPU(s); "
                     f"{gpus} usable here")
-    results = _spawn(world, "cuda", NCCL_CASES)
+    results = _spawn(world, backend, NCCL_CASES)
     failed = []
     for name in NCCL_CASES + [GATHER_CASE]:
         try:

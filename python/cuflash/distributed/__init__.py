@@ -4,8 +4,8 @@ The sequence is sharded over the ranks of a process group; each rank holds
 its queries and its K/V block, the K/V blocks travel round the ring, and
 every rank ends with the exact attention of its queries over the whole
 sequence (and, through autograd, exact gradients). GPU tensors go over an
-NCCL group (cuflash backend "cuda" by default), CPU tensors over gloo
-(backend "cpu").
+NCCL group (cuflash backend "auto" by default: cuDNN or cuflash's kernels
+per local call), CPU tensors over gloo (backend "cpu").
 
     from cuflash.distributed import ring_flash_attn_func, shard_sequence
     q_local = shard_sequence(q, world_size, rank)          # zigzag by default
@@ -59,9 +59,9 @@ __all__ = [
 
 
 def _backend(backend, q):
-    if backend is None:
-        return "cuda" if q.is_cuda else "cpu"
-    return _args.backend(backend)
+    # auto: each local call on the fastest backend that runs it (cuDNN where a
+    # step needs no diagonal offset, cuflash's kernels where it does).
+    return "auto" if backend is None else _args.backend(backend)
 
 
 def _check_kv(q, k, v, seq_dim):
@@ -93,7 +93,7 @@ def ring_flash_attn_func(q, k, v, causal=False, softmax_scale=None, group=None, 
     default process group; with none initialized, a ring of one). Options as in flash-attn: causal, window_size
     (left, right), alibi_slopes float32 [Hq] or [B, Hq], softcap, softmax_scale (default 1/sqrt(D)), deterministic
     (backward); positions are global, so the result equals attention over the unsharded sequence. backend: the
-    cuflash backend of the local kernels (default "cuda" for GPU tensors, "cpu" otherwise).
+    cuflash backend of the local kernels (default "auto": per call the fastest that runs it; "cpu" for CPU tensors).
 
     Returns out [B, S_local, Hq, D] like q, or (out, lse float32 [B, Hq, S_local]) with return_lse.
     Differentiable in q, k and v (not through lse).
