@@ -152,9 +152,7 @@ def render_markdown(report: dict, png_name: str | None = "ring.png") -> str:
     ]
     for run in runs:
         lines.append(f"- run with W={run.get('world_size')}: {run.get('gpus', run.get('device', '?'))}; NCCL "
-                     f"{run.get('nccl', '?')}; NCCL_NVLS_ENABLE={run.get('env', {}).get('NCCL_NVLS_ENABLE', 'unset')}; "
-                     f"local calls from {run.get('step_calls_source', '?')}"
-                     + (f"; {run['step_calls_note']}" if run.get("step_calls_note") else ""))
+                     f"{run.get('nccl', '?')}; NCCL_NVLS_ENABLE={run.get('env', {}).get('NCCL_NVLS_ENABLE', 'unset')}")
     lines += [
         "",
         f"Written by `bench/ring.py` (see [bench/README.md](../../bench/README.md) and [docs/ring.md](../ring.md)); "

@@ -87,8 +87,7 @@ def fake_report(world: int) -> dict:
         rows.append(fake_row(world, "strong", 131072 // world, causal, pass_name, scale * 256 / world))
     meta = dict(device="NVIDIA H200", gpus=f"{world} × NVIDIA H200", world_size=world, date="2026-11-30T10:00Z",
                 commit="abc1234", torch="2.11.0+cu130", nccl="2.27.7", dtype="bf16", heads=16, head_dim=128,
-                layout="zigzag", torch_cp_note="made up", env={"NCCL_NVLS_ENABLE": "0"},
-                step_calls_source="cuflash._ext.ring_step_calls")
+                layout="zigzag", torch_cp_note="made up", env={"NCCL_NVLS_ENABLE": "0"})
     checks = [dict(world_size=world, seq_len=8192 * world, causal=True, backend="cuflash_ring",
                    max_abs_error=dict(out=0.0039, dq=0.0078, dk=0.0078, dv=0.0039), max_abs_ref=2.5, error=None),
               dict(world_size=world, seq_len=8192 * world, causal=True, backend="torch_cp_flash", max_abs_error=None,

@@ -84,10 +84,6 @@ struct Problem {
     return max_kv_len;
   }
   int group_size() const { return heads_q / heads_kv; }
-  // Key j is aligned with query i of sequence b when j = i + diagonal(b).
-  std::int64_t diagonal(int b) const {
-    return has_diagonal_offset ? diagonal_offset : static_cast<std::int64_t>(kv_len(b)) - q_len(b);
-  }
 };
 
 // Merge of two partial attentions, checked.
