@@ -385,6 +385,9 @@ Status resolve_options(const AttentionOptions& options, Problem* p) {
       return Status::invalid("diagonal_offset: expected |offset| <= 2^30, got " + std::to_string(*options.diagonal_offset));
     if (p->layout == Layout::kv_cache)
       return Status::invalid("diagonal_offset: not with a KV cache (its queries follow its cached keys)");
+    if (p->max_q_len > kLimit || p->max_kv_len > kLimit)
+      return Status::invalid("diagonal_offset: sequences up to 2^30 rows take it; got max lengths " +
+                             std::to_string(p->max_q_len) + " and " + std::to_string(p->max_kv_len));
     p->has_diagonal_offset = true;
     p->diagonal_offset = *options.diagonal_offset;
   }

@@ -295,6 +295,34 @@ Status step_calls(const RingShape& shape, RingLayout layout, int kv_rank, const 
 // Varlen zigzag works in chunk-major order; the rest in the caller's.
 bool permuted(const RingShape& shape) { return shape.varlen && shape.chunks > 1; }
 
+// The rank's own K/V block into ring buffer `block` (k, then v; chunk-major
+// for varlen zigzag, where `chunk_cu` receives cu_seqlens / chunks), and the
+// varlen batch that one chunk of the shards is.
+Status stage_own_block(const RingShape& shape, const TensorView& k, const TensorView& v, const TensorView& cu_seqlens,
+                       void* block, std::int32_t* chunk_cu, cudaStream_t stream, VarlenBatch* chunk_batch) {
+  const std::size_t k_bytes = bytes_of(k);
+  if (permuted(shape)) {
+    const auto* cu = static_cast<const std::int32_t*>(cu_seqlens.data);
+    RING_TRY(detail::ring_permute_rows(contiguous_like(k, block, k.dtype), k, cu, shape.batch, shape.chunks, true,
+                                       stream));
+    RING_TRY(detail::ring_permute_rows(contiguous_like(v, static_cast<char*>(block) + k_bytes, v.dtype), v, cu,
+                                       shape.batch, shape.chunks, true, stream));
+    RING_TRY(detail::ring_chunk_cu_seqlens(chunk_cu, cu, shape.batch, shape.chunks, stream));
+  } else {
+    RING_TRY(cuda_status(cudaMemcpyAsync(block, k.data, k_bytes, cudaMemcpyDeviceToDevice, stream), "ring: k"));
+    RING_TRY(cuda_status(cudaMemcpyAsync(static_cast<char*>(block) + k_bytes, v.data, bytes_of(v),
+                                         cudaMemcpyDeviceToDevice, stream),
+                         "ring: v"));
+    chunk_cu = static_cast<std::int32_t*>(cu_seqlens.data);
+  }
+  if (shape.varlen) {
+    TensorView cu = cu_seqlens;
+    cu.data = chunk_cu;
+    *chunk_batch = {cu, cu, shape.max_chunk, shape.max_chunk};
+  }
+  return {};
+}
+
 }  // namespace
 
 bool ring_attention_available() { return true; }
@@ -344,25 +372,12 @@ Status ring_attention_forward(const RingForwardArgs& args, const AttentionOption
     RING_TRY(scratch.get(bytes_of(args.q), &q_data));
     RING_TRY(scratch.get((shape.batch + 1) * sizeof(std::int32_t), &cu_data));
     chunk_cu = static_cast<std::int32_t*>(cu_data);
-    const auto* cu = static_cast<const std::int32_t*>(args.cu_seqlens.data);
     q = contiguous_like(args.q, q_data, args.q.dtype);
-    RING_TRY(detail::ring_permute_rows(q, args.q, cu, shape.batch, shape.chunks, true, stream));
-    RING_TRY(detail::ring_permute_rows(k_in(kv[0]), args.k, cu, shape.batch, shape.chunks, true, stream));
-    RING_TRY(detail::ring_permute_rows(v_in(kv[0]), args.v, cu, shape.batch, shape.chunks, true, stream));
-    RING_TRY(detail::ring_chunk_cu_seqlens(chunk_cu, cu, shape.batch, shape.chunks, stream));
-  } else {
-    RING_TRY(cuda_status(cudaMemcpyAsync(kv[0], args.k.data, k_bytes, cudaMemcpyDeviceToDevice, stream), "ring: k"));
-    RING_TRY(cuda_status(cudaMemcpyAsync(static_cast<char*>(kv[0]) + k_bytes, args.v.data, kv_bytes - k_bytes,
-                                         cudaMemcpyDeviceToDevice, stream),
-                         "ring: v"));
-    if (shape.varlen) chunk_cu = static_cast<std::int32_t*>(args.cu_seqlens.data);
+    RING_TRY(detail::ring_permute_rows(q, args.q, static_cast<const std::int32_t*>(args.cu_seqlens.data), shape.batch,
+                                       shape.chunks, true, stream));
   }
   VarlenBatch chunk_batch;
-  if (shape.varlen) {
-    TensorView cu = args.cu_seqlens;
-    cu.data = chunk_cu;
-    chunk_batch = {cu, cu, shape.max_chunk, shape.max_chunk};
-  }
+  RING_TRY(stage_own_block(shape, args.k, args.v, args.cu_seqlens, kv[0], chunk_cu, stream, &chunk_batch));
 
   cudaEvent_t block_ready, received[2], used[2];
   RING_TRY(events.make(&block_ready));
@@ -488,22 +503,9 @@ Status ring_attention_backward(const RingBackwardArgs& args, const AttentionOpti
     RING_TRY(detail::ring_permute_rows(dout, args.dout, cu, shape.batch, shape.chunks, true, stream));
     RING_TRY(detail::ring_permute_rows(lse_as_rows(lse), lse_as_rows(args.lse), cu, shape.batch, shape.chunks, true,
                                        stream));
-    RING_TRY(detail::ring_permute_rows(k_in(kv[0]), args.k, cu, shape.batch, shape.chunks, true, stream));
-    RING_TRY(detail::ring_permute_rows(v_in(kv[0]), args.v, cu, shape.batch, shape.chunks, true, stream));
-    RING_TRY(detail::ring_chunk_cu_seqlens(chunk_cu, cu, shape.batch, shape.chunks, stream));
-  } else {
-    RING_TRY(cuda_status(cudaMemcpyAsync(kv[0], args.k.data, k_bytes, cudaMemcpyDeviceToDevice, stream), "ring: k"));
-    RING_TRY(cuda_status(cudaMemcpyAsync(static_cast<char*>(kv[0]) + k_bytes, args.v.data, kv_bytes - k_bytes,
-                                         cudaMemcpyDeviceToDevice, stream),
-                         "ring: v"));
-    if (shape.varlen) chunk_cu = static_cast<std::int32_t*>(args.cu_seqlens.data);
   }
   VarlenBatch chunk_batch;
-  if (shape.varlen) {
-    TensorView cu_view = args.cu_seqlens;
-    cu_view.data = chunk_cu;
-    chunk_batch = {cu_view, cu_view, shape.max_chunk, shape.max_chunk};
-  }
+  RING_TRY(stage_own_block(shape, args.k, args.v, args.cu_seqlens, kv[0], chunk_cu, stream, &chunk_batch));
 
   cudaEvent_t block_ready, kv_received[2], kv_used[2], grads_received[2], grads_added;
   RING_TRY(events.make(&block_ready));

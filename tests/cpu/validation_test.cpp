@@ -121,6 +121,14 @@ TEST_F(BadInput, WorkspaceQueriesValidateToo) {
       << status.message();
 }
 
+TEST_F(BadInput, DiagonalOffsetOutOfRange) {
+  AttentionOptions options = cpu_options();
+  options.diagonal_offset = (std::int64_t{1} << 30) + 1;
+  expect_invalid_forward(forward_args(), {"diagonal_offset: expected |offset| <= 2^30, got 1073741825"}, options);
+  options.diagonal_offset = -(std::int64_t{1} << 31);
+  expect_invalid_backward(backward_args(), {"diagonal_offset: expected |offset| <= 2^30"}, options);
+}
+
 TEST_F(BadInput, MissingQ) {
   ForwardArgs args = forward_args();
   args.q = {};

@@ -101,11 +101,11 @@ __device__ __forceinline__ ScoreRules score_rules(const AttentionParams& p, cons
   r.offset = diagonal(p, s);
   r.k_len = s.k_len;
   // A window side that masks no key of the sequence is unbounded; clamping
-  // them keeps i + offset +- window inside int32 whatever the caller passed
-  // (|offset| <= 2^30, lengths < 2^30).
-  const std::int64_t last_row = static_cast<std::int64_t>(s.q_len) - 1;
-  r.window_left = p.window_left >= last_row + r.offset ? -1 : p.window_left;
-  r.window_right = static_cast<std::int64_t>(p.window_right) + r.offset >= s.k_len - 1 ? -1 : p.window_right;
+  // them keeps i + offset +- window inside int32 whatever the caller passed.
+  // (No overflow here: without diagonal_offset these are k_len - 1 and
+  // q_len - 1; with it validate() holds |offset| and the lengths to 2^30.)
+  r.window_left = p.window_left >= s.q_len - 1 + r.offset ? -1 : p.window_left;
+  r.window_right = p.window_right >= s.k_len - 1 - r.offset ? -1 : p.window_right;
   r.scale_log2 = p.softmax_scale_log2;
   if (p.softcap > 0.0f) {
     r.scale_over_cap = p.softmax_scale / p.softcap;
