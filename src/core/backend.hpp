@@ -25,14 +25,20 @@ class BackendImpl {
   virtual Status merge_states(const MergeProblem& problem, const RunContext& context) = 0;
 };
 
-// The features only backend cpu has so far (attention sinks, dropout, the
-// debug probabilities): `unsupported`, naming the feature and `backend`, when
-// the problem uses one. GPU backends call it first in supports(), so that auto
-// never picks them for such a call and nothing falls back silently.
-inline Status refuse_cpu_only_features(const Problem& problem, const char* backend) {
+// What of the features backend cpu has a GPU backend runs too.
+struct GpuFeatures {
+  bool sinks = false;
+};
+
+// The features only backend cpu has so far (attention sinks on cudnn,
+// dropout, the debug probabilities): `unsupported`, naming the feature and
+// `backend`, when the problem uses one that `runs` does not list. GPU
+// backends call it first in supports(), so that auto never picks them for
+// such a call and nothing falls back silently.
+inline Status refuse_cpu_only_features(const Problem& problem, const char* backend, GpuFeatures runs = {}) {
   const std::string name = std::string("backend ") + backend;
-  if (problem.has_sinks)
-    return Status::unsupported("sinks: " + name + " has no attention-sink kernels yet (backend cpu has them)");
+  if (problem.has_sinks && !runs.sinks)
+    return Status::unsupported("sinks: " + name + " has no attention sinks yet (backends cpu and cuda have them)");
   if (problem.has_dropout())
     return Status::unsupported("dropout_p: " + name + " has no dropout kernels yet (backend cpu has them)");
   if (!problem.attn_probs.empty())

@@ -7,6 +7,7 @@
 #include <string>
 
 #include "backend.hpp"
+#include "common/attention_sinks.hpp"
 #include "common/cuda_check.hpp"
 #include "common/scratch.hpp"
 #include "common/varlen_tail.hpp"
@@ -33,7 +34,7 @@ class CudaBackend final : public BackendImpl {
   }
 
   Status supports(const Problem& problem) const override {
-    CUFLASH_TRY(refuse_cpu_only_features(problem, "cuda"));
+    CUFLASH_TRY(refuse_cpu_only_features(problem, "cuda", {.sinks = true}));
     if (problem.layout == Layout::kv_cache) {
       if (problem.pass == Pass::backward)
         return Status::unsupported("backend cuda backward: KV-cache (paged or contiguous) backward is not implemented");
@@ -51,16 +52,23 @@ class CudaBackend final : public BackendImpl {
   }
 
   Status forward(const Problem& problem, const RunContext& context) override {
-    return run(problem, context, [&](void* workspace, cudaStream_t stream) {
-      if (problem.layout == Layout::kv_cache) return flash_decode(problem, workspace, stream);
-      return problem.dtype == DType::f32 ? f32_forward(problem, workspace, stream)
-                                         : flash_forward(problem, workspace, stream);
+    return run(problem, context, [&](void* workspace, cudaStream_t stream) -> Status {
+      if (!problem.has_sinks) return forward_kernels(problem, workspace, stream);
+      // The kernels run without the sinks, into the caller's lse or scratch;
+      // the sinks then join each row's state (common/attention_sinks.hpp).
+      Problem without_sinks = problem;
+      if (problem.lse.empty())
+        without_sinks.lse = scratch_lse_view(problem, static_cast<char*>(workspace) + align256(kernel_bytes(problem)));
+      CUFLASH_TRY(forward_kernels(without_sinks, workspace, stream));
+      return apply_attention_sinks(without_sinks, without_sinks.lse, stream);
     });
   }
   Status backward(const Problem& problem, const RunContext& context) override {
     return run(problem, context, [&](void* workspace, cudaStream_t stream) -> Status {
       CUFLASH_TRY(problem.dtype == DType::f32 ? f32_backward(problem, workspace, stream)
                                               : flash_backward(problem, workspace, stream));
+      // dq, dk, dv need nothing more for sinks: the final out and lse hold them.
+      CUFLASH_TRY(attention_sinks_backward(problem, static_cast<char*>(workspace) + align256(kernel_bytes(problem)), stream));
       if (problem.layout != Layout::varlen) return {};
       CUFLASH_TRY(zero_rows_after_sequences(problem.dq, problem.cu_seqlens_q.data, problem.batch, stream));
       CUFLASH_TRY(zero_rows_after_sequences(problem.dk, problem.cu_seqlens_k.data, problem.batch, stream));
@@ -75,7 +83,21 @@ class CudaBackend final : public BackendImpl {
   }
 
  private:
+  static Status forward_kernels(const Problem& problem, void* workspace, cudaStream_t stream) {
+    if (problem.layout == Layout::kv_cache) return flash_decode(problem, workspace, stream);
+    return problem.dtype == DType::f32 ? f32_forward(problem, workspace, stream)
+                                       : flash_forward(problem, workspace, stream);
+  }
+
+  // The kernels' scratch, then (sinks) a scratch lse or dsinks' partial sums.
   static std::size_t required_bytes(const Problem& problem) {
+    std::size_t sinks = 0;
+    if (problem.has_sinks && problem.pass == Pass::forward && problem.lse.empty())
+      sinks = align256(scratch_lse_view(problem, nullptr).numel() * sizeof(float));
+    if (problem.pass == Pass::backward) sinks = attention_sinks_backward_bytes(problem);
+    return sinks == 0 ? kernel_bytes(problem) : align256(kernel_bytes(problem)) + sinks;
+  }
+  static std::size_t kernel_bytes(const Problem& problem) {
     if (problem.layout == Layout::kv_cache) return flash_decode_workspace_bytes(problem);
     if (problem.pass == Pass::forward)
       return problem.dtype == DType::f32 ? f32_forward_workspace_bytes(problem) : flash_forward_workspace_bytes(problem);

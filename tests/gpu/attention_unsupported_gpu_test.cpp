@@ -268,20 +268,24 @@ TEST(CudaStream, DefaultStream) {
 }
 
 // ----- features only backend cpu has so far ----------------------------------------
-// Attention sinks and dropout: every GPU backend, and auto, refuses them by
-// name (no silent fallback to another function); nothing is written.
+// Dropout: every GPU backend, and auto, refuses it by name (no silent
+// fallback to another function); nothing is written. Sinks: cudnn refuses
+// them (cuda runs them: CudaForward/CudaBackward's Sinks cases).
 
 TEST(GpuUnsupported, SinksAndDropoutRefusedByName) {
   SKIP_WITHOUT_GPU();
   CUFLASH_TEST_RNG(rng);
-  for (Backend backend : {Backend::cuda, Backend::cudnn, Backend::automatic}) {
-    SCOPED_TRACE(backend_name(backend));
+  {
     CaseSpec sinks = dense_case("sinks", 33, 40, 4, 2, 64);
     sinks.dtype = DType::bf16;
     sinks.sinks = true;
     AttentionCase with_sinks(sinks, rng.engine());
+    DeviceRunner runner(Backend::cudnn);
+    expect_refused(with_sinks, runner, Pass::forward, {"sinks"}, Backend::cudnn);
+  }
+  for (Backend backend : {Backend::cuda, Backend::cudnn, Backend::automatic}) {
+    SCOPED_TRACE(backend_name(backend));
     DeviceRunner runner(backend);
-    expect_refused(with_sinks, runner, Pass::forward, {"sinks"}, backend);
     CaseSpec dropout = dense_case("dropout", 33, 40, 4, 2, 64);
     dropout.dtype = DType::bf16;
     dropout.options.dropout_p = 0.1f;

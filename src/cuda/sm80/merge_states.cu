@@ -2,6 +2,7 @@
 
 #include "common/cuda_check.hpp"
 #include "common/element_io.cuh"
+#include "common/softmax_merge.cuh"
 #include "sm80/merge_states.cuh"
 
 namespace cuflash::detail {
@@ -48,15 +49,9 @@ __global__ void merge_states_kernel(MergeParams params) {
   const int seq = static_cast<int>((row / params.heads) % params.seq_len);
   const int batch = static_cast<int>(row / (static_cast<std::int64_t>(params.heads) * params.seq_len));
 
-  const float lse_a = params.lse_a[lse_offset(params.a, batch, seq, head)];
-  const float lse_b = params.lse_b[lse_offset(params.b, batch, seq, head)];
-  const float lse_max = fmaxf(lse_a, lse_b);
-  const bool empty = lse_max == -INFINITY;  // neither side saw a key
-  const float weight_a = empty ? 0.0f : expf(lse_a - lse_max);
-  const float weight_b = empty ? 0.0f : expf(lse_b - lse_max);
-  const float weight_sum = weight_a + weight_b;
-  const float scale_a = empty ? 0.0f : weight_a / weight_sum;
-  const float scale_b = empty ? 0.0f : weight_b / weight_sum;
+  const MergedLse merged = merge_lse(params.lse_a[lse_offset(params.a, batch, seq, head)],
+                                     params.lse_b[lse_offset(params.b, batch, seq, head)]);
+  const float scale_a = merged.weight_a, scale_b = merged.weight_b;
 
   const auto* out_a = static_cast<const Element*>(params.out_a) + out_offset(params.a, batch, seq, head);
   const auto* out_b = static_cast<const ElementB*>(params.out_b) + out_offset(params.b, batch, seq, head);
@@ -64,7 +59,7 @@ __global__ void merge_states_kernel(MergeParams params) {
   for (int d = threadIdx.x; d < params.head_dim; d += warpSize)
     store_float(out + d, scale_a * load_float(out_a + d) + scale_b * load_float(out_b + d));
   __syncwarp();
-  if (threadIdx.x == 0) params.lse[lse_offset(params.merged, batch, seq, head)] = empty ? -INFINITY : lse_max + logf(weight_sum);
+  if (threadIdx.x == 0) params.lse[lse_offset(params.merged, batch, seq, head)] = merged.lse;
 }
 
 template <typename Element, typename ElementB = Element>
