@@ -8,14 +8,13 @@
 
 namespace cuflash::detail {
 
-namespace {
-
-// Dense [B, S, H, D] or varlen [total, H, D] (no batch dimension).
 RowStrides row_strides(const TensorView& view, Layout layout) {
   if (view.empty()) return {};
   if (layout == Layout::varlen) return {0, view.strides[0], view.strides[1]};
   return {view.strides[0], view.strides[1], view.strides[2]};
 }
+
+namespace {
 
 int log2_exact(int value) {
   int shift = 0;

@@ -14,8 +14,6 @@
 
 namespace cuflash::detail {
 
-RowStrides row_strides(const TensorView& view, Layout layout);  // attention_params.cpp
-
 namespace {
 
 constexpr int kRowsPerBlock = 8;  // one warp per row

@@ -6,9 +6,14 @@
 
 #include <cstdint>
 
+namespace cuflash {
+struct TensorView;
+}
+
 namespace cuflash::detail {
 
 struct Problem;
+enum class Layout;
 
 // Strides, in elements, of one [batch?, row, head, dim] tensor. For varlen the
 // batch stride is 0 and rows are offset by cu_seqlens instead.
@@ -108,6 +113,9 @@ struct BackwardParams : AttentionParams {
   float* dsum = nullptr;
   std::int64_t total_q_rows = 0;
 };
+
+// Element strides of a dense [B, S, H, D] or varlen [total, H, D] view (batch 0).
+RowStrides row_strides(const TensorView& view, Layout layout);
 
 // Fills the common part from a validated forward or backward Problem.
 AttentionParams make_attention_params(const Problem& problem);
