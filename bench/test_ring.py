@@ -27,6 +27,11 @@ import ring  # noqa: E402
 import ring_report  # noqa: E402
 
 
+def global_positions(layout: str, world: int, rank: int, chunk_len: int) -> list[int]:
+    """The global token positions a rank holds, in its local order."""
+    return [chunk * chunk_len + t for chunk in ring.layout_chunks(layout, world, rank) for t in range(chunk_len)]
+
+
 class CallOptions(unittest.TestCase):
     def test_the_schedule_s_masks_pass_through(self):
         self.assertEqual(ring.local_call_options(True, -1, -1, None), dict(causal=True, window_size=(-1, -1)))

@@ -196,8 +196,9 @@ def attention(q, k, v, *, softmax_scale=None, causal=False, window_size=(-1, -1)
     ``(dropout_seed, dropout_offset, b, h, i, j)`` (docs/semantics.md). Without
     ``dropout_seed`` both are drawn from torch's default generator for torch
     tensors (``torch.manual_seed`` reproduces a run), else from numpy's global
-    one; the torch backward redraws the same mask. Sinks and dropout run on
-    backend cpu for now (the GPU backends refuse them: NotImplementedError).
+    one; the torch backward redraws the same mask. Sinks run on backends cpu and
+    cuda, dropout on backend cpu for now (the other GPU backends refuse them:
+    NotImplementedError).
 
     Returns ``out`` (like q), or ``(out, lse)`` with ``return_lse`` (float32,
     natural log; ``[B, Hq, Sq]``, varlen ``[Hq, Tq]``), in q's framework; with
