@@ -160,7 +160,7 @@ def torch_reference(q, k, v, sinks, keep=None, dropout_p=0.0, causal=False):
     s = qh @ kh.transpose(-1, -2) / math.sqrt(q.shape[-1])
     if causal:
         lq, lk = q.shape[1], k.shape[1]
-        visible = torch.arange(lk)[None, :] <= torch.arange(lq)[:, None] + (lk - lq)
+        visible = torch.arange(lk, device=q.device)[None, :] <= torch.arange(lq, device=q.device)[:, None] + (lk - lq)
         s = s.masked_fill(~visible, float("-inf"))
     sink_col = sinks.double()[None, :, None, None].expand(s.shape[0], heads, s.shape[2], 1)
     p = torch.softmax(torch.cat([s, sink_col], dim=-1), dim=-1)[..., :-1]
@@ -189,6 +189,30 @@ def test_sinks_and_dropout_autograd_torch(dropout_p):
     expected = torch.autograd.grad(want, (q, k, v, sinks), dout.double())
     for name, g, e in zip(("dq", "dk", "dv", "dsinks"), got, expected):
         assert torch.allclose(g.double(), e.double(), atol=1e-4, rtol=1e-4), name
+
+
+@pytest.mark.parametrize("dtype", ["bfloat16", "float16"])
+def test_sinks_autograd_torch_cuda(dtype):
+    """backend cuda (and auto) with sinks: forward and gradients against float64 torch, GQA, causal."""
+    torch = _torch()
+    if not torch.cuda.is_available() or not cuflash.backend_available("cuda"):
+        pytest.skip("needs a CUDA GPU and cuflash's CUDA backend")
+    torch.manual_seed(0)
+    dt = getattr(torch, dtype)
+    q = torch.randn(2, 70, 4, 64, device="cuda", dtype=dt, requires_grad=True)
+    k = torch.randn(2, 90, 2, 64, device="cuda", dtype=dt, requires_grad=True)
+    v = torch.randn(2, 90, 2, 64, device="cuda", dtype=dt, requires_grad=True)
+    sinks = (torch.rand(4, device="cuda") * 3 - 1).requires_grad_()
+    for backend in ("cuda", "auto"):
+        out = cuflash.attention(q, k, v, causal=True, sinks=sinks, backend=backend)
+        want = torch_reference(q, k, v, sinks, causal=True)
+        assert (out.double() - want).abs().max().item() < 2e-2, backend
+        dout = torch.randn_like(out)
+        got = torch.autograd.grad(out, (q, k, v, sinks), dout)
+        expected = torch.autograd.grad(want, (q, k, v, sinks), dout.double())
+        for name, g, e in zip(("dq", "dk", "dv", "dsinks"), got, expected):
+            scale = max(1.0, e.abs().max().item())
+            assert (g.double() - e).abs().max().item() < 3e-2 * scale, (backend, name)
 
 
 def test_dropout_torch_manual_seed_reproduces():
