@@ -94,7 +94,8 @@ DType to_dtype(const nb::dlpack::dtype& dtype, const char* name, bool index_tens
 }
 
 bool is_index_tensor(const std::string& name) {
-  return name == "cu_seqlens" || name == "cu_seqlens_q" || name == "cu_seqlens_k" || name == "seqlens_k" || name == "block_table";
+  return name == "cu_seqlens" || name == "cu_seqlens_q" || name == "cu_seqlens_k" || name == "seqlens_k" ||
+         name == "block_table";
 }
 
 // A DLPack array as a view of the same memory; an absent (None) array as an
@@ -326,7 +327,8 @@ bool backend_available(const std::string& name) { return cuflash::backend_availa
 // Linear attention (include/cuflash/linear_attention.hpp).
 cuflash::FeatureMap to_feature_map(const std::string& name) {
   if (name == "identity") return cuflash::FeatureMap::identity;
-  if (name == "elu+1" || name == "elu") return cuflash::FeatureMap::elu_plus_one;  // "elu": flash-linear-attention's name
+  // "elu": flash-linear-attention's name for elu(x) + 1.
+  if (name == "elu+1" || name == "elu") return cuflash::FeatureMap::elu_plus_one;
   if (name == "relu") return cuflash::FeatureMap::relu;
   throw InvalidArgument("feature_map: expected 'identity', 'elu+1' (or 'elu', flash-linear-attention's name for it) "
                         "or 'relu', got '" + name + "'");
@@ -490,7 +492,7 @@ NB_MODULE(_ext, m) {
         "sinks"_a.none() = nb::none(), "dsinks"_a.none() = nb::none(), "dropout_seed"_a = 0, "dropout_offset"_a = 0,
         "cuflash::attention_backward on views of the given arrays; writes dq, dk, dv (and dsinks).");
   nb::class_<cuflash::LinearAttentionOptions>(m, "LinearOptions",
-                                              "cuflash::LinearAttentionOptions: the options of a linear-attention call.")
+                                              "cuflash::LinearAttentionOptions: a linear-attention call's options.")
       .def("__init__",
            [](cuflash::LinearAttentionOptions* self, std::optional<double> scale, bool causal,
               const std::string& feature_map, bool normalize, bool check_index_contents, const std::string& backend) {

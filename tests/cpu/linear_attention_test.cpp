@@ -701,7 +701,7 @@ TEST_F(LinearBadInput, ValidCallsSucceed) {
 TEST_F(LinearBadInput, Forward) {
   HostTensor f16_state(DType::f16, c_.initial_state.shape());
   HostTensor small_state(DType::f32, {2, 2, 16, 23});
-  HostTensor i64_like(DType::f32, {3});
+  HostTensor offsets(DType::i32, {3});
   forward_rejects([](auto& a, auto&) { a.q = {}; }, "q: required");
   forward_rejects([&](auto& a, auto&) { a.q = make_view(c_.q.view().data, DType::f32, {2, 10, 64}); }, "q: expected rank 4");
   forward_rejects([&](auto& a, auto&) { a.k.dtype = DType::f16; }, "k: expected dtype f32");
@@ -720,7 +720,7 @@ TEST_F(LinearBadInput, Forward) {
   forward_rejects([&](auto& a, auto&) { a.final_state.data = a.out.data; }, "out: overlaps final_state");
   forward_rejects([&](auto& a, auto& o) { o.scale = std::nanf(""); }, "scale: expected a finite number");
   forward_rejects([&](auto& a, auto& o) { o.feature_map = static_cast<FeatureMap>(7); }, "feature_map:");
-  forward_rejects([&](auto& a, auto& o) { a.cu_seqlens = i64_like.view(); }, "q: expected rank 3");
+  forward_rejects([&](auto& a, auto& o) { a.cu_seqlens = offsets.view(); }, "q: expected rank 3");
   EXPECT_EQ(linear_attention_forward(c_.forward_args(), [&] {
               LinearAttentionOptions o = c_.options();
               o.backend = Backend::cuda;
