@@ -2,6 +2,7 @@
 #pragma once
 
 #include "cuflash/attention.hpp"
+#include "cuflash/linear_attention.hpp"
 #include "cuflash/merge_states.hpp"
 #include "cuflash/options.hpp"
 #include "cuflash/ring_schedule.hpp"

@@ -168,6 +168,54 @@ typedef struct cuflash_ring_backward_args {
   int32_t max_seqlen;
 } cuflash_ring_backward_args;
 
+/* Linear attention (include/cuflash/linear_attention.hpp, docs/linear.md):
+ *   o_t = S_t^T fq_t with fq_t = scale * phi(q_t), S_t = S_0 + sum_{s<=t} phi(k_s) v_s^T;
+ *   normalize: o_t / (fq_t . z_t + 1e-10), z_t = z_0 + sum_{s<=t} phi(k_s); non-causal: sums over the sequence.
+ * dense q [B, S, Hq, Dk], k [B, S, Hk, Dk], v [B, S, Hk, Dv], out [B, S, Hq, Dv];
+ * varlen [T, H, D] with cu_seqlens i32 [B+1]; state f32 [B, Hk, Dk, Dv], key sum f32 [B, Hk, Dk].
+ * Values of cuflash_feature_map match cuflash::FeatureMap. */
+typedef enum cuflash_feature_map {
+  CUFLASH_FEATURE_IDENTITY = 0,
+  CUFLASH_FEATURE_ELU_PLUS_ONE = 1, /* elu(x) + 1 */
+  CUFLASH_FEATURE_RELU = 2
+} cuflash_feature_map;
+
+/* cuflash::LinearAttentionOptions. Start from cuflash_linear_options_init(). */
+typedef struct cuflash_linear_options {
+  int32_t has_scale; /* 0: 1/sqrt(Dk) */
+  float scale;       /* multiplies phi(q) */
+  int32_t causal;    /* default 1 */
+  int32_t feature_map; /* cuflash_feature_map */
+  int32_t normalize;
+  int32_t check_index_contents; /* 1 (default): copy a GPU cu_seqlens to the host to check it */
+  int32_t backend;              /* cuflash_backend */
+} cuflash_linear_options;
+
+/* Optional tensors have rank 0; key sums only with normalize. */
+typedef struct cuflash_linear_forward_args {
+  cuflash_tensor q, k, v, out;
+  cuflash_tensor cu_seqlens; /* given: varlen */
+  cuflash_tensor initial_state, initial_key_sum; /* optional inputs */
+  cuflash_tensor final_state, final_key_sum;     /* optional outputs */
+} cuflash_linear_forward_args;
+
+typedef struct cuflash_linear_backward_args {
+  cuflash_tensor q, k, v, dout;
+  cuflash_tensor cu_seqlens;
+  cuflash_tensor initial_state, initial_key_sum; /* as given to the forward */
+  cuflash_tensor dfinal_state, dfinal_key_sum;   /* optional: gradients arriving at the final state */
+  cuflash_tensor dq, dk, dv;
+  cuflash_tensor dinitial_state, dinitial_key_sum; /* optional outputs, with initial_state / initial_key_sum */
+} cuflash_linear_backward_args;
+
+/* One decode step: q [B, 1, Hq, Dk], k [B, 1, Hk, Dk], v [B, 1, Hk, Dv], out [B, 1, Hq, Dv];
+ * state (and key_sum with normalize) updated in place unless state_out (key_sum_out) is given. */
+typedef struct cuflash_linear_step_args {
+  cuflash_tensor q, k, v, out;
+  cuflash_tensor state, key_sum;
+  cuflash_tensor state_out, key_sum_out;
+} cuflash_linear_step_args;
+
 /* Library version, e.g. "0.1.0". */
 CUFLASH_C_API const char* cuflash_version(void);
 /* 1 when the backend is compiled in and usable on this machine now. */
@@ -202,6 +250,20 @@ CUFLASH_C_API cuflash_status cuflash_attention_with_kvcache(
     const cuflash_tensor* lse, const cuflash_options* options, const cuflash_run_context* context);
 CUFLASH_C_API cuflash_status cuflash_merge_states(const cuflash_merge_args* args, int32_t backend,
                                                   const cuflash_run_context* context);
+
+/* Defaults: scale 1/sqrt(Dk), causal, identity features, no normalization, index checks on, backend auto. */
+CUFLASH_C_API void cuflash_linear_options_init(cuflash_linear_options* options);
+/* options and context may be NULL (defaults). Backend cpu only for now: cuda and
+ * cudnn answer CUFLASH_UNSUPPORTED naming the op. */
+CUFLASH_C_API cuflash_status cuflash_linear_attention_forward(const cuflash_linear_forward_args* args,
+                                                              const cuflash_linear_options* options,
+                                                              const cuflash_run_context* context);
+CUFLASH_C_API cuflash_status cuflash_linear_attention_backward(const cuflash_linear_backward_args* args,
+                                                               const cuflash_linear_options* options,
+                                                               const cuflash_run_context* context);
+CUFLASH_C_API cuflash_status cuflash_linear_attention_step(const cuflash_linear_step_args* args,
+                                                           const cuflash_linear_options* options,
+                                                           const cuflash_run_context* context);
 
 /* 1 when this build has the NCCL ring. */
 CUFLASH_C_API int cuflash_ring_attention_available(void);

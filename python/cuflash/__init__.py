@@ -6,6 +6,9 @@
   packed variants), :func:`flash_attn_with_kvcache`.
 - cuflash's own calls with every option of the C++ API and a backend choice:
   :func:`attention`, :func:`attention_backward`, :func:`merge_states`.
+- linear attention (flash-linear-attention's semantics, docs/linear.md):
+  :func:`linear_attention`, :func:`linear_attention_backward`,
+  :func:`linear_attention_step` (backend cpu for now).
 
 Inputs are DLPack tensors (torch, CuPy, JAX on a GPU; numpy on the CPU),
 read without copies; outputs come in the caller's framework, computed on its
@@ -31,6 +34,7 @@ except ImportError:
 from . import _ext, bert_padding
 from ._api import attention, attention_backward, backend_available, merge_states, set_index_checks
 from ._args import InvalidArgumentError
+from ._linear import linear_attention, linear_attention_backward, linear_attention_step
 from .flash_attn_interface import (
     flash_attn_func,
     flash_attn_kvpacked_func,
@@ -49,6 +53,9 @@ __all__ = [
     "attention",
     "attention_backward",
     "merge_states",
+    "linear_attention",
+    "linear_attention_backward",
+    "linear_attention_step",
     "backend_available",
     "set_index_checks",
     "InvalidArgumentError",

@@ -94,7 +94,8 @@ DType to_dtype(const nb::dlpack::dtype& dtype, const char* name, bool index_tens
 }
 
 bool is_index_tensor(const std::string& name) {
-  return name == "cu_seqlens_q" || name == "cu_seqlens_k" || name == "seqlens_k" || name == "block_table";
+  return name == "cu_seqlens" || name == "cu_seqlens_q" || name == "cu_seqlens_k" || name == "seqlens_k" ||
+         name == "block_table";
 }
 
 // A DLPack array as a view of the same memory; an absent (None) array as an
@@ -323,6 +324,102 @@ void merge_states(const Array& out_a, const Array& lse_a, const Array& out_b, co
 
 bool backend_available(const std::string& name) { return cuflash::backend_available(to_backend(name)); }
 
+// Linear attention (include/cuflash/linear_attention.hpp).
+cuflash::FeatureMap to_feature_map(const std::string& name) {
+  if (name == "identity") return cuflash::FeatureMap::identity;
+  // "elu": flash-linear-attention's name for elu(x) + 1.
+  if (name == "elu+1" || name == "elu") return cuflash::FeatureMap::elu_plus_one;
+  if (name == "relu") return cuflash::FeatureMap::relu;
+  throw InvalidArgument("feature_map: expected 'identity', 'elu+1' (or 'elu', flash-linear-attention's name for it) "
+                        "or 'relu', got '" + name + "'");
+}
+
+cuflash::LinearAttentionOptions make_linear_options(std::optional<double> scale, bool causal,
+                                                    const std::string& feature_map, bool normalize,
+                                                    bool check_index_contents, const std::string& backend) {
+  cuflash::LinearAttentionOptions options;
+  if (scale) options.scale = static_cast<float>(*scale);
+  options.causal = causal;
+  options.feature_map = to_feature_map(feature_map);
+  options.normalize = normalize;
+  options.check_index_contents = check_index_contents;
+  options.backend = to_backend(backend);
+  return options;
+}
+
+// Runs one linear-attention call with the GIL released.
+template <typename Call>
+void run_linear(std::uintptr_t stream, Call call) {
+  PythonWorkspace scratch(nb::none());
+  Status status;
+  {
+    nb::gil_scoped_release release;
+    status = call(to_context(stream, scratch));
+  }
+  if (!status.ok()) raise_status(status);
+}
+
+void linear_forward(const Array& q, const Array& k, const Array& v, const Array& out,
+                    const cuflash::LinearAttentionOptions& options, std::uintptr_t stream, const OptArray& cu_seqlens,
+                    const OptArray& initial_state, const OptArray& initial_key_sum, const OptArray& final_state,
+                    const OptArray& final_key_sum) {
+  cuflash::LinearForwardArgs args;
+  args.q = to_view(q, "q");
+  args.k = to_view(k, "k");
+  args.v = to_view(v, "v");
+  args.out = to_view(out, "out");
+  args.cu_seqlens = to_view(cu_seqlens, "cu_seqlens");
+  args.initial_state = to_view(initial_state, "initial_state");
+  args.initial_key_sum = to_view(initial_key_sum, "initial_key_sum");
+  args.final_state = to_view(final_state, "final_state");
+  args.final_key_sum = to_view(final_key_sum, "final_key_sum");
+  run_linear(stream, [&](const cuflash::RunContext& context) {
+    return cuflash::linear_attention_forward(args, options, context);
+  });
+}
+
+void linear_backward(const Array& dout, const Array& q, const Array& k, const Array& v, const Array& dq,
+                     const Array& dk, const Array& dv, const cuflash::LinearAttentionOptions& options,
+                     std::uintptr_t stream, const OptArray& cu_seqlens, const OptArray& initial_state,
+                     const OptArray& initial_key_sum, const OptArray& dfinal_state, const OptArray& dfinal_key_sum,
+                     const OptArray& dinitial_state, const OptArray& dinitial_key_sum) {
+  cuflash::LinearBackwardArgs args;
+  args.dout = to_view(dout, "dout");
+  args.q = to_view(q, "q");
+  args.k = to_view(k, "k");
+  args.v = to_view(v, "v");
+  args.dq = to_view(dq, "dq");
+  args.dk = to_view(dk, "dk");
+  args.dv = to_view(dv, "dv");
+  args.cu_seqlens = to_view(cu_seqlens, "cu_seqlens");
+  args.initial_state = to_view(initial_state, "initial_state");
+  args.initial_key_sum = to_view(initial_key_sum, "initial_key_sum");
+  args.dfinal_state = to_view(dfinal_state, "dfinal_state");
+  args.dfinal_key_sum = to_view(dfinal_key_sum, "dfinal_key_sum");
+  args.dinitial_state = to_view(dinitial_state, "dinitial_state");
+  args.dinitial_key_sum = to_view(dinitial_key_sum, "dinitial_key_sum");
+  run_linear(stream, [&](const cuflash::RunContext& context) {
+    return cuflash::linear_attention_backward(args, options, context);
+  });
+}
+
+void linear_step(const Array& q, const Array& k, const Array& v, const Array& out, const Array& state,
+                 const cuflash::LinearAttentionOptions& options, std::uintptr_t stream, const OptArray& key_sum,
+                 const OptArray& state_out, const OptArray& key_sum_out) {
+  cuflash::LinearStepArgs args;
+  args.q = to_view(q, "q");
+  args.k = to_view(k, "k");
+  args.v = to_view(v, "v");
+  args.out = to_view(out, "out");
+  args.state = to_view(state, "state");
+  args.key_sum = to_view(key_sum, "key_sum");
+  args.state_out = to_view(state_out, "state_out");
+  args.key_sum_out = to_view(key_sum_out, "key_sum_out");
+  run_linear(stream, [&](const cuflash::RunContext& context) {
+    return cuflash::linear_attention_step(args, options, context);
+  });
+}
+
 }  // namespace
 
 NB_MODULE(_ext, m) {
@@ -394,6 +491,33 @@ NB_MODULE(_ext, m) {
         "max_seqlen_k"_a = 0, "seqlens_k"_a.none() = nb::none(), "block_table"_a.none() = nb::none(),
         "sinks"_a.none() = nb::none(), "dsinks"_a.none() = nb::none(), "dropout_seed"_a = 0, "dropout_offset"_a = 0,
         "cuflash::attention_backward on views of the given arrays; writes dq, dk, dv (and dsinks).");
+  nb::class_<cuflash::LinearAttentionOptions>(m, "LinearOptions",
+                                              "cuflash::LinearAttentionOptions: a linear-attention call's options.")
+      .def("__init__",
+           [](cuflash::LinearAttentionOptions* self, std::optional<double> scale, bool causal,
+              const std::string& feature_map, bool normalize, bool check_index_contents, const std::string& backend) {
+             new (self) cuflash::LinearAttentionOptions(
+                 make_linear_options(scale, causal, feature_map, normalize, check_index_contents, backend));
+           },
+           "scale"_a.none(), "causal"_a, "feature_map"_a, "normalize"_a, "check_index_contents"_a, "backend"_a);
+
+  m.def("linear_forward", &linear_forward, "q"_a, "k"_a, "v"_a, "out"_a, "options"_a, "stream"_a,
+        "cu_seqlens"_a.none() = nb::none(), "initial_state"_a.none() = nb::none(),
+        "initial_key_sum"_a.none() = nb::none(), "final_state"_a.none() = nb::none(),
+        "final_key_sum"_a.none() = nb::none(),
+        "cuflash::linear_attention_forward on views of the given arrays; writes out (and the final state).");
+  m.def("linear_backward", &linear_backward, "dout"_a, "q"_a, "k"_a, "v"_a, "dq"_a, "dk"_a, "dv"_a, "options"_a,
+        "stream"_a, "cu_seqlens"_a.none() = nb::none(), "initial_state"_a.none() = nb::none(),
+        "initial_key_sum"_a.none() = nb::none(), "dfinal_state"_a.none() = nb::none(),
+        "dfinal_key_sum"_a.none() = nb::none(), "dinitial_state"_a.none() = nb::none(),
+        "dinitial_key_sum"_a.none() = nb::none(),
+        "cuflash::linear_attention_backward on views of the given arrays; writes dq, dk, dv (and the initial "
+        "state's gradients).");
+  m.def("linear_step", &linear_step, "q"_a, "k"_a, "v"_a, "out"_a, "state"_a, "options"_a, "stream"_a,
+        "key_sum"_a.none() = nb::none(), "state_out"_a.none() = nb::none(), "key_sum_out"_a.none() = nb::none(),
+        "cuflash::linear_attention_step on views of the given arrays; writes out and the new state (in place "
+        "without state_out).");
+
   m.def("merge_states", &merge_states, "out_a"_a, "lse_a"_a, "out_b"_a, "lse_b"_a, "out"_a, "lse"_a, "backend"_a,
         "stream"_a, "cuflash::merge_states on views of the given arrays; writes out and lse.");
 }

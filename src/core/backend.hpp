@@ -6,6 +6,7 @@
 
 #include "cuflash/options.hpp"
 #include "cuflash/status.hpp"
+#include "linear_problem.hpp"
 #include "problem.hpp"
 
 namespace cuflash::detail {
@@ -23,6 +24,21 @@ class BackendImpl {
   virtual Status forward(const Problem& problem, const RunContext& context) = 0;
   virtual Status backward(const Problem& problem, const RunContext& context) = 0;
   virtual Status merge_states(const MergeProblem& problem, const RunContext& context) = 0;
+
+  // Linear attention (linear_problem.hpp), a sibling op: linear_forward runs
+  // the forward and the decode step (LinearPass::step), linear_backward the
+  // backward. A backend without its kernels
+  // keeps these defaults, which refuse it by name, so that auto never picks it.
+  virtual Status supports_linear(const LinearProblem& problem) const {
+    return Status::unsupported(std::string("linear attention: backend ") + backend_name(kind()) +
+                               " has no linear-attention kernels yet (backend cpu has them)");
+  }
+  virtual Status linear_forward(const LinearProblem& problem, const RunContext& context) {
+    return supports_linear(problem);
+  }
+  virtual Status linear_backward(const LinearProblem& problem, const RunContext& context) {
+    return supports_linear(problem);
+  }
 };
 
 // What of the features backend cpu has a GPU backend runs too.

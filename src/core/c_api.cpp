@@ -6,6 +6,7 @@
 
 #include <algorithm>
 #include <exception>
+#include <initializer_list>
 #include <new>
 #include <string>
 
@@ -28,6 +29,9 @@ static_assert(static_cast<int>(Backend::automatic) == CUFLASH_BACKEND_AUTO &&
               static_cast<int>(Backend::cuda) == CUFLASH_BACKEND_CUDA &&
               static_cast<int>(Backend::cudnn) == CUFLASH_BACKEND_CUDNN);
 static_assert(CUFLASH_MAX_RANK == kMaxRank);
+static_assert(static_cast<int>(FeatureMap::identity) == CUFLASH_FEATURE_IDENTITY &&
+              static_cast<int>(FeatureMap::elu_plus_one) == CUFLASH_FEATURE_ELU_PLUS_ONE &&
+              static_cast<int>(FeatureMap::relu) == CUFLASH_FEATURE_RELU);
 
 thread_local std::string last_error;
 
@@ -163,6 +167,34 @@ Status to_backward(const cuflash_backward_args& in, BackwardArgs* out) {
   return to_batch_indices(in, &out->varlen, &out->kv_cache);
 }
 
+Status to_linear_options(const cuflash_linear_options* in, LinearAttentionOptions* out) {
+  *out = LinearAttentionOptions{};
+  if (in == nullptr) return {};
+  if (in->backend < CUFLASH_BACKEND_AUTO || in->backend > CUFLASH_BACKEND_CUDNN)
+    return Status::invalid("options.backend: unknown backend code " + std::to_string(in->backend));
+  if (in->feature_map < CUFLASH_FEATURE_IDENTITY || in->feature_map > CUFLASH_FEATURE_RELU)
+    return Status::invalid("options.feature_map: unknown feature map code " + std::to_string(in->feature_map));
+  if (in->has_scale) out->scale = in->scale;
+  out->causal = in->causal != 0;
+  out->feature_map = static_cast<FeatureMap>(in->feature_map);
+  out->normalize = in->normalize != 0;
+  out->check_index_contents = in->check_index_contents != 0;
+  out->backend = static_cast<Backend>(in->backend);
+  return {};
+}
+
+// Views of named struct fields: `fields` pairs each C tensor with its name and destination.
+struct FieldView {
+  const cuflash_tensor* tensor;
+  const char* name;
+  TensorView* view;
+};
+
+Status to_views(std::initializer_list<FieldView> fields) {
+  for (const FieldView& field : fields) CUFLASH_TRY(to_view(*field.tensor, field.name, field.view));
+  return {};
+}
+
 }  // namespace
 
 extern "C" {
@@ -284,6 +316,82 @@ cuflash_status cuflash_merge_states(const cuflash_merge_args* args, int32_t back
     CUFLASH_TRY(to_view(args->out, "out", &merge.out));
     CUFLASH_TRY(to_view(args->lse, "lse", &merge.lse));
     return cuflash::merge_states(merge, static_cast<Backend>(backend), to_context(context));
+  });
+}
+
+void cuflash_linear_options_init(cuflash_linear_options* options) {
+  if (options == nullptr) return;
+  *options = cuflash_linear_options{};
+  options->causal = 1;
+  options->feature_map = CUFLASH_FEATURE_IDENTITY;
+  options->check_index_contents = 1;
+  options->backend = CUFLASH_BACKEND_AUTO;
+}
+
+cuflash_status cuflash_linear_attention_forward(const cuflash_linear_forward_args* args,
+                                                const cuflash_linear_options* options,
+                                                const cuflash_run_context* context) {
+  return guarded([&]() -> Status {
+    CUFLASH_TRY(null_check(args, "args"));
+    LinearForwardArgs a;
+    CUFLASH_TRY(to_views({{&args->q, "q", &a.q},
+                          {&args->k, "k", &a.k},
+                          {&args->v, "v", &a.v},
+                          {&args->out, "out", &a.out},
+                          {&args->cu_seqlens, "cu_seqlens", &a.cu_seqlens},
+                          {&args->initial_state, "initial_state", &a.initial_state},
+                          {&args->initial_key_sum, "initial_key_sum", &a.initial_key_sum},
+                          {&args->final_state, "final_state", &a.final_state},
+                          {&args->final_key_sum, "final_key_sum", &a.final_key_sum}}));
+    LinearAttentionOptions opts;
+    CUFLASH_TRY(to_linear_options(options, &opts));
+    return linear_attention_forward(a, opts, to_context(context));
+  });
+}
+
+cuflash_status cuflash_linear_attention_backward(const cuflash_linear_backward_args* args,
+                                                 const cuflash_linear_options* options,
+                                                 const cuflash_run_context* context) {
+  return guarded([&]() -> Status {
+    CUFLASH_TRY(null_check(args, "args"));
+    LinearBackwardArgs a;
+    CUFLASH_TRY(to_views({{&args->q, "q", &a.q},
+                          {&args->k, "k", &a.k},
+                          {&args->v, "v", &a.v},
+                          {&args->dout, "dout", &a.dout},
+                          {&args->cu_seqlens, "cu_seqlens", &a.cu_seqlens},
+                          {&args->initial_state, "initial_state", &a.initial_state},
+                          {&args->initial_key_sum, "initial_key_sum", &a.initial_key_sum},
+                          {&args->dfinal_state, "dfinal_state", &a.dfinal_state},
+                          {&args->dfinal_key_sum, "dfinal_key_sum", &a.dfinal_key_sum},
+                          {&args->dq, "dq", &a.dq},
+                          {&args->dk, "dk", &a.dk},
+                          {&args->dv, "dv", &a.dv},
+                          {&args->dinitial_state, "dinitial_state", &a.dinitial_state},
+                          {&args->dinitial_key_sum, "dinitial_key_sum", &a.dinitial_key_sum}}));
+    LinearAttentionOptions opts;
+    CUFLASH_TRY(to_linear_options(options, &opts));
+    return linear_attention_backward(a, opts, to_context(context));
+  });
+}
+
+cuflash_status cuflash_linear_attention_step(const cuflash_linear_step_args* args,
+                                             const cuflash_linear_options* options,
+                                             const cuflash_run_context* context) {
+  return guarded([&]() -> Status {
+    CUFLASH_TRY(null_check(args, "args"));
+    LinearStepArgs a;
+    CUFLASH_TRY(to_views({{&args->q, "q", &a.q},
+                          {&args->k, "k", &a.k},
+                          {&args->v, "v", &a.v},
+                          {&args->out, "out", &a.out},
+                          {&args->state, "state", &a.state},
+                          {&args->key_sum, "key_sum", &a.key_sum},
+                          {&args->state_out, "state_out", &a.state_out},
+                          {&args->key_sum_out, "key_sum_out", &a.key_sum_out}}));
+    LinearAttentionOptions opts;
+    CUFLASH_TRY(to_linear_options(options, &opts));
+    return linear_attention_step(a, opts, to_context(context));
   });
 }
 

@@ -82,6 +82,12 @@ Status check_backend_placement(Backend requested, Device device, const char* fir
                 Backend::cuda, &chosen);
 }
 
+Status choose_linear_backend(Backend requested, const LinearProblem& problem, BackendImpl** chosen) {
+  // No measured table yet: auto on the GPU tries cuda, then cudnn.
+  return choose(requested, problem, "q", [&](const BackendImpl& impl) { return impl.supports_linear(problem); },
+                Backend::cuda, chosen);
+}
+
 Status choose_merge_backend(Backend requested, const MergeProblem& problem, BackendImpl** chosen) {
   // Both GPU backends merge with the same kernel.
   return choose(requested, problem, "out_a", [&](const BackendImpl& impl) { return impl.supports_merge(problem); },

@@ -11,6 +11,7 @@
 namespace cuflash::detail {
 
 Status choose_backend(Backend requested, const Problem& problem, BackendImpl** chosen);
+Status choose_linear_backend(Backend requested, const LinearProblem& problem, BackendImpl** chosen);
 Status choose_merge_backend(Backend requested, const MergeProblem& problem, BackendImpl** chosen);
 // For a call that runs no kernel (empty_calls.hpp): only that the backend asked
 // for is built, usable here and matches where the tensors live (for auto on

@@ -1,6 +1,7 @@
 // Printable names of the API's enums and Status.
 #include <string>
 
+#include "cuflash/linear_attention.hpp"
 #include "cuflash/options.hpp"
 #include "cuflash/status.hpp"
 #include "cuflash/tensor.hpp"
@@ -51,6 +52,15 @@ const char* backend_name(Backend backend) {
     case Backend::cpu: return "cpu";
     case Backend::cuda: return "cuda";
     case Backend::cudnn: return "cudnn";
+  }
+  return "unknown";
+}
+
+const char* feature_map_name(FeatureMap map) {
+  switch (map) {
+    case FeatureMap::identity: return "identity";
+    case FeatureMap::elu_plus_one: return "elu+1";
+    case FeatureMap::relu: return "relu";
   }
   return "unknown";
 }

@@ -145,6 +145,34 @@ Status check_no_self_overlap(const TensorView& view, const char* name) {
                          ", strides " + stride_string(view) + ")");
 }
 
+Status check_like(const TensorView& view, const char* name, const TensorView& like, const char* like_name,
+                  const char* dims_doc) {
+  const std::string like_text = std::string("like ") + like_name;
+  CUFLASH_TRY(check_given(view, name));
+  CUFLASH_TRY(check_layout(view, name, like.rank, dims_doc, true));
+  CUFLASH_TRY(check_dtype(view, name, like.dtype, like_text.c_str()));
+  CUFLASH_TRY(check_device(view, name, like.device));
+  for (int d = 0; d < like.rank; ++d)
+    if (view.shape[d] != like.shape[d])
+      return Status::invalid(std::string(name) + ": expected shape " + shape_string(like) + " (" + like_text + "), got " +
+                             shape_string(view));
+  return {};
+}
+
+Status check_no_aliasing(const std::vector<NamedView>& outputs, const std::vector<NamedView>& inputs) {
+  for (std::size_t o = 0; o < outputs.size(); ++o) {
+    for (const NamedView& input : inputs)
+      if (views_overlap(outputs[o].view, input.view))
+        return Status::invalid(std::string(outputs[o].name) + ": overlaps " + input.name +
+                               " in memory; an output may not alias an input");
+    for (std::size_t other = o + 1; other < outputs.size(); ++other)
+      if (views_overlap(outputs[o].view, outputs[other].view))
+        return Status::invalid(std::string(outputs[o].name) + ": overlaps " + outputs[other].name +
+                               " in memory; outputs may not alias each other");
+  }
+  return {};
+}
+
 bool same_view(const TensorView& a, const TensorView& b) {
   if (a.data != b.data || a.dtype != b.dtype || a.rank != b.rank || !(a.device == b.device)) return false;
   for (int d = 0; d < a.rank; ++d)

@@ -5,6 +5,7 @@
 #include <cstdint>
 #include <initializer_list>
 #include <string>
+#include <vector>
 
 #include "cuflash/status.hpp"
 #include "cuflash/tensor.hpp"
@@ -38,6 +39,20 @@ Status check_head_dim(const TensorView& view, const char* name, const char* dims
 // Outputs: no two elements of the view may share memory (a view without
 // elements never does, whatever its strides).
 Status check_no_self_overlap(const TensorView& view, const char* name);
+
+// A tensor that must look exactly like `like` (out, dout, dq, dk, dv, k_new...):
+// given, of like's rank, dtype, device and shape, last dimension contiguous.
+Status check_like(const TensorView& view, const char* name, const TensorView& like, const char* like_name,
+                  const char* dims_doc);
+
+// The views a call reads and writes, by argument name, for the aliasing check.
+struct NamedView {
+  const char* name;
+  TensorView view;
+};
+
+// No output overlaps an input or another output (empty views never do).
+Status check_no_aliasing(const std::vector<NamedView>& outputs, const std::vector<NamedView>& inputs);
 
 // Whether two views may touch a common byte. Exact for views with the same
 // strides whose layout nests (each stride exceeds the span of the smaller

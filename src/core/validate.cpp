@@ -28,26 +28,6 @@ std::string str(std::int64_t value) { return std::to_string(value); }
 
 bool is_float(DType dtype) { return dtype == DType::f32 || dtype == DType::f16 || dtype == DType::bf16; }
 
-// The views a call reads and writes, by argument name, for the aliasing check.
-struct NamedView {
-  const char* name;
-  TensorView view;
-};
-
-Status check_no_aliasing(const std::vector<NamedView>& outputs, const std::vector<NamedView>& inputs) {
-  for (std::size_t o = 0; o < outputs.size(); ++o) {
-    for (const NamedView& input : inputs)
-      if (views_overlap(outputs[o].view, input.view))
-        return Status::invalid(std::string(outputs[o].name) + ": overlaps " + input.name +
-                               " in memory; an output may not alias an input");
-    for (std::size_t other = o + 1; other < outputs.size(); ++other)
-      if (views_overlap(outputs[o].view, outputs[other].view))
-        return Status::invalid(std::string(outputs[o].name) + ": overlaps " + outputs[other].name +
-                               " in memory; outputs may not alias each other");
-  }
-  return {};
-}
-
 // q, k, v: presence, layout, dtype, device; fills the problem's geometry.
 Status check_qkv(const TensorView& q, const TensorView& k, const TensorView& v, Problem* p) {
   const bool varlen = p->layout == Layout::varlen;
@@ -98,21 +78,6 @@ Status check_qkv(const TensorView& q, const TensorView& k, const TensorView& v, 
   p->q = q;
   p->k = k;
   p->v = v;
-  return {};
-}
-
-// A tensor that must look exactly like `like` (out, dout, dq, dk, dv, k_new...).
-Status check_like(const TensorView& view, const char* name, const TensorView& like, const char* like_name,
-                  const char* dims_doc) {
-  const std::string like_text = std::string("like ") + like_name;
-  CUFLASH_TRY(check_given(view, name));
-  CUFLASH_TRY(check_layout(view, name, like.rank, dims_doc, true));
-  CUFLASH_TRY(check_dtype(view, name, like.dtype, like_text.c_str()));
-  CUFLASH_TRY(check_device(view, name, like.device));
-  for (int d = 0; d < like.rank; ++d)
-    if (view.shape[d] != like.shape[d])
-      return Status::invalid(std::string(name) + ": expected shape " + shape_string(like) + " (" + like_text + "), got " +
-                             shape_string(view));
   return {};
 }
 

@@ -5,7 +5,9 @@
 #pragma once
 
 #include "cuflash/attention.hpp"
+#include "cuflash/linear_attention.hpp"
 #include "cuflash/merge_states.hpp"
+#include "linear_problem.hpp"
 #include "problem.hpp"
 
 namespace cuflash::detail {
@@ -17,5 +19,12 @@ Status validate_forward(const ForwardArgs& args, const AttentionOptions& options
 Status validate_backward(const BackwardArgs& args, const AttentionOptions& options, void* stream,
                          Problem* problem);
 Status validate_merge(const MergeArgs& args, MergeProblem* problem);
+
+// Linear attention (validate_linear.cpp), the same discipline.
+Status validate_linear_forward(const LinearForwardArgs& args, const LinearAttentionOptions& options, void* stream,
+                               LinearProblem* problem);
+Status validate_linear_backward(const LinearBackwardArgs& args, const LinearAttentionOptions& options, void* stream,
+                                LinearProblem* problem);
+Status validate_linear_step(const LinearStepArgs& args, const LinearAttentionOptions& options, LinearProblem* problem);
 
 }  // namespace cuflash::detail

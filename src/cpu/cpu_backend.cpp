@@ -58,6 +58,24 @@ class CpuBackend final : public BackendImpl {
   Status merge_states(const MergeProblem& problem, const RunContext&) override {
     return run_guarded("merge_states", [&] { cpu::run_merge(problem); });
   }
+
+  // Any key_dim and value_dim: the state is a (Dk x Dv) float array per work item.
+  Status supports_linear(const LinearProblem& problem) const override {
+    if (problem.varlen && !problem.host_indices_valid)
+      return Status::unsupported("backend cpu needs the contents of cu_seqlens on the host "
+                                 "(check_index_contents was off for a GPU-resident cu_seqlens)");
+    return Status::success();
+  }
+
+  Status linear_forward(const LinearProblem& problem, const RunContext&) override {
+    CUFLASH_TRY(supports_linear(problem));
+    return run_guarded("linear attention forward", [&] { cpu::run_linear_forward(problem); });
+  }
+
+  Status linear_backward(const LinearProblem& problem, const RunContext&) override {
+    CUFLASH_TRY(supports_linear(problem));
+    return run_guarded("linear attention backward", [&] { cpu::run_linear_backward(problem); });
+  }
 };
 
 }  // namespace

@@ -11,6 +11,7 @@
 #include <cstring>
 #include <limits>
 
+#include "linear_problem.hpp"
 #include "problem.hpp"
 
 namespace cuflash::detail::cpu {
@@ -24,6 +25,11 @@ void run_merge(const MergeProblem& problem);
 void write_attention_probabilities(const Problem& problem);
 // dsinks[h] = -sum over (b, i) of exp(sinks[h] - lse) * dot(dout_i, out_i).
 void write_sink_gradients(const Problem& problem);
+// Linear attention (linear_attention.cpp): the forward (and decode step) writes
+// out and the final state/key sum; the backward dq, dk, dv (every element) and
+// the initial state's gradients.
+void run_linear_forward(const LinearProblem& problem);
+void run_linear_backward(const LinearProblem& problem);
 
 inline constexpr int kQueryBlock = 32;  // query rows that share one pass over the key tiles
 inline constexpr int kKeyTile = 64;     // keys per inner-loop tile

@@ -1,7 +1,8 @@
 /* The C ABI (include/cuflash/cuflash_c.h) used from C, compiled by a C
  * compiler: dense forward/backward, varlen, a paged KV cache with append,
  * merge_states and errors, each checked against attention computed here in
- * double precision on the CPU backend, and calls with empty tensors. */
+ * double precision on the CPU backend, and calls with empty tensors; linear
+ * attention (forward against a loop here, the decode step, a backward, errors). */
 #include <math.h>
 #include <pthread.h>
 #include <stdio.h>
@@ -622,6 +623,129 @@ static void test_errors(void) {
   free(q), free(k), free(v), free(out);
 }
 
+/* Linear attention, elu+1 features, normalized, causal: B=1, S=5, Hq=2, Hk=1,
+ * Dk=3, Dv=2, against the recurrence computed here; then decode steps from the
+ * final state, a backward and an error naming the argument. */
+static double elu_plus_one(double x) { return x > 0.0 ? x + 1.0 : exp(x); }
+
+static void test_linear_attention(void) {
+  enum { S = 5, HQ = 2, DK = 3, DV = 2 };
+  const int64_t q_shape[4] = {1, S, HQ, DK}, k_shape[4] = {1, S, 1, DK}, v_shape[4] = {1, S, 1, DV};
+  const int64_t out_shape[4] = {1, S, HQ, DV}, state_shape[4] = {1, 1, DK, DV}, sum_shape[3] = {1, 1, DK};
+  const int64_t step_q[4] = {1, 1, HQ, DK}, step_k[4] = {1, 1, 1, DK}, step_v[4] = {1, 1, 1, DV};
+  const int64_t step_out[4] = {1, 1, HQ, DV};
+  float* q = random_floats(S * HQ * DK);
+  float* k = random_floats(S * DK);
+  float* v = random_floats(S * DV);
+  float* out = filled_floats(S * HQ * DV, NAN);
+  float* state = filled_floats(DK * DV, NAN);
+  float* key_sum = filled_floats(DK, NAN);
+  float* dq = filled_floats(S * HQ * DK, NAN);
+  float* dk = filled_floats(S * DK, NAN);
+  float* dv = filled_floats(S * DV, NAN);
+  float step_out_data[HQ * DV];
+  double s_ref[DK][DV] = {{0}}, z_ref[DK] = {0}, worst = 0.0;
+  cuflash_linear_forward_args args;
+  cuflash_linear_backward_args bwd;
+  cuflash_linear_step_args step;
+  cuflash_linear_options options;
+  cuflash_status status;
+  const double scale = 1.0 / sqrt((double)DK);
+  int t, h, i, j;
+
+  cuflash_linear_options_init(&options);
+  CHECK(options.causal == 1 && options.feature_map == CUFLASH_FEATURE_IDENTITY && options.normalize == 0 &&
+            options.has_scale == 0 && options.backend == CUFLASH_BACKEND_AUTO && options.check_index_contents == 1,
+        "linear options_init defaults");
+  options.feature_map = CUFLASH_FEATURE_ELU_PLUS_ONE;
+  options.normalize = 1;
+  memset(&args, 0, sizeof args);
+  args.q = host_tensor(q, CUFLASH_F32, 4, q_shape);
+  args.k = host_tensor(k, CUFLASH_F32, 4, k_shape);
+  args.v = host_tensor(v, CUFLASH_F32, 4, v_shape);
+  args.out = host_tensor(out, CUFLASH_F32, 4, out_shape);
+  args.final_state = host_tensor(state, CUFLASH_F32, 4, state_shape);
+  args.final_key_sum = host_tensor(key_sum, CUFLASH_F32, 3, sum_shape);
+  status = cuflash_linear_attention_forward(&args, &options, NULL);
+  CHECK(status == CUFLASH_OK, "linear forward: %s: %s", cuflash_status_name(status), cuflash_last_error_message());
+
+  for (t = 0; t < S; ++t) {
+    for (i = 0; i < DK; ++i) {
+      const double fk = elu_plus_one(k[t * DK + i]);
+      z_ref[i] += fk;
+      for (j = 0; j < DV; ++j) s_ref[i][j] += fk * v[t * DV + j];
+    }
+    for (h = 0; h < HQ; ++h) {
+      double num[DV] = {0}, den = 1e-10;
+      for (i = 0; i < DK; ++i) {
+        const double fq = scale * elu_plus_one(q[(t * HQ + h) * DK + i]);
+        den += fq * z_ref[i];
+        for (j = 0; j < DV; ++j) num[j] += fq * s_ref[i][j];
+      }
+      for (j = 0; j < DV; ++j) worst = fmax(worst, fabs(out[(t * HQ + h) * DV + j] - num[j] / den));
+    }
+  }
+  for (i = 0; i < DK; ++i) {
+    worst = fmax(worst, fabs(key_sum[i] - z_ref[i]));
+    for (j = 0; j < DV; ++j) worst = fmax(worst, fabs(state[i * DV + j] - s_ref[i][j]));
+  }
+  CHECK(worst <= kTolerance, "linear forward max-abs error %g", worst);
+
+  /* One decode step from the final state, in place: equal to the recurrence's next row. */
+  memset(&step, 0, sizeof step);
+  step.q = host_tensor(q, CUFLASH_F32, 4, step_q); /* reuse token 0's q, k, v as the next token */
+  step.k = host_tensor(k, CUFLASH_F32, 4, step_k);
+  step.v = host_tensor(v, CUFLASH_F32, 4, step_v);
+  step.out = host_tensor(step_out_data, CUFLASH_F32, 4, step_out);
+  step.state = args.final_state;
+  step.key_sum = args.final_key_sum;
+  status = cuflash_linear_attention_step(&step, &options, NULL);
+  CHECK(status == CUFLASH_OK, "linear step: %s: %s", cuflash_status_name(status), cuflash_last_error_message());
+  worst = 0.0;
+  for (i = 0; i < DK; ++i) {
+    const double fk = elu_plus_one(k[i]);
+    z_ref[i] += fk;
+    for (j = 0; j < DV; ++j) s_ref[i][j] += fk * v[j];
+  }
+  for (h = 0; h < HQ; ++h) {
+    double num[DV] = {0}, den = 1e-10;
+    for (i = 0; i < DK; ++i) {
+      const double fq = scale * elu_plus_one(q[h * DK + i]);
+      den += fq * z_ref[i];
+      for (j = 0; j < DV; ++j) num[j] += fq * s_ref[i][j];
+    }
+    for (j = 0; j < DV; ++j) worst = fmax(worst, fabs(step_out_data[h * DV + j] - num[j] / den));
+  }
+  for (i = 0; i < DK; ++i) worst = fmax(worst, fabs(key_sum[i] - z_ref[i]));
+  CHECK(worst <= kTolerance, "linear step max-abs error %g", worst);
+
+  memset(&bwd, 0, sizeof bwd);
+  bwd.q = args.q;
+  bwd.k = args.k;
+  bwd.v = args.v;
+  bwd.dout = args.out; /* any values will do */
+  bwd.dq = host_tensor(dq, CUFLASH_F32, 4, q_shape);
+  bwd.dk = host_tensor(dk, CUFLASH_F32, 4, k_shape);
+  bwd.dv = host_tensor(dv, CUFLASH_F32, 4, v_shape);
+  status = cuflash_linear_attention_backward(&bwd, &options, NULL);
+  CHECK(status == CUFLASH_OK, "linear backward: %s: %s", cuflash_status_name(status), cuflash_last_error_message());
+  for (i = 0; i < S * DK; ++i) CHECK(!isnan(dk[i]), "dk[%d] not written", i);
+
+  /* A key sum without normalize is refused by name; nothing is written. */
+  options.normalize = 0;
+  out[0] = 7.0f;
+  status = cuflash_linear_attention_forward(&args, &options, NULL);
+  CHECK(status == CUFLASH_INVALID_ARGUMENT, "key sum without normalize: %s", cuflash_status_name(status));
+  CHECK(strncmp(cuflash_last_error_message(), "final_key_sum:", 14) == 0, "message: '%s'",
+        cuflash_last_error_message());
+  CHECK(out[0] == 7.0f, "out written by a failed call");
+  options.feature_map = 9;
+  CHECK(cuflash_linear_attention_forward(&args, &options, NULL) == CUFLASH_INVALID_ARGUMENT, "feature map 9");
+  CHECK(strstr(cuflash_last_error_message(), "options.feature_map") != NULL, "message: '%s'",
+        cuflash_last_error_message());
+  free(q), free(k), free(v), free(out), free(state), free(key_sum), free(dq), free(dk), free(dv);
+}
+
 static void test_basics(void) {
   cuflash_options options;
   size_t bytes = 123;
@@ -653,6 +777,7 @@ int main(void) {
   test_empty_tensors();
   test_sinks_and_dropout();
   test_errors();
+  test_linear_attention();
   printf("%d passed, %d failed\n", checks_passed, checks_failed);
   return checks_failed == 0 ? 0 : 1;
 }
