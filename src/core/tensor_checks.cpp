@@ -1,6 +1,9 @@
 #include "tensor_checks.hpp"
 
+#include <tuple>
+
 #include "byte_dims.hpp"
+#include "index_copy.hpp"
 
 #include <algorithm>
 #include <cstdlib>
@@ -201,6 +204,36 @@ bool views_overlap(const TensorView& a, const TensorView& b) {
   for (std::size_t d = 0; d < dims.size(); ++d) dims[d].extent = std::max(dims_a[d].extent, dims_b[d].extent);
   if (!nests(dims)) return true;
   return offset_reachable(begin_b - begin_a, dims, 0);
+}
+
+Status check_query_key_value(const TensorView& q, const TensorView& k, const TensorView& v, int rank,
+                             const QkvDocs& docs, const char* dim_name) {
+  const auto str = [](std::int64_t value) { return std::to_string(value); };
+  CUFLASH_TRY(check_given(q, "q"));
+  CUFLASH_TRY(check_layout(q, "q", rank, docs.q, true));
+  if (q.dtype != DType::f32 && q.dtype != DType::f16 && q.dtype != DType::bf16)
+    return Status::invalid(std::string("q: expected dtype f32, f16 or bf16, got ") + dtype_name(q.dtype));
+  if (q.device.kind == DeviceKind::cuda && !built_with_cuda())
+    return Status::unsupported("q: is in CUDA memory, but this build of cuflash has no CUDA support");
+  CUFLASH_TRY(check_head_dim(q, "q", docs.q));
+  for (const auto& [name, view, doc] : {std::tuple{"k", k, docs.k}, std::tuple{"v", v, docs.v}}) {
+    CUFLASH_TRY(check_given(view, name));
+    CUFLASH_TRY(check_layout(view, name, rank, doc, true));
+    CUFLASH_TRY(check_dtype(view, name, q.dtype, "same as q"));
+    CUFLASH_TRY(check_device(view, name, q.device));
+  }
+  const int head_axis = rank - 2;
+  const int dim_axis = rank - 1;
+  if (k.shape[dim_axis] != q.shape[dim_axis])
+    return Status::invalid("k: " + std::string(dim_name) + " (last dim) expected " + str(q.shape[dim_axis]) +
+                           " (like q), got " + str(k.shape[dim_axis]));
+  // heads_kv = 0 divides only heads_q = 0 (no heads at all: an empty result).
+  const bool heads_divide = k.shape[head_axis] == 0 ? q.shape[head_axis] == 0
+                                                    : q.shape[head_axis] % k.shape[head_axis] == 0;
+  if (!heads_divide)
+    return Status::invalid("k: heads_kv (dim " + str(head_axis) + ") must divide heads_q = " + str(q.shape[head_axis]) +
+                           " (GQA/MQA), got " + str(k.shape[head_axis]));
+  return {};
 }
 
 }  // namespace cuflash::detail

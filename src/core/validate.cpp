@@ -35,30 +35,9 @@ Status check_qkv(const TensorView& q, const TensorView& k, const TensorView& v, 
   const char* q_doc = varlen ? kVarlenQ : kDenseQ;
   const char* kv_doc = varlen ? kVarlenKv : (p->layout == Layout::kv_cache ? (p->paged ? kPagedKv : kCacheKv) : kDenseKv);
 
-  CUFLASH_TRY(check_given(q, "q"));
-  CUFLASH_TRY(check_layout(q, "q", rank, q_doc, true));
-  if (!is_float(q.dtype))
-    return Status::invalid(std::string("q: expected dtype f32, f16 or bf16, got ") + dtype_name(q.dtype));
-  if (q.device.kind == DeviceKind::cuda && !built_with_cuda())
-    return Status::unsupported("q: is in CUDA memory, but this build of cuflash has no CUDA support");
-  CUFLASH_TRY(check_head_dim(q, "q", q_doc));
-  for (const auto& [name, view] : {std::pair{"k", k}, std::pair{"v", v}}) {
-    CUFLASH_TRY(check_given(view, name));
-    CUFLASH_TRY(check_layout(view, name, rank, kv_doc, true));
-    CUFLASH_TRY(check_dtype(view, name, q.dtype, "same as q"));
-    CUFLASH_TRY(check_device(view, name, q.device));
-  }
+  CUFLASH_TRY(check_query_key_value(q, k, v, rank, {q_doc, kv_doc, kv_doc}, "head_dim"));
   const int head_axis = rank - 2;
   const int dim_axis = rank - 1;
-  if (k.shape[dim_axis] != q.shape[dim_axis])
-    return Status::invalid("k: head_dim (last dim) expected " + str(q.shape[dim_axis]) + " (like q), got " +
-                           str(k.shape[dim_axis]));
-  // heads_kv = 0 divides only heads_q = 0 (no heads at all: an empty result).
-  const bool heads_divide = k.shape[head_axis] == 0 ? q.shape[head_axis] == 0
-                                                    : q.shape[head_axis] % k.shape[head_axis] == 0;
-  if (!heads_divide)
-    return Status::invalid("k: heads_kv (dim " + str(head_axis) + ") must divide heads_q = " + str(q.shape[head_axis]) +
-                           " (GQA/MQA), got " + str(k.shape[head_axis]));
   if (p->layout == Layout::dense && k.shape[0] != q.shape[0])
     return Status::invalid("k: dim 0 (batch) expected " + str(q.shape[0]) + " (like q), got " + str(k.shape[0]));
   for (int d = 0; d < rank; ++d)

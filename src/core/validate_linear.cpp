@@ -18,7 +18,6 @@ namespace {
 
 std::string str(std::int64_t value) { return std::to_string(value); }
 
-bool is_float(DType dtype) { return dtype == DType::f32 || dtype == DType::f16 || dtype == DType::bf16; }
 
 constexpr const char* kState = "[batch, heads_kv, key_dim, value_dim]";
 constexpr const char* kKeySum = "[batch, heads_kv, key_dim]";
@@ -45,29 +44,9 @@ Docs docs_for(LinearPass pass, bool varlen) {
 // q, k, v: presence, layout, dtype, device and how their shapes agree; fills the geometry.
 Status check_inputs(const TensorView& q, const TensorView& k, const TensorView& v, const Docs& docs, LinearProblem* p) {
   const int rank = p->varlen ? 3 : 4;
-  CUFLASH_TRY(check_given(q, "q"));
-  CUFLASH_TRY(check_layout(q, "q", rank, docs.q, true));
-  if (!is_float(q.dtype))
-    return Status::invalid(std::string("q: expected dtype f32, f16 or bf16, got ") + dtype_name(q.dtype));
-  if (q.device.kind == DeviceKind::cuda && !built_with_cuda())
-    return Status::unsupported("q: is in CUDA memory, but this build of cuflash has no CUDA support");
-  CUFLASH_TRY(check_head_dim(q, "q", docs.q));
-  for (const auto& [name, view, doc] : {std::tuple{"k", k, docs.k}, std::tuple{"v", v, docs.v}}) {
-    CUFLASH_TRY(check_given(view, name));
-    CUFLASH_TRY(check_layout(view, name, rank, doc, true));
-    CUFLASH_TRY(check_dtype(view, name, q.dtype, "same as q"));
-    CUFLASH_TRY(check_device(view, name, q.device));
-  }
+  CUFLASH_TRY(check_query_key_value(q, k, v, rank, {docs.q, docs.k, docs.v}, "key_dim"));
   const int head_axis = rank - 2;
   const int dim_axis = rank - 1;
-  if (k.shape[dim_axis] != q.shape[dim_axis])
-    return Status::invalid("k: key_dim (last dim) expected " + str(q.shape[dim_axis]) + " (like q), got " +
-                           str(k.shape[dim_axis]));
-  const bool heads_divide = k.shape[head_axis] == 0 ? q.shape[head_axis] == 0
-                                                    : q.shape[head_axis] % k.shape[head_axis] == 0;
-  if (!heads_divide)
-    return Status::invalid("k: heads_kv (dim " + str(head_axis) + ") must divide heads_q = " + str(q.shape[head_axis]) +
-                           " (GQA/MQA), got " + str(k.shape[head_axis]));
   // Every row of q has its key and value: the rows (and batch) dims agree.
   for (int d = 0; d < head_axis; ++d)
     if (k.shape[d] != q.shape[d])
