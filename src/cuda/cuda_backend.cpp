@@ -7,6 +7,7 @@
 #include <string>
 
 #include "backend.hpp"
+#include "common/attention_probs.hpp"
 #include "common/attention_sinks.hpp"
 #include "common/cuda_check.hpp"
 #include "common/scratch.hpp"
@@ -34,7 +35,10 @@ class CudaBackend final : public BackendImpl {
   }
 
   Status supports(const Problem& problem) const override {
-    CUFLASH_TRY(refuse_cpu_only_features(problem, "cuda", {.sinks = true}));
+    CUFLASH_TRY(refuse_cpu_only_features(problem, "cuda", {.sinks = true, .attn_probs = true}));
+    if (problem.layout == Layout::kv_cache && !problem.attn_probs.empty())
+      return Status::unsupported("attn_probs: backend cuda writes the debug probabilities of dense and varlen calls, "
+                                 "not of a KV cache (backend cpu does)");
     if (problem.layout == Layout::kv_cache) {
       if (problem.pass == Pass::backward)
         return Status::unsupported("backend cuda backward: KV-cache (paged or contiguous) backward is not implemented");
@@ -53,14 +57,16 @@ class CudaBackend final : public BackendImpl {
 
   Status forward(const Problem& problem, const RunContext& context) override {
     return run(problem, context, [&](void* workspace, cudaStream_t stream) -> Status {
-      if (!problem.has_sinks) return forward_kernels(problem, workspace, stream);
+      if (!needs_lse_after_kernels(problem)) return forward_kernels(problem, workspace, stream);
       // The kernels run without the sinks, into the caller's lse or scratch;
-      // the sinks then join each row's state (common/attention_sinks.hpp).
-      Problem without_sinks = problem;
+      // the sinks then join each row's state (common/attention_sinks.hpp),
+      // and the debug probabilities come from the final lse.
+      Problem kernels_only = problem;
       if (problem.lse.empty())
-        without_sinks.lse = scratch_lse_view(problem, static_cast<char*>(workspace) + align256(kernel_bytes(problem)));
-      CUFLASH_TRY(forward_kernels(without_sinks, workspace, stream));
-      return apply_attention_sinks(without_sinks, without_sinks.lse, stream);
+        kernels_only.lse = scratch_lse_view(problem, static_cast<char*>(workspace) + align256(kernel_bytes(problem)));
+      CUFLASH_TRY(forward_kernels(kernels_only, workspace, stream));
+      CUFLASH_TRY(apply_attention_sinks(kernels_only, kernels_only.lse, stream));
+      return write_attention_probs(problem, kernels_only.lse, stream);
     });
   }
   Status backward(const Problem& problem, const RunContext& context) override {
@@ -89,10 +95,15 @@ class CudaBackend final : public BackendImpl {
                                        : flash_forward(problem, workspace, stream);
   }
 
-  // The kernels' scratch, then (sinks) a scratch lse or dsinks' partial sums.
+  // Forward steps after the kernels that read the lse: sinks, attn_probs.
+  static bool needs_lse_after_kernels(const Problem& problem) {
+    return problem.pass == Pass::forward && (problem.has_sinks || !problem.attn_probs.empty());
+  }
+
+  // The kernels' scratch, then a scratch lse (sinks, attn_probs) or dsinks' partial sums.
   static std::size_t required_bytes(const Problem& problem) {
     std::size_t sinks = 0;
-    if (problem.has_sinks && problem.pass == Pass::forward && problem.lse.empty())
+    if (needs_lse_after_kernels(problem) && problem.lse.empty())
       sinks = align256(scratch_lse_view(problem, nullptr).numel() * sizeof(float));
     if (problem.pass == Pass::backward) sinks = attention_sinks_backward_bytes(problem);
     return sinks == 0 ? kernel_bytes(problem) : align256(kernel_bytes(problem)) + sinks;
