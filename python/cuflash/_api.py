@@ -204,7 +204,7 @@ def attention(q, k, v, *, softmax_scale=None, causal=False, window_size=(-1, -1)
     natural log; ``[B, Hq, Sq]``, varlen ``[Hq, Tq]``), in q's framework; with
     ``return_attn_probs`` also the debug probabilities ``attn_probs`` float32
     ``[B, Hq, max_seqlen_q, max_seqlen_k]`` (dropped entries negated; flash-attn's
-    S_dmask; backend cpu). With torch tensors the call is differentiable (but
+    S_dmask; backends cpu, and cuda without dropout for dense and varlen calls). With torch tensors the call is differentiable (but
     for appends) and compiles.
     """
     if cu_seqlens_q is not None or cu_seqlens_k is not None:
