@@ -768,6 +768,27 @@ static void test_basics(void) {
         bytes, cuflash_last_error_message());
 }
 
+/* The ring's C entry points: a null args or communicator is an error naming it
+ * (without NCCL in the build: unsupported, naming NCCL), nothing crashes. */
+static void test_ring_errors(void) {
+  cuflash_ring_forward_args args;
+  memset(&args, 0, sizeof(args));
+  cuflash_status status = cuflash_ring_attention_forward(NULL, NULL, CUFLASH_RING_ZIGZAG, NULL, NULL);
+  CHECK(status == CUFLASH_INVALID_ARGUMENT, "ring forward without args: %s", cuflash_status_name(status));
+  CHECK(strstr(cuflash_last_error_message(), "args") != NULL, "ring message: '%s'", cuflash_last_error_message());
+  status = cuflash_ring_attention_forward(&args, NULL, 7, NULL, NULL);
+  CHECK(status != CUFLASH_OK, "ring forward with layout 7 succeeded");
+  const char* message = cuflash_last_error_message();
+  CHECK(strstr(message, "layout") != NULL || strstr(message, "NCCL") != NULL, "ring layout message: '%s'", message);
+  status = cuflash_ring_attention_forward(&args, NULL, CUFLASH_RING_ZIGZAG, NULL, NULL);
+  message = cuflash_last_error_message();
+  if (cuflash_ring_attention_available()) {
+    CHECK(status == CUFLASH_INVALID_ARGUMENT && strstr(message, "comm") != NULL, "ring without comm: '%s'", message);
+  } else {
+    CHECK(status == CUFLASH_UNSUPPORTED && strstr(message, "NCCL") != NULL, "ring without NCCL: '%s'", message);
+  }
+}
+
 int main(void) {
   test_basics();
   test_dense_forward_backward();
@@ -778,6 +799,7 @@ int main(void) {
   test_sinks_and_dropout();
   test_errors();
   test_linear_attention();
+  test_ring_errors();
   printf("%d passed, %d failed\n", checks_passed, checks_failed);
   return checks_failed == 0 ? 0 : 1;
 }
