@@ -102,11 +102,11 @@ class CudaBackend final : public BackendImpl {
 
   // The kernels' scratch, then a scratch lse (sinks, attn_probs) or dsinks' partial sums.
   static std::size_t required_bytes(const Problem& problem) {
-    std::size_t sinks = 0;
+    std::size_t after_kernels = 0;
     if (needs_lse_after_kernels(problem) && problem.lse.empty())
-      sinks = align256(scratch_lse_view(problem, nullptr).numel() * sizeof(float));
-    if (problem.pass == Pass::backward) sinks = attention_sinks_backward_bytes(problem);
-    return sinks == 0 ? kernel_bytes(problem) : align256(kernel_bytes(problem)) + sinks;
+      after_kernels = align256(scratch_lse_view(problem, nullptr).numel() * sizeof(float));
+    if (problem.pass == Pass::backward) after_kernels = attention_sinks_backward_bytes(problem);
+    return after_kernels == 0 ? kernel_bytes(problem) : align256(kernel_bytes(problem)) + after_kernels;
   }
   static std::size_t kernel_bytes(const Problem& problem) {
     if (problem.layout == Layout::kv_cache) return flash_decode_workspace_bytes(problem);
