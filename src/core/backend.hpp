@@ -44,11 +44,12 @@ class BackendImpl {
 // What of the features backend cpu has a GPU backend runs too.
 struct GpuFeatures {
   bool sinks = false;
-  bool attn_probs = false;  // without dropout
+  bool attn_probs = false;
+  bool dropout = false;
 };
 
-// The features only backend cpu has so far (attention sinks and the debug
-// probabilities on cudnn, dropout): `unsupported`, naming the feature and
+// The features only backend cpu has so far on some GPU backend (attention
+// sinks, the debug probabilities and dropout on cudnn): `unsupported`, naming the feature and
 // `backend`, when the problem uses one that `runs` does not list. GPU
 // backends call it first in supports(), so that auto never picks them for
 // such a call and nothing falls back silently.
@@ -56,8 +57,9 @@ inline Status refuse_cpu_only_features(const Problem& problem, const char* backe
   const std::string name = std::string("backend ") + backend;
   if (problem.has_sinks && !runs.sinks)
     return Status::unsupported("sinks: " + name + " has no attention sinks yet (backends cpu and cuda have them)");
-  if (problem.has_dropout())
-    return Status::unsupported("dropout_p: " + name + " has no dropout kernels yet (backend cpu has them)");
+  if (problem.has_dropout() && !runs.dropout)
+    return Status::unsupported("dropout_p: " + name + " has no dropout with cuflash's mask (backends cpu and cuda "
+                               "have it)");
   if (!problem.attn_probs.empty() && !runs.attn_probs)
     return Status::unsupported("attn_probs: " + name + " does not write the debug probabilities (backends cpu and "
                                "cuda do)");

@@ -70,15 +70,27 @@ struct DropoutRng {
   std::uint32_t threshold = 0;  // dropout_threshold(p); 0: nothing is dropped
 };
 
-// The four draws of keys 4 * (j / 4) .. 4 * (j / 4) + 3 of one row: a kernel
-// that walks a row four keys at a time calls this once per four keys.
-CUFLASH_HOST_DEVICE Philox4x32 dropout_draws(const DropoutRng& rng, std::int64_t batch_index, std::int64_t head,
-                                             std::int64_t heads_q, std::int64_t row, std::int64_t key) {
-  const std::uint64_t stream = rng.offset + static_cast<std::uint64_t>(batch_index * heads_q + head);
+// The Philox stream of (sequence b, query head h): one per row block of the
+// mask, so a kernel working on one (b, h) computes it once.
+CUFLASH_HOST_DEVICE std::uint64_t dropout_stream(const DropoutRng& rng, std::int64_t batch_index, std::int64_t head,
+                                                 std::int64_t heads_q) {
+  return rng.offset + static_cast<std::uint64_t>(batch_index * heads_q + head);
+}
+
+// The four draws of keys 4 * (j / 4) .. 4 * (j / 4) + 3 of one row of a
+// stream: a kernel that walks a row four keys at a time calls this once per
+// four keys (a lane of an mma.sync tile, which holds keys 2t and 2t + 1, uses two).
+CUFLASH_HOST_DEVICE Philox4x32 dropout_draws_in_stream(const DropoutRng& rng, std::uint64_t stream, std::int64_t row,
+                                                       std::int64_t key) {
   const Philox4x32 counter{{static_cast<std::uint32_t>(static_cast<std::uint64_t>(key) >> 2),
                             static_cast<std::uint32_t>(row), static_cast<std::uint32_t>(stream),
                             static_cast<std::uint32_t>(stream >> 32)}};
   return philox4x32_10(counter, static_cast<std::uint32_t>(rng.seed), static_cast<std::uint32_t>(rng.seed >> 32));
+}
+
+CUFLASH_HOST_DEVICE Philox4x32 dropout_draws(const DropoutRng& rng, std::int64_t batch_index, std::int64_t head,
+                                             std::int64_t heads_q, std::int64_t row, std::int64_t key) {
+  return dropout_draws_in_stream(rng, dropout_stream(rng, batch_index, head, heads_q), row, key);
 }
 
 // Whether entry (b, h, i, j) of the probabilities is kept (not dropped).

@@ -55,6 +55,8 @@ struct Problem {
   int probs_kv_len = 0;          // last dim of attn_probs: max_seqlen_k, or a cache's capacity
 
   bool has_dropout() const { return dropout_p > 0.0f; }
+  // What a kept probability is multiplied by: 1 / (1 - dropout_p), 1 without dropout.
+  float dropout_keep_scale() const { return has_dropout() ? 1.0f / (1.0f - dropout_p) : 1.0f; }
 
   // The caller's views, checked. Unused ones are empty.
   TensorView q, k, v, out, lse;

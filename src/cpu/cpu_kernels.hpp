@@ -244,7 +244,7 @@ class ScoreModel {
       if (!dropout_keeps(problem_.dropout, batch_index, head, problem_.heads_q, row, first_key + j)) values[j] = 0.0f;
   }
   // 1 / (1 - dropout_p): the scale of the kept entries.
-  float dropout_scale() const { return problem_.has_dropout() ? 1.0f / (1.0f - problem_.dropout_p) : 1.0f; }
+  float dropout_scale() const { return problem_.dropout_keep_scale(); }
 
   // Turns count prescaled dot products (keys first_key..) into base-2 scores
   // in place: softcap, then alibi, then -inf outside `visible`. With softcap,

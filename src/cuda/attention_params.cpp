@@ -82,6 +82,11 @@ AttentionParams make_attention_params(const Problem& problem) {
       p.alibi_head_stride = problem.alibi_slopes.strides[0];
     }
   }
+  if (problem.has_dropout()) {
+    p.has_dropout = true;
+    p.dropout = problem.dropout;
+    p.dropout_keep_scale = problem.dropout_keep_scale();
+  }
   if (problem.layout == Layout::kv_cache) p.cache = make_kv_cache_params(problem);
   if (!problem.lse.empty()) {
     p.lse = static_cast<float*>(problem.lse.data);

@@ -7,6 +7,7 @@
 
 #include "common/attention_params.hpp"
 #include "common/cuda_check.hpp"
+#include "common/dropout.cuh"
 #include "common/element_io.cuh"
 #include "common/score_mask.cuh"
 
@@ -48,6 +49,9 @@ __global__ void attention_probs_kernel(AttentionParams p, ProbsParams out) {
       const float logit2 = rules.transformed ? rules.logit2(dot, i, j) : dot * rules.scale_log2;
       prob = exp2f(logit2 - lse_log2);
     }
+    // flash-attn's S_dmask: a dropped entry negated (-0 for a zero one, so
+    // the sign still carries the mask), over the sequence's keys.
+    if (p.has_dropout && j < seq.k_len && !dropout_keeps(p.dropout, b, h, p.heads_q, i, j)) prob = -prob;
     row[j * out.stride_j] = prob;
   }
 }

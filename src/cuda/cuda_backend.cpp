@@ -35,10 +35,13 @@ class CudaBackend final : public BackendImpl {
   }
 
   Status supports(const Problem& problem) const override {
-    CUFLASH_TRY(refuse_cpu_only_features(problem, "cuda", {.sinks = true, .attn_probs = true}));
+    CUFLASH_TRY(refuse_cpu_only_features(problem, "cuda", {.sinks = true, .attn_probs = true, .dropout = true}));
     if (problem.layout == Layout::kv_cache && !problem.attn_probs.empty())
       return Status::unsupported("attn_probs: backend cuda writes the debug probabilities of dense and varlen calls, "
                                  "not of a KV cache (backend cpu does)");
+    if (problem.layout == Layout::kv_cache && problem.has_dropout())
+      return Status::unsupported("dropout_p: backend cuda runs dropout in dense and varlen calls; its KV-cache "
+                                 "kernels have none (backend cpu does)");
     if (problem.layout == Layout::kv_cache) {
       if (problem.pass == Pass::backward)
         return Status::unsupported("backend cuda backward: KV-cache (paged or contiguous) backward is not implemented");

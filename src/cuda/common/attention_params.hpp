@@ -6,6 +6,8 @@
 
 #include <cstdint>
 
+#include "philox.hpp"
+
 namespace cuflash {
 struct TensorView;
 }
@@ -69,6 +71,12 @@ struct AttentionParams {
   const float* alibi_slopes = nullptr;       // [Hq] or [B, Hq]
   std::int64_t alibi_batch_stride = 0;       // 0 for [Hq]
   std::int64_t alibi_head_stride = 1;
+
+  // Dropout (philox.hpp's mask); dropout.threshold == 0: off. Kept entries
+  // of the normalized probabilities are scaled by dropout_keep_scale = 1/(1-p).
+  bool has_dropout = false;
+  DropoutRng dropout;
+  float dropout_keep_scale = 1.0f;
 
   // lse: float32 [B, Hq, S] (varlen [Hq, total]); strides in elements.
   float* lse = nullptr;  // forward: optional output; backward: input

@@ -7,11 +7,13 @@
 //   2. dk/dv kernel, one warp per (key row, kv head): over the group's query
 //      heads and the rows that see the key, dv_j = sum_i P_ij dout_i and
 //      dk_j = scale * sum_i dS_ij q_i.
-// P_ij = exp(s_ij - lse_i) with the forward's lse; dS_ij = P_ij (dP_ij - D_i),
-// times 1 - tanh^2(raw/softcap) with softcap (docs/semantics.md).
+// P_ij = exp(s_ij - lse_i) with the forward's lse; dS_ij = P_ij (Z_ij dP_ij - D_i),
+// times 1 - tanh^2(raw/softcap) with softcap, and dv takes Z_ij P_ij, where Z
+// is dropout's mask / (1 - p) (1 without dropout; docs/semantics.md).
 #include <cstdint>
 
 #include "common/cuda_check.hpp"
+#include "common/dropout.cuh"
 #include "simt/attention_f32.hpp"
 #include "simt/warp_rows.cuh"
 
@@ -28,13 +30,15 @@ __device__ __forceinline__ std::int64_t dsum_offset(const BackwardParams& p, con
   return h * p.total_q_rows + row;
 }
 
-// dS_ij from the raw dot products q.k and dout.v of one (row, key).
-__device__ __forceinline__ float grad_score(const RowScore& score, float qk, float dp, float lse, float dsum, int i,
-                                           int j, float* prob) {
+// dS_ij from the raw dot products q.k and dout.v of one (row, key); *prob:
+// the dropped probability Z_ij P_ij that dv takes.
+__device__ __forceinline__ float grad_score(const RowScore& score, float qk, float dp, float lse, float dsum,
+                                           float dropout_z, int i, int j, float* prob) {
   float squashed;
   const float s = score.logit(qk, i, j, &squashed);
-  *prob = expf(s - lse);
-  const float ds = *prob * (dp - dsum);
+  const float p_ij = expf(s - lse);
+  *prob = p_ij * dropout_z;
+  const float ds = p_ij * (dp * dropout_z - dsum);
   return score.softcap > 0.0f ? ds * (1.0f - squashed * squashed) : ds;
 }
 
@@ -67,7 +71,7 @@ __global__ void __launch_bounds__(kWarp* kWarpsPerBlock) backward_dq_f32_kernel(
     float qk = partial_dot(qf, kf), dp = partial_dot(dof, vf);
     warp_sum2(&qk, &dp);
     float prob;
-    dq.add(grad_score(score, qk, dp, lse, dsum, i, j, &prob), kf);
+    dq.add(grad_score(score, qk, dp, lse, dsum, dropout_factor(p, b, h, i, j), i, j, &prob), kf);
   }
   dq.store(row_ptr(static_cast<float*>(p.dq), p.dq_strides, b, s.q_start, i, h), p.head_dim, p.softmax_scale);
 }
@@ -100,7 +104,7 @@ __global__ void __launch_bounds__(kWarp* kWarpsPerBlock) backward_dkdv_f32_kerne
       float qk = partial_dot(qf, kf), dp = partial_dot(dof, vf);
       warp_sum2(&qk, &dp);
       float prob;
-      const float ds = grad_score(score, qk, dp, lse, dsum, i, j, &prob);
+      const float ds = grad_score(score, qk, dp, lse, dsum, dropout_factor(p, b, h, i, j), i, j, &prob);
       dv.add(prob, dof);
       dk.add(ds, qf);
     }

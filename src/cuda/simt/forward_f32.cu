@@ -7,6 +7,7 @@
 #include <string>
 
 #include "common/cuda_check.hpp"
+#include "common/dropout.cuh"
 #include "simt/attention_f32.hpp"
 #include "simt/warp_rows.cuh"
 
@@ -43,8 +44,8 @@ __global__ void __launch_bounds__(kWarp* kWarpsPerBlock) forward_f32_kernel(Forw
     const float m_new = fmaxf(m, sj);
     const float correction = expf(m - m_new);  // 0 on the first key (m = -inf)
     const float pj = expf(sj - m_new);
-    l = fmaf(l, correction, pj);
-    acc.scale_add(correction, pj, vf);
+    l = fmaf(l, correction, pj);  // the sum of every key: dropout acts on normalized probabilities
+    acc.scale_add(correction, pj * dropout_factor(p, b, h, i, j), vf);
     m = m_new;
   }
 

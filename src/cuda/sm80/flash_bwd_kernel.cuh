@@ -17,6 +17,7 @@
 // Per tile (BM query rows x BN keys), with P = exp2(logit2 - lse * log2 e):
 //   S = Q K^T, dP = dO V^T, dS = P * (dP - dsum) [* (1 - tanh^2) with softcap]
 //   dV += P^T dO, dK += dS^T Q, dQ += dS K
+// (with dropout, Z = mask / (1 - p): dS = P * (Z dP - dsum), dV += (Z P)^T dO)
 // P and dS are written to shared memory as T (the A operands of P^T dO and
 // dS^T Q are read back with ldmatrix.trans). Every shared tile row holds
 // D + 8 (or BN + 8) elements, which makes all ldmatrix accesses conflict-free.
@@ -29,6 +30,7 @@
 #include <cstdint>
 
 #include "common/attention_params.hpp"
+#include "common/dropout.cuh"
 #include "common/score_mask.cuh"
 #include "common/tensor_core.cuh"
 
@@ -272,16 +274,20 @@ __device__ __forceinline__ float lse_base2(float lse) { return lse == -INFINITY 
 
 // S, dP of a warp's [kRowsS x kColsS] part of the tile -> P (into s) and dS
 // (into dp) with softcap and/or ALiBi; `masked`: the tile needs the
-// per-element mask (rows >= q_len and the score rules).
-template <int D>
+// per-element mask (rows >= q_len and the score rules). With Dropout, Z =
+// mask / (1 - p): dV's operand becomes Z P and dS = P (Z dP - dsum) (dsum is
+// dO . O of the dropped output, so it needs no change).
+template <int D, bool Dropout>
 __device__ __forceinline__ void scores_to_grads(float (&s)[FlashBwdTraits<D>::kMTS][FlashBwdTraits<D>::kNTS][4],
                                                 float (&dp)[FlashBwdTraits<D>::kMTS][FlashBwdTraits<D>::kNTS][4],
                                                 const float* s_lse, const float* s_dsum, const ScoreRules& rules,
-                                                bool masked, int q_len, int m0, int n0, int row0, int col0,
-                                                int lane) {
+                                                const DropoutHead& drop, bool masked, int q_len, int m0, int n0,
+                                                int row0, int col0, int lane) {
   using Tr = FlashBwdTraits<D>;
   const int g = lane >> 2, t = lane & 3;
   const bool softcap = rules.cap_log2 != 0.0f;
+  const std::uint64_t kept_bits =
+      Dropout ? dropout_keep_bits<Tr::kMTS, Tr::kNTS>(drop, m0 + row0 + g, n0 + col0, t) : 0;
 #pragma unroll
   for (int mi = 0; mi < Tr::kMTS; ++mi) {
 #pragma unroll
@@ -307,9 +313,12 @@ __device__ __forceinline__ void scores_to_grads(float (&s)[FlashBwdTraits<D>::kM
           if (rules.alibi_log2 != 0.0f) logit -= rules.alibi_log2 * fabsf(static_cast<float>(i + rules.offset - j));
           const bool vis = !masked || (i < q_len && rules.visible(i, j));
           const float pv = vis ? fast_exp2(logit - lse2) : 0.0f;
-          float dsv = pv * (y - dsum);
+          float z = 1.0f;
+          if constexpr (Dropout)
+            z = dropout_kept<Tr::kNTS>(kept_bits, mi * 2 + half, ni, e) ? drop.keep_scale : 0.0f;
+          float dsv = pv * (y * z - dsum);
           if (softcap) dsv *= 1.0f - th * th;
-          x = pv;
+          x = pv * z;
           y = dsv;
         }
       }
@@ -386,23 +395,24 @@ __device__ __forceinline__ void probs_to_grads(const float (&prob)[FlashBwdTrait
 // Without softcap/ALiBi, P is computed between the two GEMMs, in the same
 // straight-line code as dP's products, so that the exponentials (MUFU) run
 // while the tensor cores work; each of the three cases carries its own copy
-// of dP's GEMM for that reason.
-template <typename T, int D>
+// of dP's GEMM for that reason. Dropout takes the general path (its own
+// instantiation), where dP is ready when P is formed.
+template <typename T, int D, bool Dropout>
 __device__ __forceinline__ void tile_probs_and_grads(float (&s)[FlashBwdTraits<D>::kMTS][FlashBwdTraits<D>::kNTS][4],
                                                      float (&dp)[FlashBwdTraits<D>::kMTS][FlashBwdTraits<D>::kNTS][4],
                                                      const T* q_tile, const T* do_tile, const T* k_tile,
                                                      const T* v_tile, const float* s_lse, const float* s_dsum,
-                                                     const ScoreRules& rules, bool masked, int q_len, int m0, int n0,
-                                                     int row0, int col0, int lane) {
+                                                     const ScoreRules& rules, const DropoutHead& drop, bool masked,
+                                                     int q_len, int m0, int n0, int row0, int col0, int lane) {
   using Tr = FlashBwdTraits<D>;
   constexpr int LD = Tr::kLd;
   zero(s);
   zero(dp);
   warp_gemm<T, Tr::kMTS, Tr::kNTS, D / 16, false, false>(s, q_tile, LD, row0, k_tile, LD, col0, lane);
   auto dp_gemm = [&] { warp_gemm<T, Tr::kMTS, Tr::kNTS, D / 16, false, false>(dp, do_tile, LD, row0, v_tile, LD, col0, lane); };
-  if (rules.transformed) {
+  if (Dropout || rules.transformed) {
     dp_gemm();
-    scores_to_grads<D>(s, dp, s_lse, s_dsum, rules, masked, q_len, m0, n0, row0, col0, lane);
+    scores_to_grads<D, Dropout>(s, dp, s_lse, s_dsum, rules, drop, masked, q_len, m0, n0, row0, col0, lane);
   } else if (masked) {
     scores_to_probs<D, true>(s, s_lse, rules, q_len, m0, n0, row0, col0, lane);
     dp_gemm();
@@ -580,7 +590,7 @@ __global__ void __launch_bounds__(256) flash_bwd_convert_dq_kernel(const __grid_
 // Main kernel: grid (key blocks, heads_kv, batch). `stages` (1 or 2) is the
 // number of Q/dO buffers: 2 prefetches the next tile during the current one.
 // ---------------------------------------------------------------------------
-template <typename T, int D>
+template <typename T, int D, bool Dropout>
 __global__ void __launch_bounds__(256, 1) flash_bwd_dkdv_kernel(const __grid_constant__ BackwardParams p, int stages) {
   using Tr = FlashBwdTraits<D>;
   using Tile = typename Tr::Tile;
@@ -668,13 +678,15 @@ __global__ void __launch_bounds__(256, 1) flash_bwd_dkdv_kernel(const __grid_con
     const T* q_tile = sQ + cur * BM * LD;
     const T* do_tile = sdO + cur * BM * LD;
     const ScoreRules rules = score_rules(p, seq, b, h);
+    const DropoutHead drop = Dropout ? dropout_head(p, b, h) : DropoutHead{};
 
     // P and dS of this tile.
     float s[Tr::kMTS][Tr::kNTS][4];
     float dp[Tr::kMTS][Tr::kNTS][4];
     const bool masked = !rules.tile_unmasked(m0, BM, n0, BN) || m0 + BM > seq.q_len;
-    bwd::tile_probs_and_grads<T, D>(s, dp, q_tile, do_tile, sK, sV, sLse + parity * BM, sDsum + parity * BM, rules,
-                                    masked, seq.q_len, m0, n0, s_row0, s_col0, lane);
+    bwd::tile_probs_and_grads<T, D, Dropout>(s, dp, q_tile, do_tile, sK, sV, sLse + parity * BM,
+                                             sDsum + parity * BM, rules, drop, masked, seq.q_len, m0, n0, s_row0,
+                                             s_col0, lane);
     bwd::store_frags<T>(sP, LDS, s_row0, s_col0, s, 1.0f, lane);
     bwd::store_frags<T>(sdS, LDS, s_row0, s_col0, dp, 1.0f, lane);
     __syncthreads();  // P, dS complete
@@ -769,7 +781,7 @@ __global__ void __launch_bounds__(256, 1) flash_bwd_dkdv_kernel(const __grid_con
 // Deterministic dQ: grid (query blocks, heads_q, batch), heaviest (last)
 // query blocks first. `stages` (1 or 2) is the number of K/V buffers.
 // ---------------------------------------------------------------------------
-template <typename T, int D>
+template <typename T, int D, bool Dropout>
 __global__ void __launch_bounds__(256, 1) flash_bwd_dq_kernel(const __grid_constant__ BackwardParams p, int stages) {
   using Tr = FlashBwdTraits<D>;
   using Tile = typename Tr::Tile;
@@ -793,6 +805,7 @@ __global__ void __launch_bounds__(256, 1) flash_bwd_dq_kernel(const __grid_const
   const std::int64_t accum_row0 =
       p.cu_seqlens_q != nullptr ? static_cast<std::int64_t>(seq.q_start) : static_cast<std::int64_t>(b) * p.max_q_len;
   const ScoreRules rules = score_rules(p, seq, b, h);
+  const DropoutHead drop = Dropout ? dropout_head(p, b, h) : DropoutHead{};
 
   int key_lo, key_hi;
   rules.key_range(m0, min(BM, seq.q_len - m0), &key_lo, &key_hi);
@@ -841,8 +854,8 @@ __global__ void __launch_bounds__(256, 1) flash_bwd_dq_kernel(const __grid_const
     float s[Tr::kMTS][Tr::kNTS][4];
     float dp[Tr::kMTS][Tr::kNTS][4];
     const bool masked = !rules.tile_unmasked(m0, BM, n0, BN) || m0 + BM > seq.q_len;
-    bwd::tile_probs_and_grads<T, D>(s, dp, sQ, sdO, k_tile, v_tile, sLse, sDsum, rules, masked, seq.q_len, m0, n0,
-                                    s_row0, s_col0, lane);
+    bwd::tile_probs_and_grads<T, D, Dropout>(s, dp, sQ, sdO, k_tile, v_tile, sLse, sDsum, rules, drop, masked,
+                                             seq.q_len, m0, n0, s_row0, s_col0, lane);
     bwd::store_frags<T>(sdS, LDS, s_row0, s_col0, dp, 1.0f, lane);
     __syncthreads();  // dS complete
 

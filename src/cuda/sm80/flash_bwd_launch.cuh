@@ -46,7 +46,7 @@ Status launch_flash_backward(const BackwardParams& p, int max_smem_per_block, cu
   }
 
   if (p.max_kv_len > 0) {
-    auto kernel = flash_bwd_dkdv_kernel<T, D>;
+    auto kernel = p.has_dropout ? flash_bwd_dkdv_kernel<T, D, true> : flash_bwd_dkdv_kernel<T, D, false>;
     const std::size_t smem = Tr::main_smem_bytes(main_stages);
     CUFLASH_TRY(allow_dynamic_smem(kernel, smem, "flash_bwd_dkdv_kernel"));
     const dim3 grid(static_cast<unsigned>((p.max_kv_len + Tr::BN - 1) / Tr::BN), static_cast<unsigned>(p.heads_kv),
@@ -57,7 +57,7 @@ Status launch_flash_backward(const BackwardParams& p, int max_smem_per_block, cu
 
   if (p.max_q_len == 0 || q_rows == 0) return {};
   if (p.deterministic) {
-    auto kernel = flash_bwd_dq_kernel<T, D>;
+    auto kernel = p.has_dropout ? flash_bwd_dq_kernel<T, D, true> : flash_bwd_dq_kernel<T, D, false>;
     const std::size_t smem = Tr::dq_smem_bytes(dq_stages);
     CUFLASH_TRY(allow_dynamic_smem(kernel, smem, "flash_bwd_dq_kernel"));
     const dim3 grid(static_cast<unsigned>((p.max_q_len + Tr::BM - 1) / Tr::BM), static_cast<unsigned>(p.heads_q),

@@ -100,6 +100,9 @@ ForwardKernel forward_kernel(const Problem& problem) {
 #if defined(CUFLASH_WITH_SM90A)
   const DeviceInfo& info = device_info(problem.device.index);
   if (!info.valid || info.major != 9 || info.minor != 0 || !sm90_forward_enabled()) return k;
+  // The Hopper kernels have no dropout mask: the mma.sync kernel (which runs
+  // on sm90 too) takes those calls.
+  if (problem.has_dropout()) return k;
   const sm90::TmaFwdTile tma = sm90::tma_fwd_tile(problem.head_dim);
   if (tma.block_n > 0 && sm90_tma_enabled() && problem.max_kv_len >= tma.min_keys && tma_maps_fit(problem)) {
     k.kind = ForwardKind::tma;

@@ -13,6 +13,7 @@
 #include <cmath>
 
 #include "common/attention_params.hpp"
+#include "common/dropout.cuh"
 #include "common/forward_block.cuh"
 #include "common/score_mask.cuh"
 #include "common/tensor_core.cuh"
@@ -71,8 +72,11 @@ __device__ __forceinline__ void load_tile(typename C::Element* smem, const typen
 
 // Transformed: softcap or ALiBi is on, so every score goes through
 // ScoreRules::logit2 (a separate instantiation keeps that code and its
-// registers out of the plain kernel).
-template <class C, bool Transformed>
+// registers out of the plain kernel). Dropout: p.dropout's mask zeroes
+// probabilities after the row sums (instantiated with Transformed only:
+// logit2 computes plain scores too, and one more variant per tile is build
+// time that the Philox work would hide anyway).
+template <class C, bool Transformed, bool Dropout = false>
 __global__ void __launch_bounds__(C::kThreads, C::MinBlocks) flash_fwd_kernel(const ForwardParams p) {
   using T = typename C::Element;
   extern __shared__ __align__(16) unsigned char smem_raw[];
@@ -103,6 +107,7 @@ __global__ void __launch_bounds__(C::kThreads, C::MinBlocks) flash_fwd_kernel(co
   }
   // Multiplier from the (possibly transformed) score to a base-2 logit.
   const float mult = Transformed ? 1.0f : rules.scale_log2;
+  const DropoutHead drop = Dropout ? dropout_head(p, b, h) : DropoutHead{};
 
   if (t_lo < t_hi) {
     const T* q_base = static_cast<const T*>(p.q) + row_offset(p.q_strides, b, seq.q_start, 0, h);
@@ -186,6 +191,8 @@ __global__ void __launch_bounds__(C::kThreads, C::MinBlocks) flash_fwd_kernel(co
         float correction[2];
         online_softmax_m16<C::NT, Transformed>(s[mt], row_max[mt], row_sum[mt], correction, rules,
                                                m0 + warp_row0 + mt * 16 + g, n0, masked, t4, mult);
+        if constexpr (Dropout)
+          drop_probabilities_m16<C::NT>(s[mt], drop, m0 + warp_row0 + mt * 16 + g, n0, t4);
 #pragma unroll
         for (int dt = 0; dt < C::DT; ++dt) {
           o[mt][dt][0] *= correction[0];
@@ -235,7 +242,13 @@ __global__ void __launch_bounds__(C::kThreads, C::MinBlocks) flash_fwd_kernel(co
   float inv_sum[C::MT][2];
 #pragma unroll
   for (int mt = 0; mt < C::MT; ++mt)
+  {
     finish_rows_m16(p, f, row_max[mt], row_sum[mt], mult, m0 + warp_row0 + mt * 16 + g, t4, inv_sum[mt]);
+    if constexpr (Dropout) {
+      inv_sum[mt][0] *= p.dropout_keep_scale;
+      inv_sum[mt][1] *= p.dropout_keep_scale;
+    }
+  }
   if (p.num_splits > 1) {
 #pragma unroll
     for (int mt = 0; mt < C::MT; ++mt) write_partial_m16<C::D>(p, f, o[mt], inv_sum[mt], m0 + warp_row0 + mt * 16 + g, t4);
