@@ -158,6 +158,13 @@ std::vector<CaseSpec> feature_cases() {
     s.heads_kv = 1;
     s.options.causal = true;
   }), 0.9f, 1, 0xffffffffffffull));
+  // Dropout over rows that see no key (out = 0, lse = -inf, whatever the mask), with a seed whose high word is
+  // far from 0 and an offset whose 8 streams carry into the high word (the GPU suite has the same case).
+  cases.push_back(with_dropout(variant(dense, "dropout_0_5_causal_q_longer_seed2p63", [](CaseSpec& s) {
+    s.q_len = 40;
+    s.kv_len = 17;
+    s.options.causal = true;
+  }), 0.5f, (std::uint64_t{1} << 63) - 3, (std::uint64_t{3} << 32) - 5));
   cases.push_back(with_sinks(with_dropout(variant(dense, "sinks_dropout_0_2_bhsd_softcap", [](CaseSpec& s) {
     s.bhsd = true;
     s.options.softcap = 2.0f;

@@ -1,7 +1,7 @@
 // What backend=cuda refuses, and how: valid calls it cannot run answer
 // `unsupported` with the reason (head dims outside the tensor-core kernels'
-// list; KV caches in f32, backward, page sizes that are not powers of two,
-// appends from unaligned rows), the workspace query agrees with the call, and nothing is
+// list; KV caches in f32, backward, with dropout, page sizes that are not powers
+// of two, appends from unaligned rows), the workspace query agrees with the call, and nothing is
 // written: every tensor, outputs (NaN poison) and the KV cache included, comes
 // back byte-identical. Views the kernels may or may not take (rows not
 // 16-byte aligned) must be either refused so or computed right, never silently
@@ -268,31 +268,65 @@ TEST(CudaStream, DefaultStream) {
 }
 
 // ----- features only backend cpu has so far ----------------------------------------
-// Dropout: every GPU backend, and auto, refuses it by name (no silent
-// fallback to another function); nothing is written. Sinks: cudnn refuses
-// them (cuda runs them: CudaForward/CudaBackward's Sinks cases).
+// Sinks: cudnn refuses them (cuda runs them: sinks_gpu_test.cpp). Dropout:
+// cuda runs it for dense and varlen inputs (dropout_gpu_test.cpp) but not with
+// a KV cache, and cudnn refuses it (its SDPA dropout is not cuflash's Philox
+// mask); each refuses by name, writes nothing, and nothing falls back silently.
 
-TEST(GpuUnsupported, SinksAndDropoutRefusedByName) {
+TEST(GpuUnsupported, SinksRefusedByNameOnCudnn) {
   SKIP_WITHOUT_GPU();
   CUFLASH_TEST_RNG(rng);
-  {
-    CaseSpec sinks = dense_case("sinks", 33, 40, 4, 2, 64);
-    sinks.dtype = DType::bf16;
-    sinks.sinks = true;
-    AttentionCase with_sinks(sinks, rng.engine());
-    DeviceRunner runner(Backend::cudnn);
-    expect_refused(with_sinks, runner, Pass::forward, {"sinks"}, Backend::cudnn);
-  }
-  for (Backend backend : {Backend::cuda, Backend::cudnn, Backend::automatic}) {
-    SCOPED_TRACE(backend_name(backend));
-    DeviceRunner runner(backend);
-    CaseSpec dropout = dense_case("dropout", 33, 40, 4, 2, 64);
-    dropout.dtype = DType::bf16;
+  CaseSpec sinks = dense_case("sinks", 33, 40, 4, 2, 64);
+  sinks.dtype = DType::bf16;
+  sinks.sinks = true;
+  AttentionCase with_sinks(sinks, rng.engine());
+  DeviceRunner runner(Backend::cudnn);
+  expect_refused(with_sinks, runner, Pass::forward, {"sinks"}, Backend::cudnn);
+}
+
+TEST(CudnnUnsupported, DropoutRefusedByName) {
+  SKIP_WITHOUT_CUDNN();
+  CUFLASH_TEST_RNG(rng);
+  for (DType dtype : {DType::bf16, DType::f16}) {
+    SCOPED_TRACE(dtype_label(dtype));
+    CaseSpec dropout = causal(dense_case("dropout", 33, 40, 4, 2, 64));
+    dropout.dtype = dtype;
     dropout.options.dropout_p = 0.1f;
     AttentionCase with_dropout(dropout, rng.engine());
-    expect_refused(with_dropout, runner, Pass::forward, {"dropout"}, backend);
-    expect_refused(with_dropout, runner, Pass::backward, {"dropout"}, backend);
+    DeviceRunner runner(Backend::cudnn);
+    expect_refused(with_dropout, runner, Pass::forward, {"dropout_p", "backend cudnn"}, Backend::cudnn);
+    expect_refused(with_dropout, runner, Pass::backward, {"dropout_p", "backend cudnn"}, Backend::cudnn);
   }
+}
+
+// The KV-cache layout (decode and prefill, contiguous and paged, with and
+// without an append) has no dropout in backend cuda: refused naming dropout_p
+// and the layout, and the cache, appends included, is left as it was.
+TEST(CudaUnsupportedKvCache, DropoutRefusedByName) {
+  SKIP_WITHOUT_GPU();
+  CUFLASH_TEST_RNG(rng);
+  for (DType dtype : {DType::bf16, DType::f16})
+    for (CaseSpec s : {cache_case("contiguous_decode", 0, 1, 0, dtype),
+                       cache_case("paged16_decode_append1", 16, 1, 1, dtype),
+                       cache_case("paged16_prefill5_append3", 16, 5, 3, dtype)}) {
+      SCOPED_TRACE(s.label + " " + dtype_label(dtype));
+      s.options.dropout_p = 0.1f;
+      AttentionCase c(s, rng.engine());
+      DeviceRunner runner;
+      expect_refused(c, runner, Pass::forward, {"dropout_p", "backend cuda", "kv"});
+    }
+}
+
+// auto: neither GPU backend runs dropout with a KV cache, and it says so.
+TEST(CudaUnsupportedKvCache, AutoRefusesDropoutByName) {
+  SKIP_WITHOUT_GPU();
+  CUFLASH_TEST_RNG(rng);
+  CaseSpec s = cache_case("paged16_append1", 16, 1, 1, DType::bf16);
+  s.options.dropout_p = 0.5f;
+  AttentionCase c(s, rng.engine());
+  DeviceRunner runner(Backend::automatic);
+  expect_refused(c, runner, Pass::forward, {"backend auto: no GPU backend runs this call", "dropout_p"},
+                 Backend::automatic);
 }
 
 }  // namespace
