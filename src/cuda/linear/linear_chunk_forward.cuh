@@ -95,20 +95,29 @@ __global__ void __launch_bounds__(kScanThreads) linear_state_scan_kernel(LinearP
   if (!is_state && (!p.normalize || e >= record_floats(p))) return;
   const int i = is_state ? static_cast<int>(e / p.value_dim) : static_cast<int>(e - state_floats);
   const int j = is_state ? static_cast<int>(e % p.value_dim) : 0;
+  // Element (i, j) of a state, element i of a key sum.
+  auto element = [&](const StateView& view) { return is_state ? view.at(b, hk, i) + j : view.at(b, hk, 0) + i; };
   const StateView& initial = is_state ? p.initial_state : p.initial_key_sum;
-  float running = initial.data ? initial.at(b, hk, i)[j] : 0.0f;
+  float running = initial.data ? *element(initial) : 0.0f;
   const SequenceSpan span = sequence_span(p, b);
   const int blocks = (span.length + kBlockRows - 1) / kBlockRows;
   const std::int64_t stride = static_cast<std::int64_t>(p.heads_kv) * record_floats(p);
   float* at = w.records + (block_slot(p, b, span, 0) * p.heads_kv + hk) * record_floats(p) + e;
-#pragma unroll 4
-  for (int block = 0; block < blocks; ++block) {
-    const float sum = at[block * stride];
-    if (p.causal) at[block * stride] = running;
-    running += sum;
+  // Eight loads in flight before the stores (which the compiler may not move
+  // above loads of the same array): the scan is bound by memory latency.
+  constexpr int kBatch = 8;
+  for (int block = 0; block < blocks; block += kBatch) {
+    float sums[kBatch];
+#pragma unroll
+    for (int u = 0; u < kBatch; ++u) sums[u] = block + u < blocks ? at[(block + u) * stride] : 0.0f;
+#pragma unroll
+    for (int u = 0; u < kBatch; ++u) {
+      if (p.causal && block + u < blocks) at[(block + u) * stride] = running;
+      running += sums[u];
+    }
   }
   const StateView& final_view = is_state ? p.final_state : p.final_key_sum;
-  if (final_view.data) final_view.at(b, hk, i)[j] = running;
+  if (final_view.data) *element(final_view) = running;
   if (!p.causal) w.totals[(static_cast<std::int64_t>(b) * p.heads_kv + hk) * record_floats(p) + e] = running;
 }
 
