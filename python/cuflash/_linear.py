@@ -223,8 +223,8 @@ def linear_attention(q, k, v, causal=True, feature_map="identity", normalize=Fal
     Returns ``out`` ``[..., Hq, Dv]`` like q, or ``(out, final_state)`` with
     ``return_final_state``, where final_state is a tensor, or ``(state, key_sum)``
     with normalize. With torch tensors the call is differentiable (q, k, v and the
-    initial state; gradients arriving at the final state flow back). Backend cpu
-    for now: the GPU backends raise NotImplementedError.
+    initial state; gradients arriving at the final state flow back). Backends cpu
+    and cuda; cudnn raises NotImplementedError.
     """
     options = _linear_options(scale, causal, feature_map, normalize, backend)
     s0, z0 = _split_state(initial_state, normalize, "initial_state")

@@ -31,7 +31,7 @@ class BackendImpl {
   // keeps these defaults, which refuse it by name, so that auto never picks it.
   virtual Status supports_linear(const LinearProblem& problem) const {
     return Status::unsupported(std::string("linear attention: backend ") + backend_name(kind()) +
-                               " has no linear-attention kernels yet (backend cpu has them)");
+                               " has no linear-attention kernels yet (backends cpu and cuda have them)");
   }
   virtual Status linear_forward(const LinearProblem& problem, const RunContext& context) {
     return supports_linear(problem);

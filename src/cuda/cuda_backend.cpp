@@ -12,6 +12,7 @@
 #include "common/cuda_check.hpp"
 #include "common/scratch.hpp"
 #include "common/varlen_tail.hpp"
+#include "linear/linear_attention.hpp"
 #include "simt/attention_f32.hpp"
 #include "sm80/flash_bwd.hpp"
 #include "sm80/flash_decode.hpp"
@@ -91,6 +92,15 @@ class CudaBackend final : public BackendImpl {
     return launch_merge_states(problem, static_cast<cudaStream_t>(context.stream));
   }
 
+  // Linear attention (linear/linear_attention.hpp): forward and decode step, backward.
+  Status supports_linear(const LinearProblem& problem) const override { return linear_cuda_supports(problem); }
+  Status linear_forward(const LinearProblem& problem, const RunContext& context) override {
+    return run_linear(problem, context, linear_cuda_forward);
+  }
+  Status linear_backward(const LinearProblem& problem, const RunContext& context) override {
+    return run_linear(problem, context, linear_cuda_backward);
+  }
+
  private:
   static Status forward_kernels(const Problem& problem, void* workspace, cudaStream_t stream) {
     if (problem.layout == Layout::kv_cache) return flash_decode(problem, workspace, stream);
@@ -127,6 +137,17 @@ class CudaBackend final : public BackendImpl {
     Scratch scratch;
     CUFLASH_TRY(scratch.acquire(context, required_bytes(problem), stream));
     return kernels(scratch.get(), stream);
+  }
+
+  template <typename Kernels>
+  Status run_linear(const LinearProblem& problem, const RunContext& context, Kernels kernels) {
+    CUFLASH_TRY(supports_linear(problem));
+    DeviceGuard guard(problem.device.index);
+    CUFLASH_TRY(guard.status());
+    const auto stream = static_cast<cudaStream_t>(context.stream);
+    Scratch scratch;
+    CUFLASH_TRY(scratch.acquire(context, linear_cuda_workspace_bytes(problem), stream));
+    return kernels(problem, scratch.get(), stream);
   }
 };
 

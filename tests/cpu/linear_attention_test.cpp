@@ -807,7 +807,7 @@ TEST_F(LinearBadInput, Step) {
   EXPECT_TRUE(linear_attention_step(a, o).ok());
 }
 
-// A backend without linear-attention kernels refuses by name (the GPU backends, for now).
+// A backend without linear-attention kernels refuses by name (backend cudnn, for now).
 TEST(LinearDispatch, BackendsWithoutKernelsRefuseByName) {
   struct NoLinearKernels final : detail::BackendImpl {
     Backend kind() const override { return Backend::cudnn; }

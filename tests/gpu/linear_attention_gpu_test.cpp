@@ -1,94 +1,520 @@
-// Linear attention has no GPU kernels yet: on GPU memory backend cuda, cudnn
-// and auto refuse the forward, the backward and the decode step as
-// `unsupported`, naming the op, and write nothing (no silent fallback).
-// Skips without a GPU.
+// Linear attention on backend cuda against the float64 oracle (and the decode
+// step against the chunked forward), on the GPU: fresh random inputs, every
+// output poisoned with NaN before the call and copied back whole. The matrix
+// covers feature map x normalize x causal x dense/varlen x f32/f16/bf16 with
+// GQA and Dk != Dv (f16/bf16 with head dims 64/128 run the chunked tensor-core
+// forward: lengths around the 64-row chunk and the 256-row block, 0 and 1);
+// other head dims and unaligned rows take the SIMT path of the same backend;
+// backend cudnn still refuses by name. Skips without a GPU.
 #include <cuda_runtime_api.h>
 #include <gtest/gtest.h>
 
-#include <cstddef>
+#include <algorithm>
+#include <cmath>
 #include <cstdint>
+#include <optional>
 #include <string>
+#include <tuple>
+#include <utility>
 #include <vector>
 
+#include "common/test_tensors.hpp"
+#include "cpu/linear_oracle.hpp"
 #include "cuflash/cuflash.hpp"
 #include "device_runner.hpp"
 
 namespace cuflash::test {
 namespace {
 
-constexpr unsigned char kPattern = 0x7F;
+struct GpuLinearSpec {
+  DType dtype = DType::bf16;
+  FeatureMap map = FeatureMap::identity;
+  bool normalize = false;
+  bool causal = true;
+  bool varlen = false;
+  std::vector<int> lengths = {70, 70};  // dense: all equal
+  int trailing_rows = 0;                 // varlen: packed rows after the last sequence
+  int heads_q = 4, heads_kv = 2, key_dim = 64, value_dim = 128;
+  bool with_state = false;
+  MemoryLayout layout = MemoryLayout::bhsd();  // varlen: padded rows
+  std::optional<float> scale;
+};
 
-// One device allocation filled with kPattern bytes, freed on scope exit.
-class PatternedBuffer {
- public:
-  explicit PatternedBuffer(std::size_t bytes) : bytes_(bytes) {
-    EXPECT_EQ(cudaMalloc(&data_, bytes_), cudaSuccess);
-    EXPECT_EQ(cudaMemset(data_, kPattern, bytes_), cudaSuccess);
+// Host tensors of one forward and one backward call, and their device copies.
+struct GpuLinearCase {
+  GpuLinearSpec spec;
+  int batch = 0;
+  std::int64_t rows = 0;
+  HostTensor q, k, v, out, cu_seqlens, initial_state, initial_key_sum, final_state, final_key_sum;
+  HostTensor dout, dq, dk, dv, dfinal_state, dfinal_key_sum, dinitial_state, dinitial_key_sum;
+
+  GpuLinearCase(GpuLinearSpec s, std::mt19937& engine) : spec(std::move(s)) {
+    batch = static_cast<int>(spec.lengths.size());
+    std::vector<std::int64_t> outer;
+    if (spec.varlen) {
+      std::vector<std::int32_t> offsets = {0};
+      for (int length : spec.lengths) offsets.push_back(offsets.back() + length);
+      rows = offsets.back() + spec.trailing_rows;
+      cu_seqlens = HostTensor::from_i32(offsets, {static_cast<std::int64_t>(offsets.size())});
+      outer = {rows};
+    } else {
+      rows = spec.lengths.empty() ? 0 : spec.lengths[0];
+      outer = {batch, rows};
+    }
+    auto shape = [&](int heads, int dim) {
+      std::vector<std::int64_t> result = outer;
+      result.push_back(heads);
+      result.push_back(dim);
+      return result;
+    };
+    const MemoryLayout layout = spec.layout;
+    q = HostTensor(spec.dtype, shape(spec.heads_q, spec.key_dim), layout);
+    k = HostTensor(spec.dtype, shape(spec.heads_kv, spec.key_dim), layout);
+    v = HostTensor(spec.dtype, shape(spec.heads_kv, spec.value_dim), layout);
+    out = HostTensor(spec.dtype, shape(spec.heads_q, spec.value_dim), layout);
+    dout = HostTensor(spec.dtype, shape(spec.heads_q, spec.value_dim), layout);
+    dq = HostTensor(spec.dtype, shape(spec.heads_q, spec.key_dim), layout);
+    dk = HostTensor(spec.dtype, shape(spec.heads_kv, spec.key_dim), layout);
+    dv = HostTensor(spec.dtype, shape(spec.heads_kv, spec.value_dim), layout);
+    // Identity features under normalize: keep the normalizer away from 0.
+    const double mean = spec.normalize && spec.map == FeatureMap::identity ? 1.0 : 0.0;
+    const double stddev = mean > 0.0 ? 0.5 : 1.0;
+    q.fill_normal(engine, stddev, mean);
+    k.fill_normal(engine, stddev, mean);
+    v.fill_normal(engine);
+    dout.fill_normal(engine);
+    const std::vector<std::int64_t> state_shape = {batch, spec.heads_kv, spec.key_dim, spec.value_dim};
+    const std::vector<std::int64_t> key_sum_shape = {batch, spec.heads_kv, spec.key_dim};
+    if (spec.with_state) {
+      initial_state = HostTensor(DType::f32, state_shape);
+      final_state = HostTensor(DType::f32, state_shape);
+      dfinal_state = HostTensor(DType::f32, state_shape);
+      dinitial_state = HostTensor(DType::f32, state_shape);
+      initial_state.fill_normal(engine);
+      dfinal_state.fill_normal(engine);
+      if (spec.normalize) {
+        initial_key_sum = HostTensor(DType::f32, key_sum_shape);
+        final_key_sum = HostTensor(DType::f32, key_sum_shape);
+        dfinal_key_sum = HostTensor(DType::f32, key_sum_shape);
+        dinitial_key_sum = HostTensor(DType::f32, key_sum_shape);
+        initial_key_sum.fill_normal(engine, 0.5, 2.0);
+        dfinal_key_sum.fill_normal(engine);
+      }
+    }
+    for (HostTensor* t : {&out, &final_state, &final_key_sum, &dq, &dk, &dv, &dinitial_state, &dinitial_key_sum})
+      if (!t->empty()) t->poison();
   }
-  ~PatternedBuffer() { cudaFree(data_); }
-  PatternedBuffer(const PatternedBuffer&) = delete;
-  PatternedBuffer& operator=(const PatternedBuffer&) = delete;
 
-  void* data() const { return data_; }
-  bool untouched() const {
-    std::vector<unsigned char> host(bytes_);
-    EXPECT_EQ(cudaMemcpy(host.data(), data_, bytes_, cudaMemcpyDeviceToHost), cudaSuccess);
-    for (unsigned char byte : host)
-      if (byte != kPattern) return false;
-    return true;
+  LinearAttentionOptions options(Backend backend = Backend::cuda) const {
+    LinearAttentionOptions o;
+    o.causal = spec.causal;
+    o.feature_map = spec.map;
+    o.normalize = spec.normalize;
+    o.scale = spec.scale;
+    o.backend = backend;
+    return o;
+  }
+
+  // Host views: what the oracle reads.
+  LinearForwardArgs forward_args() const {
+    LinearForwardArgs a;
+    a.q = q.view(), a.k = k.view(), a.v = v.view(), a.out = out.view(), a.cu_seqlens = cu_seqlens.view();
+    a.initial_state = initial_state.view(), a.initial_key_sum = initial_key_sum.view();
+    a.final_state = final_state.view(), a.final_key_sum = final_key_sum.view();
+    return a;
+  }
+  LinearBackwardArgs backward_args() const {
+    LinearBackwardArgs a;
+    a.q = q.view(), a.k = k.view(), a.v = v.view(), a.dout = dout.view(), a.cu_seqlens = cu_seqlens.view();
+    a.initial_state = initial_state.view(), a.initial_key_sum = initial_key_sum.view();
+    a.dfinal_state = dfinal_state.view(), a.dfinal_key_sum = dfinal_key_sum.view();
+    a.dq = dq.view(), a.dk = dk.view(), a.dv = dv.view();
+    a.dinitial_state = dinitial_state.view(), a.dinitial_key_sum = dinitial_key_sum.view();
+    return a;
+  }
+};
+
+// Device copies of host tensors, byte for byte (strides and NaN poison
+// included); copied back by fetch(), freed on scope exit.
+class DeviceTensors {
+ public:
+  DeviceTensors() = default;
+  DeviceTensors(const DeviceTensors&) = delete;
+  DeviceTensors& operator=(const DeviceTensors&) = delete;
+  ~DeviceTensors() {
+    for (auto& [host, device] : copies_) cudaFree(device);
+  }
+
+  TensorView put(HostTensor& host) {
+    if (host.empty()) return {};
+    void* device = nullptr;
+    const std::size_t bytes = std::max<std::size_t>(host.bytes().size(), 16);
+    EXPECT_EQ(cudaMalloc(&device, bytes), cudaSuccess);
+    EXPECT_EQ(cudaMemcpy(device, host.bytes().data(), host.bytes().size(), cudaMemcpyHostToDevice), cudaSuccess);
+    copies_.push_back({&host, device});
+    return host.view_at(device, Device::cuda(0));
+  }
+
+  void fetch() {
+    EXPECT_EQ(cudaDeviceSynchronize(), cudaSuccess);
+    for (auto& [host, device] : copies_)
+      EXPECT_EQ(cudaMemcpy(host->bytes().data(), device, host->bytes().size(), cudaMemcpyDeviceToHost), cudaSuccess);
   }
 
  private:
-  std::size_t bytes_;
-  void* data_ = nullptr;
+  std::vector<std::pair<HostTensor*, void*>> copies_;
 };
 
-TEST(LinearAttentionGpu, RefusedByNameWithNothingWritten) {
-  SKIP_WITHOUT_GPU();
-  constexpr std::int64_t kBatch = 2, kSeq = 16, kHeadsQ = 4, kHeadsKv = 2, kKeyDim = 64, kValueDim = 64;
-  const Device gpu = Device::cuda(0);
-  PatternedBuffer q(kBatch * kSeq * kHeadsQ * kKeyDim * 2), k(kBatch * kSeq * kHeadsKv * kKeyDim * 2);
-  PatternedBuffer v(kBatch * kSeq * kHeadsKv * kValueDim * 2), dout(kBatch * kSeq * kHeadsQ * kValueDim * 2);
-  PatternedBuffer out(kBatch * kSeq * kHeadsQ * kValueDim * 2), dq(kBatch * kSeq * kHeadsQ * kKeyDim * 2);
-  PatternedBuffer dk(kBatch * kSeq * kHeadsKv * kKeyDim * 2), dv(kBatch * kSeq * kHeadsKv * kValueDim * 2);
-  PatternedBuffer state(kBatch * kHeadsKv * kKeyDim * kValueDim * 4);
+Status gpu_forward(GpuLinearCase& c, Backend backend = Backend::cuda) {
+  DeviceTensors d;
+  LinearForwardArgs a;
+  a.q = d.put(c.q), a.k = d.put(c.k), a.v = d.put(c.v), a.out = d.put(c.out), a.cu_seqlens = d.put(c.cu_seqlens);
+  a.initial_state = d.put(c.initial_state), a.initial_key_sum = d.put(c.initial_key_sum);
+  a.final_state = d.put(c.final_state), a.final_key_sum = d.put(c.final_key_sum);
+  const Status status = linear_attention_forward(a, c.options(backend));
+  d.fetch();
+  return status;
+}
 
-  LinearForwardArgs forward;
-  forward.q = make_view(q.data(), DType::bf16, {kBatch, kSeq, kHeadsQ, kKeyDim}, gpu);
-  forward.k = make_view(k.data(), DType::bf16, {kBatch, kSeq, kHeadsKv, kKeyDim}, gpu);
-  forward.v = make_view(v.data(), DType::bf16, {kBatch, kSeq, kHeadsKv, kValueDim}, gpu);
-  forward.out = make_view(out.data(), DType::bf16, {kBatch, kSeq, kHeadsQ, kValueDim}, gpu);
-  forward.final_state = make_view(state.data(), DType::f32, {kBatch, kHeadsKv, kKeyDim, kValueDim}, gpu);
+Status gpu_backward(GpuLinearCase& c, Backend backend = Backend::cuda) {
+  DeviceTensors d;
+  LinearBackwardArgs a;
+  a.q = d.put(c.q), a.k = d.put(c.k), a.v = d.put(c.v), a.dout = d.put(c.dout), a.cu_seqlens = d.put(c.cu_seqlens);
+  a.initial_state = d.put(c.initial_state), a.initial_key_sum = d.put(c.initial_key_sum);
+  a.dfinal_state = d.put(c.dfinal_state), a.dfinal_key_sum = d.put(c.dfinal_key_sum);
+  a.dq = d.put(c.dq), a.dk = d.put(c.dk), a.dv = d.put(c.dv);
+  a.dinitial_state = d.put(c.dinitial_state), a.dinitial_key_sum = d.put(c.dinitial_key_sum);
+  const Status status = linear_attention_backward(a, c.options(backend));
+  d.fetch();
+  return status;
+}
 
-  LinearBackwardArgs backward;
-  backward.q = forward.q;
-  backward.k = forward.k;
-  backward.v = forward.v;
-  backward.dout = make_view(dout.data(), DType::bf16, {kBatch, kSeq, kHeadsQ, kValueDim}, gpu);
-  backward.dq = make_view(dq.data(), DType::bf16, {kBatch, kSeq, kHeadsQ, kKeyDim}, gpu);
-  backward.dk = make_view(dk.data(), DType::bf16, {kBatch, kSeq, kHeadsKv, kKeyDim}, gpu);
-  backward.dv = make_view(dv.data(), DType::bf16, {kBatch, kSeq, kHeadsKv, kValueDim}, gpu);
-
-  LinearStepArgs step;  // one token: the first rows of the same buffers; the state in place
-  step.q = make_view(q.data(), DType::bf16, {kBatch, 1, kHeadsQ, kKeyDim}, gpu);
-  step.k = make_view(k.data(), DType::bf16, {kBatch, 1, kHeadsKv, kKeyDim}, gpu);
-  step.v = make_view(v.data(), DType::bf16, {kBatch, 1, kHeadsKv, kValueDim}, gpu);
-  step.out = make_view(out.data(), DType::bf16, {kBatch, 1, kHeadsQ, kValueDim}, gpu);
-  step.state = forward.final_state;
-
-  for (Backend backend : {Backend::automatic, Backend::cuda, Backend::cudnn}) {
-    if (backend == Backend::cudnn && !backend_available(Backend::cudnn)) continue;
-    SCOPED_TRACE(std::string("backend ") + backend_name(backend));
-    LinearAttentionOptions options;
-    options.backend = backend;
-    for (const Status& status : {linear_attention_forward(forward, options), linear_attention_backward(backward, options),
-                                 linear_attention_step(step, options)}) {
-      EXPECT_EQ(status.code(), StatusCode::unsupported) << status.to_string();
-      EXPECT_NE(status.message().find("linear attention"), std::string::npos) << status.message();
-    }
+// rel-L2 against float64. The tensor-core forward rounds φ(q), φ(k), the
+// chunk's scores and the state's copy to the input dtype (fp32 accumulation):
+// a few roundings of 2^-11 (f16) or 2^-8 (bf16) relative.
+double tolerance(DType dtype) {
+  switch (dtype) {
+    case DType::f32: return 2e-5;
+    case DType::f16: return 2e-3;
+    default: return 1.2e-2;
   }
-  EXPECT_EQ(cudaDeviceSynchronize(), cudaSuccess);
-  for (const PatternedBuffer* written : {&out, &state, &dq, &dk, &dv}) EXPECT_TRUE(written->untouched());
+}
+
+double max_abs(const std::vector<double>& values) {
+  double largest = 0.0;
+  for (double x : values)
+    if (std::isfinite(x)) largest = std::max(largest, std::abs(x));
+  return largest;
+}
+
+void expect_close(const HostTensor& got, const std::vector<double>& ref, double tol, const std::string& what,
+                  double scale = 0.0) {
+  const ErrorStats st = compare(got, ref);
+  if (st.mismatches == 0 && st.max_abs <= tol * scale) return;
+  EXPECT_LE(st.rel_l2, tol) << what << ": " << st.describe();
+  EXPECT_LE(st.max_abs, 10 * tol * std::max(1.0, st.ref_max_abs)) << what << ": " << st.describe();
+}
+
+void check_forward(GpuLinearCase& c) {
+  oracle::LinearForwardResult ref;
+  ASSERT_TRUE(oracle::linear_forward_float64(c.forward_args(), c.options(Backend::cpu), &ref).ok());
+  const Status status = gpu_forward(c);
+  ASSERT_TRUE(status.ok()) << status.to_string();
+  expect_close(c.out, ref.out, tolerance(c.spec.dtype), "out");
+  // The state sums fp32 products of the inputs (φk rounded to the dtype on the tensor-core path).
+  const double state_tol = c.spec.dtype == DType::f32 ? 2e-5 : tolerance(c.spec.dtype) / 2;
+  if (!c.final_state.empty()) expect_close(c.final_state, ref.final_state, state_tol, "final_state");
+  if (!c.final_key_sum.empty()) expect_close(c.final_key_sum, ref.final_key_sum, state_tol, "final_key_sum");
+}
+
+void check_backward(GpuLinearCase& c) {
+  oracle::LinearBackwardResult ref;
+  ASSERT_TRUE(oracle::linear_backward_float64(c.backward_args(), c.options(Backend::cpu), &ref).ok());
+  const Status status = gpu_backward(c);
+  ASSERT_TRUE(status.ok()) << status.to_string();
+  const double tol = 2 * tolerance(c.spec.dtype);
+  EXPECT_TRUE(all_written(c.dq, "dq"));
+  EXPECT_TRUE(all_written(c.dk, "dk"));
+  EXPECT_TRUE(all_written(c.dv, "dv"));
+  const double scale = std::max({max_abs(ref.dq), max_abs(ref.dk), max_abs(ref.dv)});
+  expect_close(c.dq, ref.dq, tol, "dq", scale);
+  expect_close(c.dk, ref.dk, tol, "dk", scale);
+  expect_close(c.dv, ref.dv, tol, "dv", scale);
+  const double state_tol = c.spec.dtype == DType::f32 ? 4e-5 : tol / 2;
+  if (!c.dinitial_state.empty()) expect_close(c.dinitial_state, ref.dinitial_state, state_tol, "dinitial_state");
+  if (!c.dinitial_key_sum.empty())
+    expect_close(c.dinitial_key_sum, ref.dinitial_key_sum, state_tol, "dinitial_key_sum");
+}
+
+// ---- The matrix ---------------------------------------------------------------------------------
+
+using MatrixParam = std::tuple<FeatureMap, bool, bool, bool, DType>;  // map, normalize, causal, varlen, dtype
+
+// Dense lengths: around the 64-row chunk and the 256-row block (several blocks), and 1.
+const std::vector<int> kLengths = {1, 63, 64, 65, 200, 256, 300, 600};
+
+std::string map_label(FeatureMap map) {
+  switch (map) {
+    case FeatureMap::identity: return "identity";
+    case FeatureMap::elu_plus_one: return "elu1";
+    case FeatureMap::relu: return "relu";
+  }
+  return "unknown";
+}
+
+int matrix_index(const MatrixParam& param) {
+  const auto& [map, normalize, causal, varlen, dtype] = param;
+  return ((static_cast<int>(map) * 2 + normalize) * 2 + causal) * 3 + static_cast<int>(dtype);
+}
+
+GpuLinearSpec matrix_spec(const MatrixParam& param) {
+  const auto& [map, normalize, causal, varlen, dtype] = param;
+  GpuLinearSpec s;
+  s.map = map;
+  s.normalize = normalize;
+  s.causal = causal;
+  s.varlen = varlen;
+  s.dtype = dtype;
+  const int index = matrix_index(param);
+  s.with_state = index % 2 == 1;
+  // Both (Dk, Dv) orders of the tensor-core path.
+  if (index % 3 == 0) std::swap(s.key_dim, s.value_dim);
+  if (varlen) {
+    s.lengths = {1, 63, 0, 64, 65, 300, 0, 257};
+    s.trailing_rows = 3;
+    s.layout = MemoryLayout::padded(8);  // rows stay 16-byte aligned
+  } else {
+    const int length = kLengths[index % kLengths.size()];
+    s.lengths = {length, length};
+    if (length == 1 && normalize) s.with_state = true;
+  }
+  return s;
+}
+
+std::string matrix_name(const ::testing::TestParamInfo<MatrixParam>& info) {
+  const auto& [map, normalize, causal, varlen, dtype] = info.param;
+  const GpuLinearSpec s = matrix_spec(info.param);
+  std::string name = map_label(map) + (normalize ? "_norm" : "") + (causal ? "_causal" : "_full") +
+                     (varlen ? "_varlen" : "_dense" + std::to_string(s.lengths[0])) + "_" + dtype_name(dtype) + "_dk" +
+                     std::to_string(s.key_dim);
+  return name + (s.with_state ? "_state" : "");
+}
+
+class LinearGpuMatrix : public ::testing::TestWithParam<MatrixParam> {};
+
+TEST_P(LinearGpuMatrix, ForwardMatchesOracle) {
+  SKIP_WITHOUT_GPU();
+  CUFLASH_TEST_RNG(rng);
+  GpuLinearCase c(matrix_spec(GetParam()), rng.engine());
+  check_forward(c);
+}
+
+TEST_P(LinearGpuMatrix, BackwardMatchesOracle) {
+  SKIP_WITHOUT_GPU();
+  CUFLASH_TEST_RNG(rng);
+  GpuLinearCase c(matrix_spec(GetParam()), rng.engine());
+  check_backward(c);
+}
+
+INSTANTIATE_TEST_SUITE_P(Cuda, LinearGpuMatrix,
+                         ::testing::Combine(::testing::Values(FeatureMap::identity, FeatureMap::elu_plus_one,
+                                                              FeatureMap::relu),
+                                            ::testing::Bool(), ::testing::Bool(), ::testing::Bool(),
+                                            ::testing::Values(DType::f32, DType::f16, DType::bf16)),
+                         matrix_name);
+
+// ---- Shapes beyond the matrix -------------------------------------------------------------------
+
+// MHA and MQA at 128/128 (tensor cores), head dims the tensor cores do not take
+// and rows that are not 16-byte aligned (the SIMT path of the same backend).
+TEST(LinearGpuShapes, HeadsDimsAndAlignment) {
+  SKIP_WITHOUT_GPU();
+  CUFLASH_TEST_RNG(rng);
+  struct Shape {
+    int heads_q, heads_kv, key_dim, value_dim;
+    MemoryLayout layout;
+  };
+  for (DType dtype : {DType::bf16, DType::f16})
+    for (const Shape& shape : {Shape{3, 3, 128, 128, MemoryLayout::bhsd()}, Shape{6, 1, 128, 64, MemoryLayout{}},
+                               Shape{2, 1, 32, 48, MemoryLayout{}}, Shape{2, 2, 64, 64, MemoryLayout::padded(3)}})
+      for (bool causal : {true, false}) {
+        GpuLinearSpec s;
+        s.dtype = dtype;
+        s.heads_q = shape.heads_q;
+        s.heads_kv = shape.heads_kv;
+        s.key_dim = shape.key_dim;
+        s.value_dim = shape.value_dim;
+        s.layout = shape.layout;
+        s.causal = causal;
+        s.map = FeatureMap::elu_plus_one;
+        s.normalize = true;
+        s.with_state = true;
+        s.lengths = {330, 330};
+        s.scale = 0.3f;
+        SCOPED_TRACE(std::string(dtype_name(dtype)) + " " + std::to_string(shape.heads_q) + "/" +
+                     std::to_string(shape.heads_kv) + " heads, Dk " + std::to_string(shape.key_dim) + ", Dv " +
+                     std::to_string(shape.value_dim) + (causal ? " causal" : ""));
+        GpuLinearCase forward(s, rng.engine());
+        check_forward(forward);
+        GpuLinearCase backward(s, rng.engine());
+        check_backward(backward);
+      }
+}
+
+// Length 0 passes the initial state on; no batch and no heads write nothing.
+TEST(LinearGpuShapes, EmptyExtents) {
+  SKIP_WITHOUT_GPU();
+  CUFLASH_TEST_RNG(rng);
+  for (DType dtype : {DType::f32, DType::bf16})
+    for (bool normalize : {false, true}) {
+      GpuLinearSpec s;
+      s.dtype = dtype;
+      s.normalize = normalize;
+      s.with_state = true;
+      s.lengths = {0, 0};
+      GpuLinearCase c(s, rng.engine());
+      check_forward(c);
+      EXPECT_EQ(c.final_state.to_doubles(), c.initial_state.to_doubles());
+      check_backward(c);
+      EXPECT_EQ(c.dinitial_state.to_doubles(), c.dfinal_state.to_doubles());
+      if (normalize) EXPECT_EQ(c.dinitial_key_sum.to_doubles(), c.dfinal_key_sum.to_doubles());
+    }
+  GpuLinearSpec no_batch;
+  no_batch.lengths = {};
+  GpuLinearCase c(no_batch, rng.engine());
+  check_forward(c);
+  check_backward(c);
+  GpuLinearSpec no_heads;
+  no_heads.heads_q = no_heads.heads_kv = 0;
+  no_heads.with_state = true;
+  GpuLinearCase h(no_heads, rng.engine());
+  check_forward(h);
+  check_backward(h);
+  GpuLinearSpec no_sequences;
+  no_sequences.varlen = true;
+  no_sequences.lengths = {};
+  no_sequences.trailing_rows = 2;
+  no_sequences.layout = MemoryLayout::padded(8);
+  GpuLinearCase v(no_sequences, rng.engine());
+  check_forward(v);
+  check_backward(v);
+}
+
+// ---- The decode step against the chunked forward ------------------------------------------------
+
+HostTensor slice_rows(const HostTensor& t, std::int64_t first, std::int64_t count) {
+  const auto& shape = t.shape();
+  HostTensor out(t.dtype(), {shape[0], count, shape[2], shape[3]});
+  for (std::int64_t b = 0; b < shape[0]; ++b)
+    for (std::int64_t r = 0; r < count; ++r)
+      for (std::int64_t h = 0; h < shape[2]; ++h)
+        for (std::int64_t d = 0; d < shape[3]; ++d)
+          out.set(((b * count + r) * shape[2] + h) * shape[3] + d,
+                  t.get(((b * shape[1] + first + r) * shape[2] + h) * shape[3] + d));
+  return out;
+}
+
+// The state after a forward over rows [0, split) (on the GPU), then one step per
+// row (in place and into a second state, alternately): each step's output is the
+// full forward's row, the last state its final state.
+class LinearGpuStep : public ::testing::TestWithParam<std::tuple<DType, bool>> {};
+
+TEST_P(LinearGpuStep, StepsEqualTheChunkedForward) {
+  SKIP_WITHOUT_GPU();
+  CUFLASH_TEST_RNG(rng);
+  const auto [dtype, normalize] = GetParam();
+  GpuLinearSpec s;
+  s.dtype = dtype;
+  s.normalize = normalize;
+  s.map = FeatureMap::elu_plus_one;
+  s.with_state = true;
+  s.lengths = {140, 140};
+  s.layout = MemoryLayout{};
+  GpuLinearCase full(s, rng.engine());
+  ASSERT_TRUE(gpu_forward(full).ok());
+  constexpr std::int64_t kSplit = 130;
+
+  GpuLinearSpec prefix_spec = s;
+  prefix_spec.lengths = {static_cast<int>(kSplit), static_cast<int>(kSplit)};
+  GpuLinearCase prefix(prefix_spec, rng.engine());
+  prefix.q = slice_rows(full.q, 0, kSplit), prefix.k = slice_rows(full.k, 0, kSplit);
+  prefix.v = slice_rows(full.v, 0, kSplit);
+  prefix.initial_state = full.initial_state, prefix.initial_key_sum = full.initial_key_sum;
+  ASSERT_TRUE(gpu_forward(prefix).ok());
+
+  DeviceTensors d;
+  HostTensor state = prefix.final_state, key_sum = prefix.final_key_sum;
+  HostTensor other_state = state, other_key_sum = key_sum;
+  const TensorView state_view = d.put(state), other_view = d.put(other_state);
+  const TensorView key_sum_view = d.put(key_sum), other_key_sum_view = d.put(other_key_sum);
+  bool in_first = true;
+  // The step's own rounding of out is that of one output row: the chunked form's tolerance.
+  const double tol = tolerance(dtype);
+  for (std::int64_t t = kSplit; t < full.rows; ++t) {
+    HostTensor q = slice_rows(full.q, t, 1), k = slice_rows(full.k, t, 1), v = slice_rows(full.v, t, 1);
+    HostTensor out(dtype, {full.batch, 1, s.heads_q, s.value_dim});
+    out.poison();
+    DeviceTensors row;
+    LinearStepArgs step;
+    step.q = row.put(q), step.k = row.put(k), step.v = row.put(v), step.out = row.put(out);
+    step.state = in_first ? state_view : other_view;
+    if (normalize) step.key_sum = in_first ? key_sum_view : other_key_sum_view;
+    const bool in_place = t % 2 == 0;
+    if (!in_place) {
+      step.state_out = in_first ? other_view : state_view;
+      if (normalize) step.key_sum_out = in_first ? other_key_sum_view : key_sum_view;
+      in_first = !in_first;
+    }
+    const Status status = linear_attention_step(step, full.options());
+    ASSERT_TRUE(status.ok()) << status.to_string();
+    row.fetch();
+    const ErrorStats st = compare(out, slice_rows(full.out, t, 1).to_doubles());
+    ASSERT_LE(st.rel_l2, tol) << "token " << t << ": " << st.describe();
+  }
+  d.fetch();
+  // The steps add fp32 φ(k) v products, the tensor-core forward φ(k) rounded to the dtype.
+  const double state_tol = dtype == DType::f32 ? 1e-5 : tol / 2;
+  const HostTensor& last_state = in_first ? state : other_state;
+  expect_close(last_state, full.final_state.to_doubles(), state_tol, "state after the steps");
+  if (normalize) {
+    const HostTensor& last_key_sum = in_first ? key_sum : other_key_sum;
+    expect_close(last_key_sum, full.final_key_sum.to_doubles(), state_tol, "key sum after the steps");
+  }
+}
+
+INSTANTIATE_TEST_SUITE_P(Cuda, LinearGpuStep,
+                         ::testing::Combine(::testing::Values(DType::f32, DType::f16, DType::bf16), ::testing::Bool()),
+                         [](const ::testing::TestParamInfo<std::tuple<DType, bool>>& info) {
+                           return std::string(dtype_name(std::get<0>(info.param))) +
+                                  (std::get<1>(info.param) ? "_norm" : "");
+                         });
+
+// ---- The backends without kernels ---------------------------------------------------------------
+
+TEST(LinearGpuRefusal, CudnnRefusesByNameWithNothingWritten) {
+  SKIP_WITHOUT_CUDNN();
+  CUFLASH_TEST_RNG(rng);
+  GpuLinearSpec s;
+  s.with_state = true;
+  GpuLinearCase c(s, rng.engine());
+  const Status forward = gpu_forward(c, Backend::cudnn);
+  const Status backward = gpu_backward(c, Backend::cudnn);
+  for (const Status& status : {forward, backward}) {
+    EXPECT_EQ(status.code(), StatusCode::unsupported) << status.to_string();
+    EXPECT_NE(status.message().find("linear attention"), std::string::npos) << status.message();
+  }
+  for (const HostTensor* t : {&c.out, &c.final_state, &c.dq, &c.dk, &c.dv, &c.dinitial_state})
+    EXPECT_EQ(t->count_nan(), t->numel());
+}
+
+// auto on GPU memory picks backend cuda.
+TEST(LinearGpuRefusal, AutoRunsOnCuda) {
+  SKIP_WITHOUT_GPU();
+  CUFLASH_TEST_RNG(rng);
+  GpuLinearSpec s;
+  GpuLinearCase c(s, rng.engine());
+  ASSERT_TRUE(gpu_forward(c, Backend::automatic).ok());
+  EXPECT_TRUE(all_written(c.out, "out"));
 }
 
 }  // namespace

@@ -1,0 +1,90 @@
+// What the linear-attention kernels read from a LinearProblem: base pointers
+// and element strides of every view, the geometry and the resolved options, in
+// one plain struct passed by value to every kernel (host and device code).
+#pragma once
+
+#include <cstdint>
+
+#ifdef __CUDACC__
+#define CUFLASH_LINEAR_HD __host__ __device__ __forceinline__
+#else
+#define CUFLASH_LINEAR_HD inline
+#endif
+
+namespace cuflash::detail::linear {
+
+// A q-like (q, out, dout, dq) or k-like (k, v, dk, dv) tensor: element
+// (sequence b, row t, head h, d) lives at
+//   dense:  b * batch_stride + t * row_stride + h * head_stride + d
+//   varlen: (cu_seqlens[b] + t) * row_stride + h * head_stride + d   (batch_stride 0)
+struct RowsView {
+  void* data = nullptr;
+  std::int64_t batch_stride = 0, row_stride = 0, head_stride = 0;
+};
+
+// A state [B, Hk, Dk, Dv] (or key sum [B, Hk, Dk]; row_stride unused) in f32;
+// data null when not given.
+struct StateView {
+  float* data = nullptr;
+  std::int64_t batch_stride = 0, head_stride = 0, row_stride = 0;
+
+  CUFLASH_LINEAR_HD float* at(int b, int hk, int i) const {
+    return data + b * batch_stride + hk * head_stride + i * row_stride;
+  }
+};
+
+enum class Map : int { identity = 0, elu_plus_one = 1, relu = 2 };
+
+struct LinearParams {
+  RowsView q, k, v, out, dout, dq, dk, dv;
+  StateView initial_state, initial_key_sum, final_state, final_key_sum;
+  StateView dfinal_state, dfinal_key_sum, dinitial_state, dinitial_key_sum;
+  const std::int32_t* cu_seqlens = nullptr;  // device; null: dense
+  int batch = 0, heads_q = 0, heads_kv = 0, group = 1;
+  int key_dim = 0, value_dim = 0;
+  int seq_len = 0;  // dense: S; varlen: the longest sequence
+  float scale = 1.0f;
+  Map map = Map::identity;
+  bool causal = true;
+  bool normalize = false;
+};
+
+#ifdef __CUDACC__
+
+// First packed row and length of sequence b.
+struct SequenceSpan {
+  std::int64_t first;  // varlen: cu_seqlens[b]; dense: 0 (the batch stride carries b)
+  int length;
+};
+__device__ __forceinline__ SequenceSpan sequence_span(const LinearParams& p, int b) {
+  if (p.cu_seqlens == nullptr) return {0, p.seq_len};
+  const int first = p.cu_seqlens[b];
+  return {first, p.cu_seqlens[b + 1] - first};
+}
+
+// Element 0 of row t of head h of sequence b.
+template <typename T>
+__device__ __forceinline__ T* row_pointer(const RowsView& view, int b, const SequenceSpan& span, int t, int h) {
+  return static_cast<T*>(view.data) + b * view.batch_stride + (span.first + t) * view.row_stride + h * view.head_stride;
+}
+
+__device__ __forceinline__ float feature(Map map, float x) {
+  switch (map) {
+    case Map::elu_plus_one: return x > 0.0f ? x + 1.0f : expf(x);
+    case Map::relu: return x > 0.0f ? x : 0.0f;
+    default: return x;
+  }
+}
+
+// dφ/dx with torch's convention at 0 (relu' = 0, (elu+1)' = 1).
+__device__ __forceinline__ float feature_derivative(Map map, float x) {
+  switch (map) {
+    case Map::elu_plus_one: return x > 0.0f ? 1.0f : expf(x);
+    case Map::relu: return x > 0.0f ? 1.0f : 0.0f;
+    default: return 1.0f;
+  }
+}
+
+#endif
+
+}  // namespace cuflash::detail::linear
