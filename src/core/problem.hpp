@@ -51,7 +51,7 @@ struct Problem {
   bool alibi_per_batch = false;  // slopes [B, Hq] rather than [Hq]
   bool has_sinks = false;        // sinks [Hq] join every row's softmax denominator
   float dropout_p = 0.0f;        // 0: off
-  DropoutRng dropout;            // seed, offset and keep threshold (philox.hpp)
+  DropoutRng dropout;            // seed, offset and 16-bit keep threshold (philox.hpp)
   int probs_kv_len = 0;          // last dim of attn_probs: max_seqlen_k, or a cache's capacity
 
   bool has_dropout() const { return dropout_p > 0.0f; }

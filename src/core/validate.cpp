@@ -340,7 +340,7 @@ Status resolve_options(const AttentionOptions& options, Problem* p) {
   if (!(options.dropout_p >= 0.0f && options.dropout_p < 1.0f))
     return Status::invalid("dropout_p: expected 0 (off) <= dropout_p < 1, got " + std::to_string(options.dropout_p));
   p->dropout_p = options.dropout_p;
-  p->dropout = {options.dropout_seed, options.dropout_offset, dropout_threshold(options.dropout_p)};
+  p->dropout = {options.dropout_seed, options.dropout_offset, dropout_threshold16(options.dropout_p)};
   return {};
 }
 

@@ -17,7 +17,7 @@ namespace cuflash::test {
 namespace {
 
 using detail::dropout_keeps;
-using detail::dropout_threshold;
+using detail::dropout_threshold16;
 using detail::DropoutRng;
 using detail::Philox4x32;
 using detail::philox4x32_10;
@@ -50,35 +50,104 @@ TEST(Philox, KnownAnswers) {
   }
 }
 
-TEST(Philox, DropoutThreshold) {
-  EXPECT_EQ(dropout_threshold(0.0f), 0u);
-  EXPECT_EQ(dropout_threshold(0.5f), 0x80000000u);
-  EXPECT_EQ(dropout_threshold(0.25f), 0x40000000u);
-  EXPECT_EQ(dropout_threshold(0.999999940395f), 0xFFFFFF00u);  // the largest float below 1
+TEST(Philox, DropoutThreshold16) {
+  EXPECT_EQ(dropout_threshold16(0.0f), 0u);
+  EXPECT_EQ(dropout_threshold16(0.5f), 0x8000u);
+  EXPECT_EQ(dropout_threshold16(0.25f), 0x4000u);
+  EXPECT_EQ(dropout_threshold16(0.1f), 6553u);                    // floor(0.1f * 65536)
+  EXPECT_EQ(dropout_threshold16(1.0f / 131072.0f), 0u);           // p < 2^-16: nothing is dropped
+  EXPECT_EQ(dropout_threshold16(1.0f / 65536.0f), 1u);
+  EXPECT_EQ(dropout_threshold16(0.99999f), 0xFFFFu);              // 65535.34 -> clamped
+  EXPECT_EQ(dropout_threshold16(0.999999940395f), 0xFFFFu);       // the largest float below 1
+  EXPECT_EQ(dropout_threshold16(65534.5f / 65536.0f), 65534u);
 }
 
 // The mapping of docs/semantics.md, spelled out once more here so that a
-// change to it has to change this test too.
+// change to it has to change this test too: counter (j / 8, i, stream), key
+// j's 16-bit draw is the low half of word (j % 8) / 2 for even j, the high
+// half for odd j.
 TEST(Philox, MaskMapping) {
-  const DropoutRng rng{0x0123456789abcdefull, 0xfedcba9876543210ull, dropout_threshold(0.5f)};
+  const DropoutRng rng{0x0123456789abcdefull, 0xfedcba9876543210ull, dropout_threshold16(0.5f)};
   const std::int64_t heads_q = 6, b = 3, h = 5, i = 17, j = 42;
   const std::uint64_t stream = rng.offset + static_cast<std::uint64_t>(b * heads_q + h);
-  const Philox4x32 counter{{static_cast<std::uint32_t>(j / 4), static_cast<std::uint32_t>(i),
+  const Philox4x32 counter{{static_cast<std::uint32_t>(j / 8), static_cast<std::uint32_t>(i),
                              static_cast<std::uint32_t>(stream), static_cast<std::uint32_t>(stream >> 32)}};
   const Philox4x32 draws = philox4x32_10(counter, 0x89abcdefu, 0x01234567u);
-  EXPECT_EQ(dropout_keeps(rng, b, h, heads_q, i, j), draws.word[j % 4] >= 0x80000000u);
-  for (int key = 40; key < 44; ++key)
-    EXPECT_EQ(dropout_keeps(rng, b, h, heads_q, i, key), draws.word[key % 4] >= 0x80000000u) << key;
+  auto draw16 = [&](std::int64_t key) {
+    const std::uint32_t word = draws.word[(key % 8) / 2];
+    return key % 2 == 0 ? (word & 0xFFFFu) : (word >> 16);
+  };
+  EXPECT_EQ(dropout_keeps(rng, b, h, heads_q, i, j), draw16(j) >= 0x8000u);
+  std::uint32_t byte = 0;
+  for (int key = 40; key < 48; ++key) {
+    EXPECT_EQ(dropout_keeps(rng, b, h, heads_q, i, key), draw16(key) >= 0x8000u) << key;
+    byte |= (draw16(key) >= 0x8000u ? 1u : 0u) << (key - 40);
+  }
+  EXPECT_EQ(detail::dropout_keep_byte(rng, stream, i, 40), byte);
+}
+
+// dropout_keep_byte (the eight keys of one Philox block, what the kernels
+// use) agrees with dropout_keeps bit for bit, for random seeds, offsets,
+// heads, rows, key groups and thresholds (0 and 65535 included).
+TEST(Philox, KeepByteMatchesKeeps) {
+  std::uint64_t state = 0x9E3779B97F4A7C15ull;
+  auto next = [&] {  // splitmix64
+    std::uint64_t z = (state += 0x9E3779B97F4A7C15ull);
+    z = (z ^ (z >> 30)) * 0xBF58476D1CE4E5B9ull;
+    z = (z ^ (z >> 27)) * 0x94D049BB133111EBull;
+    return z ^ (z >> 31);
+  };
+  const std::vector<float> ps = {0.0f, 1.0f / 131072.0f, 1.0f / 65536.0f, 0.1f, 0.5f, 0.9f, 0.99999f,
+                                 0.999999940395f};
+  for (float p : ps) {
+    const std::uint32_t threshold16 = dropout_threshold16(p);
+    for (int trial = 0; trial < 2000; ++trial) {
+      const DropoutRng rng{next(), next(), threshold16};
+      const std::int64_t heads_q = 1 + static_cast<std::int64_t>(next() % 16);
+      const std::int64_t b = static_cast<std::int64_t>(next() % 8), h = static_cast<std::int64_t>(next() % heads_q);
+      const std::int64_t row = static_cast<std::int64_t>(next() % 100000);
+      const std::int64_t first = 8 * static_cast<std::int64_t>(next() % 20000);
+      const std::uint32_t byte = detail::dropout_keep_byte(rng, detail::dropout_stream(rng, b, h, heads_q), row, first);
+      ASSERT_EQ(byte & ~0xFFu, 0u);
+      for (int k = 0; k < 8; ++k)
+        ASSERT_EQ(((byte >> k) & 1u) != 0, dropout_keeps(rng, b, h, heads_q, row, first + k))
+            << "p " << p << " trial " << trial << " key " << k;
+      if (threshold16 == 0u) ASSERT_EQ(byte, 0xFFu);
+    }
+  }
+}
+
+// The empirical keep fraction over ~1e6 draws (through dropout_keep_byte) is
+// within 5 standard deviations of 1 - threshold16 / 65536, for thresholds
+// including 0 (everything kept) and 65535 (one value in 65536 kept).
+TEST(Philox, KeepByteFractionWithinBounds) {
+  for (float p : {0.0f, 0.1f, 0.5f, 0.9f, 0.999999940395f}) {
+    const std::uint32_t threshold16 = dropout_threshold16(p);
+    const DropoutRng rng{0xC0FFEEull + static_cast<std::uint64_t>(p * 1000), 1234567ull, threshold16};
+    std::int64_t kept = 0, n = 0;
+    for (std::int64_t row = 0; row < 1024; ++row)
+      for (std::int64_t group = 0; group < 128; ++group) {  // 1024 * 128 * 8 = 2^20 draws
+        const std::uint32_t byte = detail::dropout_keep_byte(rng, detail::dropout_stream(rng, 1, 2, 3), row, 8 * group);
+        for (int k = 0; k < 8; ++k) kept += (byte >> k) & 1u;
+        n += 8;
+      }
+    const double q = 1.0 - threshold16 / 65536.0;  // keep probability
+    const double mean = n * q, sd = std::sqrt(n * q * (1.0 - q));
+    EXPECT_LE(std::abs(kept - mean), 5.0 * sd + 1e-9) << "p = " << p << ", kept " << kept << " of " << n;
+    EXPECT_LE(std::abs(q - (1.0 - p)), 1.0 / 65536.0) << p;
+  }
 }
 
 // Each entry is an independent Bernoulli draw: over n entries the kept count
-// is within 6 standard deviations of n (1 - p) (a false alarm about 1 in 10^9),
-// and so is each row class (first keys of a group of four, and so on).
+// is within 6 standard deviations of n (1 - threshold16 / 65536) (a false
+// alarm about 1 in 10^9), and so is each key class j % 8 (the 16-bit half of
+// each Philox word).
 TEST(Philox, KeepFractionWithinBounds) {
   for (float p : {0.1f, 0.5f, 0.9f}) {
-    const DropoutRng rng{12345u + static_cast<std::uint64_t>(p * 100), 77u, dropout_threshold(p)};
+    const DropoutRng rng{12345u + static_cast<std::uint64_t>(p * 100), 77u, dropout_threshold16(p)};
+    const double q = 1.0 - dropout_threshold16(p) / 65536.0;
     std::int64_t kept = 0, n = 0;
-    std::int64_t kept_by_lane[4] = {}, n_by_lane[4] = {};
+    std::int64_t kept_by_lane[8] = {}, n_by_lane[8] = {};
     for (int b = 0; b < 3; ++b)
       for (int h = 0; h < 4; ++h)
         for (int i = 0; i < 64; ++i)
@@ -86,15 +155,15 @@ TEST(Philox, KeepFractionWithinBounds) {
             const bool keep = dropout_keeps(rng, b, h, 4, i, j);
             kept += keep;
             ++n;
-            kept_by_lane[j % 4] += keep;
-            ++n_by_lane[j % 4];
+            kept_by_lane[j % 8] += keep;
+            ++n_by_lane[j % 8];
           }
     auto check = [&](std::int64_t count, std::int64_t total, const char* what) {
-      const double mean = total * (1.0 - p), sd = std::sqrt(total * p * (1.0 - p));
+      const double mean = total * q, sd = std::sqrt(total * q * (1.0 - q));
       EXPECT_LE(std::abs(count - mean), 6.0 * sd) << what << ": p = " << p << ", kept " << count << " of " << total;
     };
     check(kept, n, "all");
-    for (int lane = 0; lane < 4; ++lane) check(kept_by_lane[lane], n_by_lane[lane], "lane");
+    for (int lane = 0; lane < 8; ++lane) check(kept_by_lane[lane], n_by_lane[lane], "key % 8");
   }
 }
 
@@ -356,7 +425,7 @@ void expect_probs_decode(CaseSpec s) {
   EXPECT_EQ(error.mismatches, 0) << error.describe();
   EXPECT_LE(error.max_abs, 1e-5) << error.describe();
 
-  const DropoutRng rng_params{s.options.dropout_seed, s.options.dropout_offset, dropout_threshold(s.options.dropout_p)};
+  const DropoutRng rng_params{s.options.dropout_seed, s.options.dropout_offset, dropout_threshold16(s.options.dropout_p)};
   const std::int64_t max_q = run.probs.shape()[2], max_k = run.probs.shape()[3];
   std::int64_t dropped = 0, entries = 0;
   for (int b = 0; b < c.batch(); ++b)

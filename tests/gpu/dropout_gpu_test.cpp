@@ -30,7 +30,7 @@ namespace cuflash::test {
 namespace {
 
 using detail::dropout_keeps;
-using detail::dropout_threshold;
+using detail::dropout_threshold16;
 using detail::DropoutRng;
 
 CaseSpec dropout(CaseSpec s, float p, std::uint64_t seed = 20240607, std::uint64_t offset = 3) {
@@ -296,7 +296,7 @@ struct MaskDecode {
 
 MaskDecode decode(const AttentionCase& c, const HostTensor& gpu, const HostTensor& cpu, const AttentionOptions& o) {
   const CaseSpec& s = c.spec();
-  const DropoutRng rng{o.dropout_seed, o.dropout_offset, dropout_threshold(o.dropout_p)};
+  const DropoutRng rng{o.dropout_seed, o.dropout_offset, dropout_threshold16(o.dropout_p)};
   const std::int64_t max_q = gpu.shape()[2], max_k = gpu.shape()[3];
   MaskDecode m;
   for (int b = 0; b < c.batch(); ++b)

@@ -72,7 +72,7 @@ struct AttentionParams {
   std::int64_t alibi_batch_stride = 0;       // 0 for [Hq]
   std::int64_t alibi_head_stride = 1;
 
-  // Dropout (philox.hpp's mask); dropout.threshold == 0: off. Kept entries
+  // Dropout (philox.hpp's mask); dropout.threshold16 == 0: nothing dropped (has_dropout: p > 0). Kept entries
   // of the normalized probabilities are scaled by dropout_keep_scale = 1/(1-p).
   bool has_dropout = false;
   DropoutRng dropout;

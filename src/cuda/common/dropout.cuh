@@ -1,8 +1,10 @@
 // Dropout's mask (src/core/philox.hpp, one definition for the CPU, the oracle
 // and the kernels) in the mma.sync accumulator layout the forward and backward
 // kernels hold scores in: a lane has keys 2 t4 and 2 t4 + 1 of each n8 block
-// for rows g and g + 8. Both keys of a pair come from one Philox block (the
-// block covers keys 4 (j / 4) .. + 3), so a pair costs one philox4x32_10.
+// for rows g and g + 8. One Philox block gives the 16-bit draws of the eight
+// keys 8 m .. 8 m + 7 of a row, i.e. exactly one (row, n8 block) fragment of
+// a quad (the four lanes t4 = 0..3 of a row g): the quad computes four blocks
+// at a time, one per lane, and shares the keep bytes with shuffles.
 #pragma once
 
 #include <cstdint>
@@ -30,32 +32,40 @@ __device__ __forceinline__ float dropout_factor(const AttentionParams& p, int b,
   return dropout_keeps(p.dropout, b, h, p.heads_q, i, j) ? p.dropout_keep_scale : 0.0f;
 }
 
-// Bit 0: key `key_even` of `row` is kept; bit 1: key `key_even + 1` is.
-// `key_even` is even. A threshold of 0 keeps everything.
-__device__ __forceinline__ unsigned dropout_keep_pair(const DropoutRng& rng, std::uint64_t stream, int row,
-                                                      int key_even) {
-  const Philox4x32 draws = dropout_draws_in_stream(rng, stream, row, key_even);
-  const bool upper = (key_even & 2) != 0;
-  const std::uint32_t first = upper ? draws.word[2] : draws.word[0];
-  const std::uint32_t second = upper ? draws.word[3] : draws.word[1];
-  return (first >= rng.threshold ? 1u : 0u) | (second >= rng.threshold ? 2u : 0u);
-}
-
 // Keep bits of a warp's MT x NT tile of accumulator fragments whose row g
 // (half 0) of m16 tile 0 is i0 and whose key 0 is n0: bit 2 k + e for key
-// 2 t4 + e of fragment k = (2 mt + half) * NT + nt. The draws run in a loop
-// kept rolled: unrolled, the Philox blocks' ten rounds interleave and their
-// state takes registers the kernels do not have (the sm80 forward spilled
-// 748 bytes that way).
+// 2 t4 + e of fragment k = (2 mt + half) * NT + nt. Fragment k is one Philox
+// block (row, keys n0 + 8 nt .. + 7), the same for the four lanes of a quad
+// (lane = 4 g + t4): for each group of four fragments, lane t4 computes the
+// keep byte of fragment 4 group + t4 only, and each lane takes the four
+// bytes from its quad (__shfl_sync of width 4) and keeps bits 2 t4, 2 t4 + 1
+// of each. So a lane runs MT * 2 * NT / 4 Philox blocks. Every lane of the
+// warp must call this (the shuffles use the full mask); the loop's trip count
+// is the same for all lanes. The draws run in a loop kept rolled: unrolled,
+// the Philox blocks' ten rounds interleave and their state takes registers
+// the kernels do not have (the sm80 forward spilled 748 bytes that way).
 template <int MT, int NT>
 __device__ __forceinline__ std::uint64_t dropout_keep_bits(const DropoutHead& drop, int i0, int n0, int t4) {
-  static_assert(MT * 2 * NT * 2 <= 64, "one 64-bit word of keep bits per tile");
+  constexpr int kFragments = MT * 2 * NT;
+  static_assert(kFragments * 2 <= 64, "one 64-bit word of keep bits per tile");
+  static_assert(kFragments % 4 == 0, "the four lanes of a quad take one fragment each");
   std::uint64_t bits = 0;
 #pragma unroll 1
-  for (int k = 0; k < MT * 2 * NT; ++k) {
+  for (int group = 0; group < kFragments / 4; ++group) {
+    const int k = 4 * group + t4;  // this lane's fragment
     const int nt = k % NT, row_tile = k / NT;  // row_tile = 2 mt + half
     const int row = i0 + (row_tile >> 1) * 16 + (row_tile & 1) * 8;
-    bits |= static_cast<std::uint64_t>(dropout_keep_pair(drop.rng, drop.stream, row, n0 + nt * 8 + 2 * t4)) << (2 * k);
+    // dropout_keep_byte without its threshold16 == 0 shortcut (the byte is
+    // 0xFF then anyway): no branch before the shuffles.
+    const std::uint32_t byte =
+        dropout_keep_byte_of(dropout_draws_in_stream(drop.rng, drop.stream, row, n0 + nt * 8), drop.rng.threshold16);
+    std::uint32_t mine = 0;  // bits 2 x + e: entry e of fragment 4 group + x
+#pragma unroll
+    for (int x = 0; x < 4; ++x) {
+      const std::uint32_t shared = __shfl_sync(0xffffffffu, byte, x, 4);
+      mine |= ((shared >> (2 * t4)) & 3u) << (2 * x);
+    }
+    bits |= static_cast<std::uint64_t>(mine) << (8 * group);
   }
   return bits;
 }
