@@ -8,7 +8,7 @@
   :func:`attention`, :func:`attention_backward`, :func:`merge_states`.
 - linear attention (flash-linear-attention's semantics, docs/linear.md):
   :func:`linear_attention`, :func:`linear_attention_backward`,
-  :func:`linear_attention_step` (backend cpu for now).
+  :func:`linear_attention_step` (backends cpu and cuda).
 
 Inputs are DLPack tensors (torch, CuPy, JAX on a GPU; numpy on the CPU),
 read without copies; outputs come in the caller's framework, computed on its

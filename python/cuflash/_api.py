@@ -196,15 +196,15 @@ def attention(q, k, v, *, softmax_scale=None, causal=False, window_size=(-1, -1)
     ``(dropout_seed, dropout_offset, b, h, i, j)`` (docs/semantics.md). Without
     ``dropout_seed`` both are drawn from torch's default generator for torch
     tensors (``torch.manual_seed`` reproduces a run), else from numpy's global
-    one; the torch backward redraws the same mask. Sinks run on backends cpu and
-    cuda, dropout on backend cpu for now (the other GPU backends refuse them:
-    NotImplementedError).
+    one; the torch backward redraws the same mask. Sinks and dropout run on
+    backends cpu and cuda (cudnn refuses them, and backend cuda refuses dropout
+    with a KV cache: NotImplementedError).
 
     Returns ``out`` (like q), or ``(out, lse)`` with ``return_lse`` (float32,
     natural log; ``[B, Hq, Sq]``, varlen ``[Hq, Tq]``), in q's framework; with
     ``return_attn_probs`` also the debug probabilities ``attn_probs`` float32
     ``[B, Hq, max_seqlen_q, max_seqlen_k]`` (dropped entries negated; flash-attn's
-    S_dmask; backends cpu, and cuda without dropout for dense and varlen calls). With torch tensors the call is differentiable (but
+    S_dmask; backends cpu, and cuda for dense and varlen calls). With torch tensors the call is differentiable (but
     for appends) and compiles.
     """
     if cu_seqlens_q is not None or cu_seqlens_k is not None:

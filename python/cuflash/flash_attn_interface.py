@@ -6,9 +6,9 @@ torch's default generator for torch tensors, numpy's otherwise), attention
 sinks (``sinks=``, or flash-attn 3's name ``learnable_sink=``: float32
 ``(nheads,)``, differentiable) and ``return_attn_probs=True`` (``(out,
 softmax_lse, S_dmask)``, S_dmask the probabilities with dropped entries
-negated, also without dropout) run on backend cpu; sinks and, without
-dropout, ``return_attn_probs`` on backend cuda too; the other GPU backends
-refuse them for now (NotImplementedError naming the feature). Not there yet:
+negated, also without dropout) run on backends cpu and cuda (dropout with a
+KV cache on backend cpu only); cudnn refuses them (NotImplementedError naming
+the feature). Not there yet:
 ``cache_leftpad`` and a paged ``block_table`` in the varlen functions.
 ``cache_batch_idx`` reads a contiguous cache as a paged view of itself.
 ``rotary_cos``/``rotary_sin`` in ``flash_attn_with_kvcache`` (torch tensors)

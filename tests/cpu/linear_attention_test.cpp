@@ -15,6 +15,7 @@
 #include <vector>
 
 #include "backend.hpp"
+#include "common/linear_case.hpp"
 #include "common/test_tensors.hpp"
 #include "cpu/linear_oracle.hpp"
 #include "cuflash/cuflash.hpp"
@@ -24,129 +25,6 @@ namespace {
 
 const std::vector<int> kLengths = {1, 63, 64, 65, 200};
 
-struct LinearSpec {
-  DType dtype = DType::f32;
-  FeatureMap map = FeatureMap::identity;
-  bool normalize = false;
-  bool causal = true;
-  bool varlen = false;
-  std::vector<int> lengths = {70, 70};  // dense: all equal (batch = lengths.size())
-  int trailing_rows = 0;                 // varlen: packed rows after the last sequence
-  int heads_q = 4, heads_kv = 2, key_dim = 16, value_dim = 24;
-  bool with_state = false;  // initial state (and key sum), final outputs, their gradients
-  bool strided = true;      // dense: [B, H, S, D] memory; varlen: padded rows
-  std::optional<float> scale;
-};
-
-// Every tensor of a forward and a backward call, random inputs and poisoned outputs.
-struct LinearCase {
-  LinearSpec spec;
-  int batch = 0;
-  std::int64_t rows = 0;  // dense: seqlen; varlen: packed rows
-  HostTensor q, k, v, out, cu_seqlens, initial_state, initial_key_sum, final_state, final_key_sum;
-  HostTensor dout, dq, dk, dv, dfinal_state, dfinal_key_sum, dinitial_state, dinitial_key_sum;
-
-  LinearCase(LinearSpec s, std::mt19937& engine) : spec(std::move(s)) {
-    batch = static_cast<int>(spec.lengths.size());
-    MemoryLayout layout = spec.varlen ? MemoryLayout::padded(3) : (spec.strided ? MemoryLayout::bhsd() : MemoryLayout{});
-    std::vector<std::int64_t> outer;
-    if (spec.varlen) {
-      std::vector<std::int32_t> offsets = {0};
-      for (int length : spec.lengths) offsets.push_back(offsets.back() + length);
-      rows = offsets.back() + spec.trailing_rows;
-      cu_seqlens = HostTensor::from_i32(offsets, {static_cast<std::int64_t>(offsets.size())});
-      outer = {rows};
-    } else {
-      rows = spec.lengths.empty() ? 0 : spec.lengths[0];
-      outer = {batch, rows};
-    }
-    auto shape = [&](int heads, int dim) {
-      std::vector<std::int64_t> s = outer;
-      s.push_back(heads);
-      s.push_back(dim);
-      return s;
-    };
-    q = HostTensor(spec.dtype, shape(spec.heads_q, spec.key_dim), layout);
-    k = HostTensor(spec.dtype, shape(spec.heads_kv, spec.key_dim), layout);
-    v = HostTensor(spec.dtype, shape(spec.heads_kv, spec.value_dim), layout);
-    out = HostTensor(spec.dtype, shape(spec.heads_q, spec.value_dim), layout);
-    dout = HostTensor(spec.dtype, shape(spec.heads_q, spec.value_dim), layout);
-    dq = HostTensor(spec.dtype, shape(spec.heads_q, spec.key_dim), layout);
-    dk = HostTensor(spec.dtype, shape(spec.heads_kv, spec.key_dim), layout);
-    dv = HostTensor(spec.dtype, shape(spec.heads_kv, spec.value_dim), layout);
-    // With identity features the normalizer φq·z has no sign of its own: positive
-    // means keep it away from 0, where the output is ill-conditioned.
-    const double mean = spec.normalize && spec.map == FeatureMap::identity ? 1.0 : 0.0;
-    const double stddev = mean > 0.0 ? 0.5 : 1.0;
-    q.fill_normal(engine, stddev, mean);
-    k.fill_normal(engine, stddev, mean);
-    v.fill_normal(engine);
-    dout.fill_normal(engine);
-    const std::vector<std::int64_t> state_shape = {batch, spec.heads_kv, spec.key_dim, spec.value_dim};
-    const std::vector<std::int64_t> key_sum_shape = {batch, spec.heads_kv, spec.key_dim};
-    if (spec.with_state) {
-      initial_state = HostTensor(DType::f32, state_shape);
-      final_state = HostTensor(DType::f32, state_shape);
-      dfinal_state = HostTensor(DType::f32, state_shape);
-      dinitial_state = HostTensor(DType::f32, state_shape);
-      initial_state.fill_normal(engine);
-      dfinal_state.fill_normal(engine);
-      if (spec.normalize) {
-        initial_key_sum = HostTensor(DType::f32, key_sum_shape);
-        final_key_sum = HostTensor(DType::f32, key_sum_shape);
-        dfinal_key_sum = HostTensor(DType::f32, key_sum_shape);
-        dinitial_key_sum = HostTensor(DType::f32, key_sum_shape);
-        initial_key_sum.fill_normal(engine, 0.5, 2.0);  // a sum of features: positive
-        dfinal_key_sum.fill_normal(engine);
-      }
-    }
-    for (HostTensor* t : {&out, &final_state, &final_key_sum, &dq, &dk, &dv, &dinitial_state, &dinitial_key_sum})
-      if (!t->empty()) t->poison();
-  }
-
-  LinearAttentionOptions options() const {
-    LinearAttentionOptions o;
-    o.causal = spec.causal;
-    o.feature_map = spec.map;
-    o.normalize = spec.normalize;
-    o.scale = spec.scale;
-    o.backend = Backend::cpu;
-    return o;
-  }
-
-  LinearForwardArgs forward_args() const {
-    LinearForwardArgs a;
-    a.q = q.view();
-    a.k = k.view();
-    a.v = v.view();
-    a.out = out.view();
-    a.cu_seqlens = cu_seqlens.view();
-    a.initial_state = initial_state.view();
-    a.initial_key_sum = initial_key_sum.view();
-    a.final_state = final_state.view();
-    a.final_key_sum = final_key_sum.view();
-    return a;
-  }
-
-  LinearBackwardArgs backward_args() const {
-    LinearBackwardArgs a;
-    a.q = q.view();
-    a.k = k.view();
-    a.v = v.view();
-    a.dout = dout.view();
-    a.cu_seqlens = cu_seqlens.view();
-    a.initial_state = initial_state.view();
-    a.initial_key_sum = initial_key_sum.view();
-    a.dfinal_state = dfinal_state.view();
-    a.dfinal_key_sum = dfinal_key_sum.view();
-    a.dq = dq.view();
-    a.dk = dk.view();
-    a.dv = dv.view();
-    a.dinitial_state = dinitial_state.view();
-    a.dinitial_key_sum = dinitial_key_sum.view();
-    return a;
-  }
-};
 
 // rel-L2 against float64: outputs rounded to their dtype, fp32 arithmetic.
 double tolerance(DType dtype) {
@@ -178,8 +56,8 @@ double max_abs(const std::vector<double>& values) {
 
 void check_forward(LinearCase& c) {
   oracle::LinearForwardResult ref;
-  ASSERT_TRUE(oracle::linear_forward_float64(c.forward_args(), c.options(), &ref).ok());
-  const Status status = linear_attention_forward(c.forward_args(), c.options());
+  ASSERT_TRUE(oracle::linear_forward_float64(c.forward_args(), c.options(Backend::cpu), &ref).ok());
+  const Status status = linear_attention_forward(c.forward_args(), c.options(Backend::cpu));
   ASSERT_TRUE(status.ok()) << status.to_string();
   expect_close(c.out, ref.out, tolerance(c.spec.dtype), "out");
   if (!c.final_state.empty()) expect_close(c.final_state, ref.final_state, 2e-5, "final_state");
@@ -188,8 +66,8 @@ void check_forward(LinearCase& c) {
 
 void check_backward(LinearCase& c) {
   oracle::LinearBackwardResult ref;
-  ASSERT_TRUE(oracle::linear_backward_float64(c.backward_args(), c.options(), &ref).ok());
-  const Status status = linear_attention_backward(c.backward_args(), c.options());
+  ASSERT_TRUE(oracle::linear_backward_float64(c.backward_args(), c.options(Backend::cpu), &ref).ok());
+  const Status status = linear_attention_backward(c.backward_args(), c.options(Backend::cpu));
   ASSERT_TRUE(status.ok()) << status.to_string();
   // Gradients sum more terms than outputs (and dk/dv over a GQA group): twice the room.
   const double tol = 2 * tolerance(c.spec.dtype);
@@ -313,7 +191,7 @@ TEST(LinearShapes, HeadsAndDims) {
 TEST(LinearShapes, ContiguousDenseViews) {
   CUFLASH_TEST_RNG(rng);
   LinearSpec s;
-  s.strided = false;
+  s.layout = MemoryLayout{};
   s.with_state = true;
   LinearCase forward(s, rng.engine());
   check_forward(forward);
@@ -361,7 +239,7 @@ TEST(LinearShapes, EmptyExtents) {
 // loss = Σ out·dout + Σ final_state·dfinal_state + Σ final_key_sum·dfinal_key_sum, in double.
 double oracle_loss(const LinearCase& c) {
   oracle::LinearForwardResult r;
-  EXPECT_TRUE(oracle::linear_forward_float64(c.forward_args(), c.options(), &r).ok());
+  EXPECT_TRUE(oracle::linear_forward_float64(c.forward_args(), c.options(Backend::cpu), &r).ok());
   double loss = 0.0;
   const std::vector<double> dout = c.dout.to_doubles();
   for (std::size_t i = 0; i < r.out.size(); ++i) loss += r.out[i] * dout[i];
@@ -418,7 +296,7 @@ TEST(LinearOracle, GradientsMatchFiniteDifferences) {
         s.key_dim = 3;
         s.value_dim = 2;
         s.with_state = true;
-        s.strided = false;
+        s.layout = MemoryLayout{};
         SCOPED_TRACE(map_label(map) + (normalize ? " normalize" : "") + (causal ? " causal" : ""));
         LinearCase c(s, rng.engine());
         // relu has a kink at 0: keep every input away from it by more than the step.
@@ -432,7 +310,7 @@ TEST(LinearOracle, GradientsMatchFiniteDifferences) {
             else if (std::abs(x) < 0.05) t->set(i, x < 0 ? -0.1 : 0.1);
           }
         oracle::LinearBackwardResult grads;
-        ASSERT_TRUE(oracle::linear_backward_float64(c.backward_args(), c.options(), &grads).ok());
+        ASSERT_TRUE(oracle::linear_backward_float64(c.backward_args(), c.options(Backend::cpu), &grads).ok());
         EXPECT_LT(relative_difference(grads.dq, finite_differences(c, c.q)), 1e-4) << "dq";
         EXPECT_LT(relative_difference(grads.dk, finite_differences(c, c.k)), 1e-4) << "dk";
         EXPECT_LT(relative_difference(grads.dv, finite_differences(c, c.v)), 1e-4) << "dv";
@@ -513,7 +391,7 @@ class LinearChaining : public ::testing::TestWithParam<std::tuple<FeatureMap, bo
     s.key_dim = 16;
     s.value_dim = 8;
     s.with_state = true;
-    s.strided = false;
+    s.layout = MemoryLayout{};
     return s;
   }
 };
@@ -524,7 +402,7 @@ class LinearChaining : public ::testing::TestWithParam<std::tuple<FeatureMap, bo
 TEST_P(LinearChaining, DecodeStepsEqualTheChunkedForward) {
   CUFLASH_TEST_RNG(rng);
   LinearCase c(spec(), rng.engine());
-  ASSERT_TRUE(linear_attention_forward(c.forward_args(), c.options()).ok());
+  ASSERT_TRUE(linear_attention_forward(c.forward_args(), c.options(Backend::cpu)).ok());
   const bool normalize = c.spec.normalize;
   HostTensor state = c.initial_state, key_sum = c.initial_key_sum;
   HostTensor other_state(DType::f32, state.shape());
@@ -550,7 +428,7 @@ TEST_P(LinearChaining, DecodeStepsEqualTheChunkedForward) {
         step.key_sum_out = other_key_sum.view();
       }
     }
-    const Status status = linear_attention_step(step, c.options());
+    const Status status = linear_attention_step(step, c.options(Backend::cpu));
     ASSERT_TRUE(status.ok()) << status.to_string();
     if (!in_place) {
       std::swap(state, other_state);
@@ -568,8 +446,8 @@ TEST_P(LinearChaining, DecodeStepsEqualTheChunkedForward) {
 TEST_P(LinearChaining, PrefillInTwoHalvesEqualsOneCall) {
   CUFLASH_TEST_RNG(rng);
   LinearCase full(spec(), rng.engine());
-  ASSERT_TRUE(linear_attention_forward(full.forward_args(), full.options()).ok());
-  ASSERT_TRUE(linear_attention_backward(full.backward_args(), full.options()).ok());
+  ASSERT_TRUE(linear_attention_forward(full.forward_args(), full.options(Backend::cpu)).ok());
+  ASSERT_TRUE(linear_attention_backward(full.backward_args(), full.options(Backend::cpu)).ok());
   const bool normalize = full.spec.normalize;
   const std::int64_t split = 29, length = full.rows;
   struct Half {
@@ -592,12 +470,12 @@ TEST_P(LinearChaining, PrefillInTwoHalvesEqualsOneCall) {
   a.q = first.q.view(), a.k = first.k.view(), a.v = first.v.view(), a.out = first.out.view();
   a.initial_state = full.initial_state.view(), a.initial_key_sum = full.initial_key_sum.view();
   a.final_state = middle_state.view(), a.final_key_sum = middle_key_sum.view();
-  ASSERT_TRUE(linear_attention_forward(a, full.options()).ok());
+  ASSERT_TRUE(linear_attention_forward(a, full.options(Backend::cpu)).ok());
   LinearForwardArgs b;
   b.q = second.q.view(), b.k = second.k.view(), b.v = second.v.view(), b.out = second.out.view();
   b.initial_state = middle_state.view(), b.initial_key_sum = middle_key_sum.view();
   b.final_state = end_state.view(), b.final_key_sum = end_key_sum.view();
-  ASSERT_TRUE(linear_attention_forward(b, full.options()).ok());
+  ASSERT_TRUE(linear_attention_forward(b, full.options(Backend::cpu)).ok());
   expect_close(first.out, rows_of(full.out, 0, split), 1e-5, "out, first half");
   expect_close(second.out, rows_of(full.out, split, length - split), 1e-5, "out, second half");
   expect_close(end_state, full.final_state.to_doubles(), 1e-5, "final_state");
@@ -613,14 +491,14 @@ TEST_P(LinearChaining, PrefillInTwoHalvesEqualsOneCall) {
   db.dfinal_state = full.dfinal_state.view(), db.dfinal_key_sum = full.dfinal_key_sum.view();
   db.dq = second.dq.view(), db.dk = second.dk.view(), db.dv = second.dv.view();
   db.dinitial_state = dmiddle_state.view(), db.dinitial_key_sum = dmiddle_key_sum.view();
-  ASSERT_TRUE(linear_attention_backward(db, full.options()).ok());
+  ASSERT_TRUE(linear_attention_backward(db, full.options(Backend::cpu)).ok());
   LinearBackwardArgs da;
   da.q = first.q.view(), da.k = first.k.view(), da.v = first.v.view(), da.dout = first.dout.view();
   da.initial_state = full.initial_state.view(), da.initial_key_sum = full.initial_key_sum.view();
   da.dfinal_state = dmiddle_state.view(), da.dfinal_key_sum = dmiddle_key_sum.view();
   da.dq = first.dq.view(), da.dk = first.dk.view(), da.dv = first.dv.view();
   da.dinitial_state = dstart_state.view(), da.dinitial_key_sum = dstart_key_sum.view();
-  ASSERT_TRUE(linear_attention_backward(da, full.options()).ok());
+  ASSERT_TRUE(linear_attention_backward(da, full.options(Backend::cpu)).ok());
   for (auto [what, got, whole] : {std::tuple{"dq", &first.dq, &full.dq}, std::tuple{"dk", &first.dk, &full.dk},
                                   std::tuple{"dv", &first.dv, &full.dv}})
     expect_close(*got, rows_of(*whole, 0, split), 2e-5, std::string(what) + ", first half");
@@ -652,7 +530,7 @@ class LinearBadInput : public ::testing::Test {
     s.lengths = {10, 10};
     s.with_state = true;
     s.normalize = true;
-    s.strided = false;
+    s.layout = MemoryLayout{};
     return s;
   }
 
@@ -676,7 +554,7 @@ class LinearBadInput : public ::testing::Test {
   void forward_rejects(const std::function<void(LinearForwardArgs&, LinearAttentionOptions&)>& breaking,
                        const std::string& prefix, const std::string& fragment = "") {
     LinearForwardArgs args = c_.forward_args();
-    LinearAttentionOptions options = c_.options();
+    LinearAttentionOptions options = c_.options(Backend::cpu);
     breaking(args, options);
     expect_rejected(linear_attention_forward(args, options), prefix, fragment);
   }
@@ -684,7 +562,7 @@ class LinearBadInput : public ::testing::Test {
   void backward_rejects(const std::function<void(LinearBackwardArgs&, LinearAttentionOptions&)>& breaking,
                         const std::string& prefix, const std::string& fragment = "") {
     LinearBackwardArgs args = c_.backward_args();
-    LinearAttentionOptions options = c_.options();
+    LinearAttentionOptions options = c_.options(Backend::cpu);
     breaking(args, options);
     expect_rejected(linear_attention_backward(args, options), prefix, fragment);
   }
@@ -694,8 +572,8 @@ class LinearBadInput : public ::testing::Test {
 };
 
 TEST_F(LinearBadInput, ValidCallsSucceed) {
-  EXPECT_TRUE(linear_attention_forward(c_.forward_args(), c_.options()).ok());
-  EXPECT_TRUE(linear_attention_backward(c_.backward_args(), c_.options()).ok());
+  EXPECT_TRUE(linear_attention_forward(c_.forward_args(), c_.options(Backend::cpu)).ok());
+  EXPECT_TRUE(linear_attention_backward(c_.backward_args(), c_.options(Backend::cpu)).ok());
 }
 
 TEST_F(LinearBadInput, Forward) {
@@ -722,7 +600,7 @@ TEST_F(LinearBadInput, Forward) {
   forward_rejects([&](auto& a, auto& o) { o.feature_map = static_cast<FeatureMap>(7); }, "feature_map:");
   forward_rejects([&](auto& a, auto& o) { a.cu_seqlens = offsets.view(); }, "q: expected rank 3");
   EXPECT_EQ(linear_attention_forward(c_.forward_args(), [&] {
-              LinearAttentionOptions o = c_.options();
+              LinearAttentionOptions o = c_.options(Backend::cpu);
               o.backend = Backend::cuda;
               return o;
             }()).code(),
@@ -734,14 +612,14 @@ TEST_F(LinearBadInput, Varlen) {
   s.varlen = true;
   s.lengths = {4, 6};
   s.trailing_rows = 1;
-  s.strided = false;
+  s.layout = MemoryLayout{};
   LinearCase v(s, rng_.engine());
   auto rejects = [&](std::vector<std::int32_t> offsets, const std::string& prefix, DType dtype = DType::i32) {
     HostTensor cu = HostTensor::from_i32(offsets, {static_cast<std::int64_t>(offsets.size())});
     LinearForwardArgs a = v.forward_args();
     a.cu_seqlens = cu.view();
     a.cu_seqlens.dtype = dtype;
-    const Status status = linear_attention_forward(a, v.options());
+    const Status status = linear_attention_forward(a, v.options(Backend::cpu));
     EXPECT_EQ(status.code(), StatusCode::invalid_argument);
     EXPECT_EQ(status.message().rfind(prefix, 0), 0u) << status.message();
     EXPECT_EQ(v.out.count_nan(), v.out.numel());

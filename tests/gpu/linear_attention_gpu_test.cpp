@@ -18,6 +18,7 @@
 #include <utility>
 #include <vector>
 
+#include "common/linear_case.hpp"
 #include "common/test_tensors.hpp"
 #include "cpu/linear_oracle.hpp"
 #include "cuflash/cuflash.hpp"
@@ -26,113 +27,16 @@
 namespace cuflash::test {
 namespace {
 
-struct GpuLinearSpec {
-  DType dtype = DType::bf16;
-  FeatureMap map = FeatureMap::identity;
-  bool normalize = false;
-  bool causal = true;
-  bool varlen = false;
-  std::vector<int> lengths = {70, 70};  // dense: all equal
-  int trailing_rows = 0;                 // varlen: packed rows after the last sequence
-  int heads_q = 4, heads_kv = 2, key_dim = 64, value_dim = 128;
-  bool with_state = false;
-  MemoryLayout layout = MemoryLayout::bhsd();  // varlen: padded rows
-  std::optional<float> scale;
-};
-
-// Host tensors of one forward and one backward call, and their device copies.
-struct GpuLinearCase {
-  GpuLinearSpec spec;
-  int batch = 0;
-  std::int64_t rows = 0;
-  HostTensor q, k, v, out, cu_seqlens, initial_state, initial_key_sum, final_state, final_key_sum;
-  HostTensor dout, dq, dk, dv, dfinal_state, dfinal_key_sum, dinitial_state, dinitial_key_sum;
-
-  GpuLinearCase(GpuLinearSpec s, std::mt19937& engine) : spec(std::move(s)) {
-    batch = static_cast<int>(spec.lengths.size());
-    std::vector<std::int64_t> outer;
-    if (spec.varlen) {
-      std::vector<std::int32_t> offsets = {0};
-      for (int length : spec.lengths) offsets.push_back(offsets.back() + length);
-      rows = offsets.back() + spec.trailing_rows;
-      cu_seqlens = HostTensor::from_i32(offsets, {static_cast<std::int64_t>(offsets.size())});
-      outer = {rows};
-    } else {
-      rows = spec.lengths.empty() ? 0 : spec.lengths[0];
-      outer = {batch, rows};
-    }
-    auto shape = [&](int heads, int dim) {
-      std::vector<std::int64_t> result = outer;
-      result.push_back(heads);
-      result.push_back(dim);
-      return result;
-    };
-    const MemoryLayout layout = spec.layout;
-    q = HostTensor(spec.dtype, shape(spec.heads_q, spec.key_dim), layout);
-    k = HostTensor(spec.dtype, shape(spec.heads_kv, spec.key_dim), layout);
-    v = HostTensor(spec.dtype, shape(spec.heads_kv, spec.value_dim), layout);
-    out = HostTensor(spec.dtype, shape(spec.heads_q, spec.value_dim), layout);
-    dout = HostTensor(spec.dtype, shape(spec.heads_q, spec.value_dim), layout);
-    dq = HostTensor(spec.dtype, shape(spec.heads_q, spec.key_dim), layout);
-    dk = HostTensor(spec.dtype, shape(spec.heads_kv, spec.key_dim), layout);
-    dv = HostTensor(spec.dtype, shape(spec.heads_kv, spec.value_dim), layout);
-    // Identity features under normalize: keep the normalizer away from 0.
-    const double mean = spec.normalize && spec.map == FeatureMap::identity ? 1.0 : 0.0;
-    const double stddev = mean > 0.0 ? 0.5 : 1.0;
-    q.fill_normal(engine, stddev, mean);
-    k.fill_normal(engine, stddev, mean);
-    v.fill_normal(engine);
-    dout.fill_normal(engine);
-    const std::vector<std::int64_t> state_shape = {batch, spec.heads_kv, spec.key_dim, spec.value_dim};
-    const std::vector<std::int64_t> key_sum_shape = {batch, spec.heads_kv, spec.key_dim};
-    if (spec.with_state) {
-      initial_state = HostTensor(DType::f32, state_shape);
-      final_state = HostTensor(DType::f32, state_shape);
-      dfinal_state = HostTensor(DType::f32, state_shape);
-      dinitial_state = HostTensor(DType::f32, state_shape);
-      initial_state.fill_normal(engine);
-      dfinal_state.fill_normal(engine);
-      if (spec.normalize) {
-        initial_key_sum = HostTensor(DType::f32, key_sum_shape);
-        final_key_sum = HostTensor(DType::f32, key_sum_shape);
-        dfinal_key_sum = HostTensor(DType::f32, key_sum_shape);
-        dinitial_key_sum = HostTensor(DType::f32, key_sum_shape);
-        initial_key_sum.fill_normal(engine, 0.5, 2.0);
-        dfinal_key_sum.fill_normal(engine);
-      }
-    }
-    for (HostTensor* t : {&out, &final_state, &final_key_sum, &dq, &dk, &dv, &dinitial_state, &dinitial_key_sum})
-      if (!t->empty()) t->poison();
-  }
-
-  LinearAttentionOptions options(Backend backend = Backend::cuda) const {
-    LinearAttentionOptions o;
-    o.causal = spec.causal;
-    o.feature_map = spec.map;
-    o.normalize = spec.normalize;
-    o.scale = spec.scale;
-    o.backend = backend;
-    return o;
-  }
-
-  // Host views: what the oracle reads.
-  LinearForwardArgs forward_args() const {
-    LinearForwardArgs a;
-    a.q = q.view(), a.k = k.view(), a.v = v.view(), a.out = out.view(), a.cu_seqlens = cu_seqlens.view();
-    a.initial_state = initial_state.view(), a.initial_key_sum = initial_key_sum.view();
-    a.final_state = final_state.view(), a.final_key_sum = final_key_sum.view();
-    return a;
-  }
-  LinearBackwardArgs backward_args() const {
-    LinearBackwardArgs a;
-    a.q = q.view(), a.k = k.view(), a.v = v.view(), a.dout = dout.view(), a.cu_seqlens = cu_seqlens.view();
-    a.initial_state = initial_state.view(), a.initial_key_sum = initial_key_sum.view();
-    a.dfinal_state = dfinal_state.view(), a.dfinal_key_sum = dfinal_key_sum.view();
-    a.dq = dq.view(), a.dk = dk.view(), a.dv = dv.view();
-    a.dinitial_state = dinitial_state.view(), a.dinitial_key_sum = dinitial_key_sum.view();
-    return a;
-  }
-};
+// The GPU matrix's defaults: bf16 on the tensor-core path's dims, [B, H, S, D]
+// strides (varlen: the same strides over packed rows).
+LinearSpec gpu_spec() {
+  LinearSpec s;
+  s.dtype = DType::bf16;
+  s.key_dim = 64;
+  s.value_dim = 128;
+  s.layout = MemoryLayout::bhsd();
+  return s;
+}
 
 // Device copies of host tensors, byte for byte (strides and NaN poison
 // included); copied back by fetch(), freed on scope exit.
@@ -165,7 +69,7 @@ class DeviceTensors {
   std::vector<std::pair<HostTensor*, void*>> copies_;
 };
 
-Status gpu_forward(GpuLinearCase& c, Backend backend = Backend::cuda) {
+Status gpu_forward(LinearCase& c, Backend backend = Backend::cuda) {
   DeviceTensors d;
   LinearForwardArgs a;
   a.q = d.put(c.q), a.k = d.put(c.k), a.v = d.put(c.v), a.out = d.put(c.out), a.cu_seqlens = d.put(c.cu_seqlens);
@@ -176,7 +80,7 @@ Status gpu_forward(GpuLinearCase& c, Backend backend = Backend::cuda) {
   return status;
 }
 
-Status gpu_backward(GpuLinearCase& c, Backend backend = Backend::cuda) {
+Status gpu_backward(LinearCase& c, Backend backend = Backend::cuda) {
   DeviceTensors d;
   LinearBackwardArgs a;
   a.q = d.put(c.q), a.k = d.put(c.k), a.v = d.put(c.v), a.dout = d.put(c.dout), a.cu_seqlens = d.put(c.cu_seqlens);
@@ -215,7 +119,7 @@ void expect_close(const HostTensor& got, const std::vector<double>& ref, double 
   EXPECT_LE(st.max_abs, 10 * tol * std::max(1.0, st.ref_max_abs)) << what << ": " << st.describe();
 }
 
-void check_forward(GpuLinearCase& c) {
+void check_forward(LinearCase& c) {
   oracle::LinearForwardResult ref;
   ASSERT_TRUE(oracle::linear_forward_float64(c.forward_args(), c.options(Backend::cpu), &ref).ok());
   const Status status = gpu_forward(c);
@@ -227,7 +131,7 @@ void check_forward(GpuLinearCase& c) {
   if (!c.final_key_sum.empty()) expect_close(c.final_key_sum, ref.final_key_sum, state_tol, "final_key_sum");
 }
 
-void check_backward(GpuLinearCase& c) {
+void check_backward(LinearCase& c) {
   oracle::LinearBackwardResult ref;
   ASSERT_TRUE(oracle::linear_backward_float64(c.backward_args(), c.options(Backend::cpu), &ref).ok());
   const Status status = gpu_backward(c);
@@ -267,9 +171,9 @@ int matrix_index(const MatrixParam& param) {
   return ((static_cast<int>(map) * 2 + normalize) * 2 + causal) * 3 + static_cast<int>(dtype);
 }
 
-GpuLinearSpec matrix_spec(const MatrixParam& param) {
+LinearSpec matrix_spec(const MatrixParam& param) {
   const auto& [map, normalize, causal, varlen, dtype] = param;
-  GpuLinearSpec s;
+  LinearSpec s = gpu_spec();
   s.map = map;
   s.normalize = normalize;
   s.causal = causal;
@@ -293,7 +197,7 @@ GpuLinearSpec matrix_spec(const MatrixParam& param) {
 
 std::string matrix_name(const ::testing::TestParamInfo<MatrixParam>& info) {
   const auto& [map, normalize, causal, varlen, dtype] = info.param;
-  const GpuLinearSpec s = matrix_spec(info.param);
+  const LinearSpec s = matrix_spec(info.param);
   std::string name = map_label(map) + (normalize ? "_norm" : "") + (causal ? "_causal" : "_full") +
                      (varlen ? "_varlen" : "_dense" + std::to_string(s.lengths[0])) + "_" + dtype_name(dtype) + "_dk" +
                      std::to_string(s.key_dim);
@@ -305,14 +209,14 @@ class LinearGpuMatrix : public ::testing::TestWithParam<MatrixParam> {};
 TEST_P(LinearGpuMatrix, ForwardMatchesOracle) {
   SKIP_WITHOUT_GPU();
   CUFLASH_TEST_RNG(rng);
-  GpuLinearCase c(matrix_spec(GetParam()), rng.engine());
+  LinearCase c(matrix_spec(GetParam()), rng.engine());
   check_forward(c);
 }
 
 TEST_P(LinearGpuMatrix, BackwardMatchesOracle) {
   SKIP_WITHOUT_GPU();
   CUFLASH_TEST_RNG(rng);
-  GpuLinearCase c(matrix_spec(GetParam()), rng.engine());
+  LinearCase c(matrix_spec(GetParam()), rng.engine());
   check_backward(c);
 }
 
@@ -338,7 +242,7 @@ TEST(LinearGpuShapes, HeadsDimsAndAlignment) {
     for (const Shape& shape : {Shape{3, 3, 128, 128, MemoryLayout::bhsd()}, Shape{6, 1, 128, 64, MemoryLayout{}},
                                Shape{2, 1, 32, 48, MemoryLayout{}}, Shape{2, 2, 64, 64, MemoryLayout::padded(3)}})
       for (bool causal : {true, false}) {
-        GpuLinearSpec s;
+        LinearSpec s = gpu_spec();
         s.dtype = dtype;
         s.heads_q = shape.heads_q;
         s.heads_kv = shape.heads_kv;
@@ -354,9 +258,9 @@ TEST(LinearGpuShapes, HeadsDimsAndAlignment) {
         SCOPED_TRACE(std::string(dtype_name(dtype)) + " " + std::to_string(shape.heads_q) + "/" +
                      std::to_string(shape.heads_kv) + " heads, Dk " + std::to_string(shape.key_dim) + ", Dv " +
                      std::to_string(shape.value_dim) + (causal ? " causal" : ""));
-        GpuLinearCase forward(s, rng.engine());
+        LinearCase forward(s, rng.engine());
         check_forward(forward);
-        GpuLinearCase backward(s, rng.engine());
+        LinearCase backward(s, rng.engine());
         check_backward(backward);
       }
 }
@@ -367,35 +271,35 @@ TEST(LinearGpuShapes, EmptyExtents) {
   CUFLASH_TEST_RNG(rng);
   for (DType dtype : {DType::f32, DType::bf16})
     for (bool normalize : {false, true}) {
-      GpuLinearSpec s;
+      LinearSpec s = gpu_spec();
       s.dtype = dtype;
       s.normalize = normalize;
       s.with_state = true;
       s.lengths = {0, 0};
-      GpuLinearCase c(s, rng.engine());
+      LinearCase c(s, rng.engine());
       check_forward(c);
       EXPECT_EQ(c.final_state.to_doubles(), c.initial_state.to_doubles());
       check_backward(c);
       EXPECT_EQ(c.dinitial_state.to_doubles(), c.dfinal_state.to_doubles());
       if (normalize) EXPECT_EQ(c.dinitial_key_sum.to_doubles(), c.dfinal_key_sum.to_doubles());
     }
-  GpuLinearSpec no_batch;
+  LinearSpec no_batch = gpu_spec();
   no_batch.lengths = {};
-  GpuLinearCase c(no_batch, rng.engine());
+  LinearCase c(no_batch, rng.engine());
   check_forward(c);
   check_backward(c);
-  GpuLinearSpec no_heads;
+  LinearSpec no_heads = gpu_spec();
   no_heads.heads_q = no_heads.heads_kv = 0;
   no_heads.with_state = true;
-  GpuLinearCase h(no_heads, rng.engine());
+  LinearCase h(no_heads, rng.engine());
   check_forward(h);
   check_backward(h);
-  GpuLinearSpec no_sequences;
+  LinearSpec no_sequences = gpu_spec();
   no_sequences.varlen = true;
   no_sequences.lengths = {};
   no_sequences.trailing_rows = 2;
   no_sequences.layout = MemoryLayout::padded(8);
-  GpuLinearCase v(no_sequences, rng.engine());
+  LinearCase v(no_sequences, rng.engine());
   check_forward(v);
   check_backward(v);
 }
@@ -423,20 +327,20 @@ TEST_P(LinearGpuStep, StepsEqualTheChunkedForward) {
   SKIP_WITHOUT_GPU();
   CUFLASH_TEST_RNG(rng);
   const auto [dtype, normalize] = GetParam();
-  GpuLinearSpec s;
+  LinearSpec s = gpu_spec();
   s.dtype = dtype;
   s.normalize = normalize;
   s.map = FeatureMap::elu_plus_one;
   s.with_state = true;
   s.lengths = {140, 140};
   s.layout = MemoryLayout{};
-  GpuLinearCase full(s, rng.engine());
+  LinearCase full(s, rng.engine());
   ASSERT_TRUE(gpu_forward(full).ok());
   constexpr std::int64_t kSplit = 130;
 
-  GpuLinearSpec prefix_spec = s;
+  LinearSpec prefix_spec = s;
   prefix_spec.lengths = {static_cast<int>(kSplit), static_cast<int>(kSplit)};
-  GpuLinearCase prefix(prefix_spec, rng.engine());
+  LinearCase prefix(prefix_spec, rng.engine());
   prefix.q = slice_rows(full.q, 0, kSplit), prefix.k = slice_rows(full.k, 0, kSplit);
   prefix.v = slice_rows(full.v, 0, kSplit);
   prefix.initial_state = full.initial_state, prefix.initial_key_sum = full.initial_key_sum;
@@ -465,7 +369,7 @@ TEST_P(LinearGpuStep, StepsEqualTheChunkedForward) {
       if (normalize) step.key_sum_out = in_first ? other_key_sum_view : key_sum_view;
       in_first = !in_first;
     }
-    const Status status = linear_attention_step(step, full.options());
+    const Status status = linear_attention_step(step, full.options(Backend::cuda));
     ASSERT_TRUE(status.ok()) << status.to_string();
     row.fetch();
     const ErrorStats st = compare(out, slice_rows(full.out, t, 1).to_doubles());
@@ -494,9 +398,9 @@ INSTANTIATE_TEST_SUITE_P(Cuda, LinearGpuStep,
 TEST(LinearGpuRefusal, CudnnRefusesByNameWithNothingWritten) {
   SKIP_WITHOUT_CUDNN();
   CUFLASH_TEST_RNG(rng);
-  GpuLinearSpec s;
+  LinearSpec s = gpu_spec();
   s.with_state = true;
-  GpuLinearCase c(s, rng.engine());
+  LinearCase c(s, rng.engine());
   const Status forward = gpu_forward(c, Backend::cudnn);
   const Status backward = gpu_backward(c, Backend::cudnn);
   for (const Status& status : {forward, backward}) {
@@ -511,8 +415,8 @@ TEST(LinearGpuRefusal, CudnnRefusesByNameWithNothingWritten) {
 TEST(LinearGpuRefusal, AutoRunsOnCuda) {
   SKIP_WITHOUT_GPU();
   CUFLASH_TEST_RNG(rng);
-  GpuLinearSpec s;
-  GpuLinearCase c(s, rng.engine());
+  LinearSpec s = gpu_spec();
+  LinearCase c(s, rng.engine());
   ASSERT_TRUE(gpu_forward(c, Backend::automatic).ok());
   EXPECT_TRUE(all_written(c.out, "out"));
 }
