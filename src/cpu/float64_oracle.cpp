@@ -13,27 +13,19 @@
 #include "half_convert.hpp"
 #include "philox.hpp"
 #include "problem.hpp"
+#include "tensor_access.hpp"
 #include "validate.hpp"
 
 namespace cuflash::oracle {
 namespace {
+
+using detail::cpu::load_element_f64;
 
 using detail::Layout;
 using detail::Problem;
 
 constexpr double kNegInf = -std::numeric_limits<double>::infinity();
 constexpr double kNaN = std::numeric_limits<double>::quiet_NaN();
-
-// One element of a host tensor, converted exactly to double.
-double load(const TensorView& t, std::int64_t offset) {
-  switch (t.dtype) {
-    case DType::f32: return static_cast<const float*>(t.data)[offset];
-    case DType::f16: return detail::f16_to_float(static_cast<const std::uint16_t*>(t.data)[offset]);
-    case DType::bf16: return detail::bf16_to_float(static_cast<const std::uint16_t*>(t.data)[offset]);
-    case DType::i32: return static_cast<const std::int32_t*>(t.data)[offset];
-  }
-  return kNaN;
-}
 
 // Rows of q/k/v/out/dout are addressed as (outer, pos, head): [outer, pos, head, :]
 // in a rank-4 view, [pos, head, :] in a rank-3 (varlen) view where outer is 0.
@@ -58,7 +50,7 @@ std::vector<double> load_row(const TensorView& t, std::int64_t outer, std::int64
                              int head_dim) {
   std::vector<double> row(head_dim);
   const std::int64_t base = memory_offset(t, outer, pos, head);
-  for (int d = 0; d < head_dim; ++d) row[d] = load(t, base + d * t.strides[t.rank - 1]);
+  for (int d = 0; d < head_dim; ++d) row[d] = load_element_f64(t, base + d * t.strides[t.rank - 1]);
   return row;
 }
 
@@ -103,8 +95,8 @@ std::int64_t lse_numel(const Problem& p) {
 
 double alibi_slope(const Problem& p, int b, int h) {
   const TensorView& a = p.alibi_slopes;
-  if (p.alibi_per_batch) return load(a, b * a.strides[0] + h * a.strides[1]);
-  return load(a, h * a.strides[0]);
+  if (p.alibi_per_batch) return load_element_f64(a, b * a.strides[0] + h * a.strides[1]);
+  return load_element_f64(a, h * a.strides[0]);
 }
 
 double dot(const std::vector<double>& a, const std::vector<double>& b) {
@@ -151,7 +143,7 @@ struct RowSoftmax {
 
 double sink_of(const Problem& p, int h) {
   if (!p.has_sinks) return kNegInf;
-  return load(p.sinks, h * p.sinks.strides[0]);
+  return load_element_f64(p.sinks, h * p.sinks.strides[0]);
 }
 
 RowSoftmax row_softmax(const Problem& p, const HeadRows& rows, int b, int h, int i) {

@@ -12,25 +12,18 @@
 
 #include "half_convert.hpp"
 #include "linear_problem.hpp"
+#include "tensor_access.hpp"
 #include "validate.hpp"
 
 namespace cuflash::oracle {
 namespace {
 
+using detail::cpu::load_element_f64;
+
 using detail::LinearProblem;
 using Rows = std::vector<std::vector<double>>;
 
 constexpr double kNaN = std::numeric_limits<double>::quiet_NaN();
-
-double load(const TensorView& t, std::int64_t offset) {
-  switch (t.dtype) {
-    case DType::f32: return static_cast<const float*>(t.data)[offset];
-    case DType::f16: return detail::f16_to_float(static_cast<const std::uint16_t*>(t.data)[offset]);
-    case DType::bf16: return detail::bf16_to_float(static_cast<const std::uint16_t*>(t.data)[offset]);
-    case DType::i32: return static_cast<const std::int32_t*>(t.data)[offset];
-  }
-  return kNaN;
-}
 
 // Row t of sequence b, head `head`: dense [b, t, head, :], varlen [cu_seqlens[b] + t, head, :].
 std::int64_t packed_row(const LinearProblem& p, int b, int t) {
@@ -42,7 +35,7 @@ std::vector<double> load_row(const LinearProblem& p, const TensorView& view, int
                                      : b * view.strides[0] + t * view.strides[1] + head * view.strides[2];
   const int length = static_cast<int>(view.shape[view.rank - 1]);
   std::vector<double> row(length);
-  for (int d = 0; d < length; ++d) row[d] = load(view, base + d);
+  for (int d = 0; d < length; ++d) row[d] = load_element_f64(view, base + d);
   return row;
 }
 
@@ -94,14 +87,14 @@ Rows load_state(const LinearProblem& p, const TensorView& view, int b, int hk) {
   if (view.empty()) return state;
   for (int i = 0; i < p.key_dim; ++i)
     for (int j = 0; j < p.value_dim; ++j)
-      state[i][j] = load(view, b * view.strides[0] + hk * view.strides[1] + i * view.strides[2] + j);
+      state[i][j] = load_element_f64(view, b * view.strides[0] + hk * view.strides[1] + i * view.strides[2] + j);
   return state;
 }
 
 std::vector<double> load_key_sum(const LinearProblem& p, const TensorView& view, int b, int hk) {
   std::vector<double> sum(p.key_dim, 0.0);
   if (view.empty()) return sum;
-  for (int i = 0; i < p.key_dim; ++i) sum[i] = load(view, b * view.strides[0] + hk * view.strides[1] + i);
+  for (int i = 0; i < p.key_dim; ++i) sum[i] = load_element_f64(view, b * view.strides[0] + hk * view.strides[1] + i);
   return sum;
 }
 

@@ -5,12 +5,24 @@
 #include <algorithm>
 #include <cstdint>
 #include <cstring>
+#include <limits>
 
 #include "cuflash/tensor.hpp"
 #include "half_convert.hpp"
 #include "problem.hpp"
 
 namespace cuflash::detail::cpu {
+
+// One element converted exactly to double (the float64 oracles read inputs this way).
+inline double load_element_f64(const TensorView& view, std::int64_t offset) {
+  switch (view.dtype) {
+    case DType::f32: return static_cast<const float*>(view.data)[offset];
+    case DType::f16: return f16_to_float(static_cast<const std::uint16_t*>(view.data)[offset]);
+    case DType::bf16: return bf16_to_float(static_cast<const std::uint16_t*>(view.data)[offset]);
+    case DType::i32: return static_cast<const std::int32_t*>(view.data)[offset];
+  }
+  return std::numeric_limits<double>::quiet_NaN();
+}
 
 // A head_dim-long row, converted to float: the rest of the backend only sees floats.
 inline void load_row(const TensorView& view, std::int64_t offset, int length, float* dst) {
