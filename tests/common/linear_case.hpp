@@ -7,6 +7,8 @@
 #include <cstdint>
 #include <optional>
 #include <random>
+#include <string>
+#include <tuple>
 #include <utility>
 #include <vector>
 
@@ -140,5 +142,25 @@ struct LinearCase {
     return a;
   }
 };
+
+// A test name's word for a feature map.
+inline std::string map_label(FeatureMap map) {
+  switch (map) {
+    case FeatureMap::identity: return "identity";
+    case FeatureMap::elu_plus_one: return "elu1";
+    case FeatureMap::relu: return "relu";
+  }
+  return "unknown";
+}
+
+// The parameters of the backends' test matrices: map, normalize, causal, varlen, dtype.
+using LinearMatrixParam = std::tuple<FeatureMap, bool, bool, bool, DType>;
+
+// Which dense length and whether the states take part, spread over a matrix so
+// that every length meets both (2 and 5 are coprime).
+inline int matrix_index(const LinearMatrixParam& param) {
+  const auto& [map, normalize, causal, varlen, dtype] = param;
+  return ((static_cast<int>(map) * 2 + normalize) * 2 + causal) * 3 + static_cast<int>(dtype);
+}
 
 }  // namespace cuflash::test

@@ -84,27 +84,10 @@ void check_backward(LinearCase& c) {
 
 // ---- The matrix ---------------------------------------------------------------------------------
 
-using MatrixParam = std::tuple<FeatureMap, bool, bool, bool, DType>;  // map, normalize, causal, varlen, dtype
 
 std::string dtype_label(DType dtype) { return dtype_name(dtype); }
 
-std::string map_label(FeatureMap map) {
-  switch (map) {
-    case FeatureMap::identity: return "identity";
-    case FeatureMap::elu_plus_one: return "elu1";
-    case FeatureMap::relu: return "relu";
-  }
-  return "unknown";
-}
-
-// Which dense length and whether the states take part, spread over the matrix so
-// that every length meets both (2 and 5 are coprime).
-int matrix_index(const MatrixParam& param) {
-  const auto& [map, normalize, causal, varlen, dtype] = param;
-  return ((static_cast<int>(map) * 2 + normalize) * 2 + causal) * 3 + static_cast<int>(dtype);
-}
-
-LinearSpec matrix_spec(const MatrixParam& param) {
+LinearSpec matrix_spec(const LinearMatrixParam& param) {
   const auto& [map, normalize, causal, varlen, dtype] = param;
   LinearSpec s;
   s.map = map;
@@ -127,7 +110,7 @@ LinearSpec matrix_spec(const MatrixParam& param) {
   return s;
 }
 
-std::string matrix_name(const ::testing::TestParamInfo<MatrixParam>& info) {
+std::string matrix_name(const ::testing::TestParamInfo<LinearMatrixParam>& info) {
   const auto& [map, normalize, causal, varlen, dtype] = info.param;
   const LinearSpec s = matrix_spec(info.param);
   std::string name = map_label(map) + (normalize ? "_norm" : "") + (causal ? "_causal" : "_full") +
@@ -135,7 +118,7 @@ std::string matrix_name(const ::testing::TestParamInfo<MatrixParam>& info) {
   return name + (s.with_state ? "_state" : "");
 }
 
-class LinearMatrix : public ::testing::TestWithParam<MatrixParam> {};
+class LinearMatrix : public ::testing::TestWithParam<LinearMatrixParam> {};
 
 TEST_P(LinearMatrix, ForwardMatchesOracle) {
   CUFLASH_TEST_RNG(rng);

@@ -152,26 +152,11 @@ void check_backward(LinearCase& c) {
 
 // ---- The matrix ---------------------------------------------------------------------------------
 
-using MatrixParam = std::tuple<FeatureMap, bool, bool, bool, DType>;  // map, normalize, causal, varlen, dtype
 
 // Dense lengths: around the 64-row chunk and the 256-row block (several blocks), and 1.
 const std::vector<int> kLengths = {1, 63, 64, 65, 200, 256, 300, 600};
 
-std::string map_label(FeatureMap map) {
-  switch (map) {
-    case FeatureMap::identity: return "identity";
-    case FeatureMap::elu_plus_one: return "elu1";
-    case FeatureMap::relu: return "relu";
-  }
-  return "unknown";
-}
-
-int matrix_index(const MatrixParam& param) {
-  const auto& [map, normalize, causal, varlen, dtype] = param;
-  return ((static_cast<int>(map) * 2 + normalize) * 2 + causal) * 3 + static_cast<int>(dtype);
-}
-
-LinearSpec matrix_spec(const MatrixParam& param) {
+LinearSpec matrix_spec(const LinearMatrixParam& param) {
   const auto& [map, normalize, causal, varlen, dtype] = param;
   LinearSpec s = gpu_spec();
   s.map = map;
@@ -195,7 +180,7 @@ LinearSpec matrix_spec(const MatrixParam& param) {
   return s;
 }
 
-std::string matrix_name(const ::testing::TestParamInfo<MatrixParam>& info) {
+std::string matrix_name(const ::testing::TestParamInfo<LinearMatrixParam>& info) {
   const auto& [map, normalize, causal, varlen, dtype] = info.param;
   const LinearSpec s = matrix_spec(info.param);
   std::string name = map_label(map) + (normalize ? "_norm" : "") + (causal ? "_causal" : "_full") +
@@ -204,7 +189,7 @@ std::string matrix_name(const ::testing::TestParamInfo<MatrixParam>& info) {
   return name + (s.with_state ? "_state" : "");
 }
 
-class LinearGpuMatrix : public ::testing::TestWithParam<MatrixParam> {};
+class LinearGpuMatrix : public ::testing::TestWithParam<LinearMatrixParam> {};
 
 TEST_P(LinearGpuMatrix, ForwardMatchesOracle) {
   SKIP_WITHOUT_GPU();
@@ -281,7 +266,9 @@ TEST(LinearGpuShapes, EmptyExtents) {
       EXPECT_EQ(c.final_state.to_doubles(), c.initial_state.to_doubles());
       check_backward(c);
       EXPECT_EQ(c.dinitial_state.to_doubles(), c.dfinal_state.to_doubles());
-      if (normalize) EXPECT_EQ(c.dinitial_key_sum.to_doubles(), c.dfinal_key_sum.to_doubles());
+      if (normalize) {
+        EXPECT_EQ(c.dinitial_key_sum.to_doubles(), c.dfinal_key_sum.to_doubles());
+      }
     }
   LinearSpec no_batch = gpu_spec();
   no_batch.lengths = {};
