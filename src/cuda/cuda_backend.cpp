@@ -131,23 +131,27 @@ class CudaBackend final : public BackendImpl {
   template <typename Kernels>
   Status run(const Problem& problem, const RunContext& context, Kernels kernels) {
     CUFLASH_TRY(supports(problem));
-    DeviceGuard guard(problem.device.index);
-    CUFLASH_TRY(guard.status());
-    const auto stream = static_cast<cudaStream_t>(context.stream);
-    Scratch scratch;
-    CUFLASH_TRY(scratch.acquire(context, required_bytes(problem), stream));
-    return kernels(scratch.get(), stream);
+    return on_device_with_scratch(problem.device.index, required_bytes(problem), context, kernels);
   }
 
   template <typename Kernels>
   Status run_linear(const LinearProblem& problem, const RunContext& context, Kernels kernels) {
     CUFLASH_TRY(supports_linear(problem));
-    DeviceGuard guard(problem.device.index);
+    return on_device_with_scratch(problem.device.index, linear_cuda_workspace_bytes(problem), context,
+                                  [&](void* workspace, cudaStream_t stream) {
+                                    return kernels(problem, workspace, stream);
+                                  });
+  }
+
+  // A supported call's device made current and `bytes` of scratch acquired, then kernels(scratch, stream).
+  template <typename Kernels>
+  static Status on_device_with_scratch(int device, std::size_t bytes, const RunContext& context, Kernels kernels) {
+    DeviceGuard guard(device);
     CUFLASH_TRY(guard.status());
     const auto stream = static_cast<cudaStream_t>(context.stream);
     Scratch scratch;
-    CUFLASH_TRY(scratch.acquire(context, linear_cuda_workspace_bytes(problem), stream));
-    return kernels(problem, scratch.get(), stream);
+    CUFLASH_TRY(scratch.acquire(context, bytes, stream));
+    return kernels(scratch.get(), stream);
   }
 };
 
