@@ -10,6 +10,7 @@
 #include "common/attention_probs.hpp"
 #include "common/attention_sinks.hpp"
 #include "common/cuda_check.hpp"
+#include "common/padded_head_dim.hpp"
 #include "common/scratch.hpp"
 #include "common/varlen_tail.hpp"
 #include "linear/linear_attention.hpp"
@@ -43,13 +44,10 @@ class CudaBackend final : public BackendImpl {
     if (problem.layout == Layout::kv_cache && problem.has_dropout())
       return Status::unsupported("dropout_p: backend cuda runs dropout in dense and varlen calls; its KV-cache "
                                  "kernels have none (backend cpu does)");
-    if (problem.layout == Layout::kv_cache) {
-      if (problem.pass == Pass::backward)
-        return Status::unsupported("backend cuda backward: KV-cache (paged or contiguous) backward is not implemented");
-      return flash_decode_supports(problem);
-    }
-    if (problem.dtype == DType::f32) return f32_attention_supports(problem);
-    return problem.pass == Pass::forward ? flash_forward_supports(problem) : flash_backward_supports(problem);
+    if (problem.layout == Layout::kv_cache && problem.pass == Pass::backward)
+      return Status::unsupported("backend cuda backward: KV-cache (paged or contiguous) backward is not implemented");
+    if (needs_padded_head_dim(problem)) return kernels_support(padded_head_dim(problem, nullptr).problem);
+    return kernels_support(problem);
   }
   Status supports_merge(const MergeProblem&) const override { return {}; }
 
@@ -61,22 +59,21 @@ class CudaBackend final : public BackendImpl {
 
   Status forward(const Problem& problem, const RunContext& context) override {
     return run(problem, context, [&](void* workspace, cudaStream_t stream) -> Status {
-      if (!needs_lse_after_kernels(problem)) return forward_kernels(problem, workspace, stream);
+      if (!needs_lse_after_kernels(problem)) return with_padded_head_dim(problem, workspace, stream, forward_kernels);
       // The kernels run without the sinks, into the caller's lse or scratch;
       // the sinks then join each row's state (common/attention_sinks.hpp),
       // and the debug probabilities come from the final lse.
       Problem kernels_only = problem;
       if (problem.lse.empty())
         kernels_only.lse = scratch_lse_view(problem, static_cast<char*>(workspace) + align256(kernel_bytes(problem)));
-      CUFLASH_TRY(forward_kernels(kernels_only, workspace, stream));
+      CUFLASH_TRY(with_padded_head_dim(kernels_only, workspace, stream, forward_kernels));
       CUFLASH_TRY(apply_attention_sinks(kernels_only, kernels_only.lse, stream));
       return write_attention_probs(problem, kernels_only.lse, stream);
     });
   }
   Status backward(const Problem& problem, const RunContext& context) override {
     return run(problem, context, [&](void* workspace, cudaStream_t stream) -> Status {
-      CUFLASH_TRY(problem.dtype == DType::f32 ? f32_backward(problem, workspace, stream)
-                                              : flash_backward(problem, workspace, stream));
+      CUFLASH_TRY(with_padded_head_dim(problem, workspace, stream, backward_kernels));
       // dq, dk, dv need nothing more for sinks: the final out and lse hold them.
       CUFLASH_TRY(attention_sinks_backward(problem, static_cast<char*>(workspace) + align256(kernel_bytes(problem)), stream));
       if (problem.layout != Layout::varlen) return {};
@@ -102,10 +99,30 @@ class CudaBackend final : public BackendImpl {
   }
 
  private:
+  // What the kernels of a problem (head dim padded if it needs to be) take.
+  static Status kernels_support(const Problem& problem) {
+    if (problem.layout == Layout::kv_cache) return flash_decode_supports(problem);
+    if (problem.dtype == DType::f32) return f32_attention_supports(problem);
+    return problem.pass == Pass::forward ? flash_forward_supports(problem) : flash_backward_supports(problem);
+  }
   static Status forward_kernels(const Problem& problem, void* workspace, cudaStream_t stream) {
     if (problem.layout == Layout::kv_cache) return flash_decode(problem, workspace, stream);
     return problem.dtype == DType::f32 ? f32_forward(problem, workspace, stream)
                                        : flash_forward(problem, workspace, stream);
+  }
+  static Status backward_kernels(const Problem& problem, void* workspace, cudaStream_t stream) {
+    return problem.dtype == DType::f32 ? f32_backward(problem, workspace, stream)
+                                       : flash_backward(problem, workspace, stream);
+  }
+  // kernels(problem), or, for a head dim that is not a multiple of 8, kernels
+  // on padded copies (common/padded_head_dim.hpp) placed first in the workspace.
+  template <typename Kernels>
+  static Status with_padded_head_dim(const Problem& problem, void* workspace, cudaStream_t stream, Kernels kernels) {
+    if (!needs_padded_head_dim(problem)) return kernels(problem, workspace, stream);
+    const PaddedHeadDim padded = padded_head_dim(problem, workspace);
+    CUFLASH_TRY(pad_head_dim_inputs(problem, padded.problem, stream));
+    CUFLASH_TRY(kernels(padded.problem, static_cast<char*>(workspace) + padded.bytes, stream));
+    return unpad_head_dim_outputs(problem, padded.problem, stream);
   }
 
   // Forward steps after the kernels that read the lse: sinks, attn_probs.
@@ -122,6 +139,10 @@ class CudaBackend final : public BackendImpl {
     return after_kernels == 0 ? kernel_bytes(problem) : align256(kernel_bytes(problem)) + after_kernels;
   }
   static std::size_t kernel_bytes(const Problem& problem) {
+    if (needs_padded_head_dim(problem)) {
+      const PaddedHeadDim padded = padded_head_dim(problem, nullptr);
+      return padded.bytes + kernel_bytes(padded.problem);
+    }
     if (problem.layout == Layout::kv_cache) return flash_decode_workspace_bytes(problem);
     if (problem.pass == Pass::forward)
       return problem.dtype == DType::f32 ? f32_forward_workspace_bytes(problem) : flash_forward_workspace_bytes(problem);

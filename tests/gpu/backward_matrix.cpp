@@ -87,6 +87,12 @@ std::vector<CaseSpec> head_dim_cases() {
     half.push_back(dense(l, 13, 19, 2, 1, d));  // the CPU suite's shape
     half.push_back(causal(dense(l + "_q65_k300_causal", 65, 300, 2, 1, d, 1)));
   }
+  for (const std::vector<int>* dims : {&kNarrowHeadDims, &kPaddedHeadDims})
+    for (int d : *dims) {
+      const std::string l = "d" + std::to_string(d);
+      half.push_back(dense(l, 13, 19, 2, 1, d));
+      half.push_back(causal(dense(l + "_q65_k300_gqa_causal", 65, 300, 4, 2, d, 1)));
+    }
   for (int d : {32, 40, 64, 80, 128, 160, 256}) f32.push_back(dense("d" + std::to_string(d), 13, 19, 2, 1, d));
   return concat(for_gpu_dtypes(half, kHalfDtypes), for_gpu_dtypes(f32, kF32));
 }
@@ -250,6 +256,8 @@ std::vector<CaseSpec> sanitize_cases() {
   add(s, DType::f16);
   add(causal(dense("bwd_f32_d64_causal", 17, 40, 4, 2, 64)), DType::f32);
   add(varlen_case("bwd_f32_varlen_d80", {5, 0, 35, 7}, {12, 3, 20, 0}, 4, 2, 80), DType::f32);
+  add(causal(dense("bwd_narrow_d80_causal", 65, 130, 4, 2, 80, 1)), DType::bf16);
+  add(causal(varlen_case("bwd_padded_varlen_d59", {5, 0, 70, 7}, {12, 3, 70, 0}, 4, 2, 59)), DType::f16);
   return cases;
 }
 

@@ -88,6 +88,8 @@ std::vector<CaseSpec> forward_cases() {
   };
   for (int d : kTensorCoreHeadDims)
     half.push_back(dropout(dense_case("dropout_d" + std::to_string(d), 70, 150, 4, 2, d, 1), 0.1f));
+  for (int d : {40, 80, 59})  // bounded columns, padded copies
+    half.push_back(dropout(causal(dense_case("dropout_d" + std::to_string(d), 70, 150, 4, 2, d, 1)), 0.1f));
   std::vector<CaseSpec> f32 = {
       dropout(causal(dense_case("dropout_f32_causal_gqa", 33, 47, 4, 2, 64)), 0.1f),
       dropout(varlen_empty("dropout_p05_f32_varlen_d40", 40), 0.5f),
@@ -110,6 +112,8 @@ std::vector<CaseSpec> backward_cases() {
   };
   for (int d : kTensorCoreHeadDims)
     half.push_back(dropout(dense_case("dropout_p05_d" + std::to_string(d), 70, 150, 4, 2, d, 1), 0.5f));
+  for (int d : {40, 80, 59})
+    half.push_back(dropout(causal(dense_case("dropout_p05_d" + std::to_string(d), 70, 150, 4, 2, d, 1)), 0.5f));
   std::vector<CaseSpec> f32 = {
       dropout(causal(dense_case("dropout_f32_causal_gqa", 33, 47, 4, 2, 64)), 0.1f),
       dropout(varlen_empty("dropout_p05_f32_varlen_d40", 40), 0.5f),

@@ -18,6 +18,12 @@ std::vector<CaseSpec> head_dim_cases() {
     half.push_back(dense_case(l, 17, 40, 2, 1, d));  // the CPU suite's shape
     half.push_back(causal(dense_case(l + "_q65_k1000_causal", 65, 1000, 2, 1, d, 1)));
   }
+  for (const std::vector<int>* dims : {&kNarrowHeadDims, &kPaddedHeadDims})
+    for (int d : *dims) {
+      const std::string l = "d" + std::to_string(d);
+      half.push_back(dense_case(l, 17, 40, 2, 1, d));
+      half.push_back(causal(dense_case(l + "_q65_k300_gqa_causal", 65, 300, 4, 2, d, 2)));
+    }
   for (int d : {32, 40, 64, 80, 96, 128, 160, 192, 256})  // f32 (SIMT): any head dim
     f32.push_back(dense_case("d" + std::to_string(d), 17, 40, 2, 1, d));
   f32.push_back(causal(dense_case("d80_q65_k1000_causal", 65, 1000, 2, 1, 80, 1)));
@@ -303,6 +309,16 @@ std::vector<CaseSpec> tma_cases() {
   add(causal(varlen_case("tma_d64_varlen_causal", {2100, 1, 0, 700, 2300}, {2100, 5, 0, 2200, 2300}, 2, 1, 64)));
   add(varlen_case("tma_d192_varlen", {300, 1, 129}, {500, 2049, 64}, 2, 2, 192));
   add(causal(varlen_case("tma_d256_varlen_causal", {257, 64, 3}, {300, 64, 1000}, 2, 1, 256)));
+  // Narrower head dims on the next TMA kernel up (its box columns past them zero-filled).
+  add(dense_case("tma_narrow_d40_q700_k2100_gqa", 700, 2100, 6, 2, 40, 2));
+  s = dense_case("tma_narrow_d80_q300_k1300_bhsd_padded_softcap", 300, 1300, 4, 2, 80, 2);
+  s.bhsd = true;
+  s.row_padding = 8;
+  s.options.softcap = 8.0f;
+  add(s);
+  add(causal(varlen_case("tma_narrow_d112_varlen_causal", {300, 1, 0, 129}, {500, 5, 0, 2049}, 2, 1, 112)));
+  add(varlen_case("tma_narrow_d160_varlen", {300, 1, 129}, {500, 2049, 64}, 2, 2, 160));
+  add(causal(dense_case("tma_narrow_d224_q257_k300", 257, 300, 2, 1, 224, 2)));
   return for_gpu_dtypes(cases, kHalfDtypes);
 }
 
@@ -381,6 +397,10 @@ std::vector<CaseSpec> sanitize_cases() {
   add(causal(dense_case("fwd_f32_d64_causal", 17, 40, 2, 1, 64)), DType::f32);
   add(dense_case("fwd_f32_d80_gqa", 17, 40, 4, 2, 80), DType::f32);
   add(causal(varlen_case("fwd_f32_varlen_causal", kCrossQ, kCrossK, 4, 2, 256)), DType::f32);
+  // Head dims between the kernels' (bounded columns, split too) and a padded one.
+  add(causal(dense_case("fwd_narrow_d80_causal", 65, 129, 4, 2, 80, 1)), DType::bf16);
+  add(dense_case("fwd_narrow_splitkv_d40_q1_k4097", 1, 4097, 2, 1, 40, 1), DType::f16);
+  add(causal(varlen_case("fwd_padded_varlen_d59", {5, 0, 70, 1}, {5, 0, 70, 1}, 4, 2, 59)), DType::bf16);
   return cases;
 }
 

@@ -15,8 +15,13 @@ namespace cuflash::test {
 
 inline const std::vector<DType> kHalfDtypes = {DType::bf16, DType::f16};
 inline const std::vector<DType> kF32 = {DType::f32};
-// What the fp16/bf16 tensor-core kernels take; f32 takes any head_dim <= 256.
+// The head dims the fp16/bf16 tensor-core kernels are instantiated for ...
 inline const std::vector<int> kTensorCoreHeadDims = {32, 64, 96, 128, 192, 256};
+// ... multiples of 8 between them, run on the next kernel dim up with bounded
+// columns (the first and last of each kernel's range, and the popular 40, 80, 160) ...
+inline const std::vector<int> kNarrowHeadDims = {8, 24, 40, 72, 80, 104, 112, 136, 160, 200, 224, 248};
+// ... and the others, run on copies padded to the next multiple of 8.
+inline const std::vector<int> kPaddedHeadDims = {1, 3, 59, 111, 255};
 
 // for_dtypes, except that for f16/bf16 a row padding becomes the next
 // multiple of 8 elements: the tensor-core kernels need 16-byte rows (the CPU

@@ -167,7 +167,8 @@ __device__ __forceinline__ void finish_rows_m16(const ForwardParams& p, const Fo
   }
 }
 
-// A warp's m16 x D tile of O, normalized, as this split's fp32 partial.
+// A warp's m16 x D tile of O, normalized, as this split's fp32 partial: rows
+// of the caller's head_dim (a multiple of 8; D is the kernel's, at least that).
 template <int D>
 __device__ __forceinline__ void write_partial_m16(const ForwardParams& p, const ForwardBlock& f,
                                                   const float (&o)[D / 8][4], const float (&inv_sum)[2], int i0,
@@ -176,10 +177,11 @@ __device__ __forceinline__ void write_partial_m16(const ForwardParams& p, const 
   for (int half = 0; half < 2; ++half) {
     const int i = i0 + half * 8;
     if (i >= f.seq.q_len) continue;
-    float* row = p.out_partial + (partial_row0(p, f) + i) * D;
+    float* row = p.out_partial + (partial_row0(p, f) + i) * p.head_dim;
 #pragma unroll
     for (int dt = 0; dt < D / 8; ++dt)
-      *reinterpret_cast<float2*>(row + dt * 8 + 2 * t4) =
+      if (dt * 8 < p.head_dim)
+        *reinterpret_cast<float2*>(row + dt * 8 + 2 * t4) =
           make_float2(o[dt][half * 2] * inv_sum[half], o[dt][half * 2 + 1] * inv_sum[half]);
   }
 }

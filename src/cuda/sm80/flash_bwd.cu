@@ -27,9 +27,11 @@ Status launch_flash_backward(const BackwardParams& p, int max_smem_per_block, cu
 namespace {
 
 
-// Query rows of dq_accum and dsum: dense batch * max_q_len, varlen every packed row.
+// Query rows of dq_accum and dsum: dense batch * max_q_len, varlen every packed
+// row; dq_accum rows are the kernel's head dim wide (sm80/head_dims.hpp).
 std::size_t dq_accum_bytes(const Problem& problem) {
-  return align256(static_cast<std::size_t>(total_q_rows(problem)) * problem.heads_q * problem.head_dim * sizeof(float));
+  return align256(static_cast<std::size_t>(total_q_rows(problem)) * problem.heads_q *
+                  sm80::kernel_head_dim(problem.head_dim) * sizeof(float));
 }
 
 // Shared memory the kernels need with single buffering (the least they run with).

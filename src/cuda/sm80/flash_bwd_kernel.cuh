@@ -207,14 +207,16 @@ struct ChunkMap {
 };
 
 // rows x D elements of one head, rows row0.. of a sequence, into a shared
-// [rows][D + 8] tile; rows at or past `valid` are zero-filled.
+// [rows][D + 8] tile; rows at or past `valid` and columns at or past `cols`
+// (the caller's head dim, a multiple of 8 up to D) are zero-filled.
 template <int ROWS, int D, typename T>
 __device__ __forceinline__ void load_tile_async(T* dst, const T* src, const RowStrides& st, int b, int seq_start,
-                                                int row0, int valid, int head, int tid) {
+                                                int row0, int valid, int head, int tid, int cols) {
   using M = ChunkMap<D>;
   if (M::kActive < 256 && tid >= M::kActive) return;
   const int r0 = tid / M::kChunksPerRow;
   const int col = (tid % M::kChunksPerRow) * 8;
+  if (col >= cols) valid = 0;
   // One 64-bit row offset per tile, then a fixed step: per-row offsets cost
   // a wide multiply each, on the backward's per-item critical path.
   const T* first = src + row_offset(st, b, seq_start, row0 + r0, head) + col;
@@ -229,14 +231,16 @@ __device__ __forceinline__ void load_tile_async(T* dst, const T* src, const RowS
   }
 }
 
-// A shared [rows][D + 8] tile -> rows [0, valid) of one head in global memory.
+// A shared [rows][D + 8] tile -> rows [0, valid), columns [0, cols) of one
+// head in global memory.
 template <int ROWS, int D, typename T>
 __device__ __forceinline__ void store_tile(T* dst, const RowStrides& st, int b, int seq_start, int row0, int valid,
-                                           int head, const T* src, int tid) {
+                                           int head, const T* src, int tid, int cols) {
   using M = ChunkMap<D>;
   if (M::kActive < 256 && tid >= M::kActive) return;
   const int r0 = tid / M::kChunksPerRow;
   const int col = (tid % M::kChunksPerRow) * 8;
+  if (col >= cols) return;
   T* base = dst + row_offset(st, b, seq_start, row0 + r0, head) + col;
   const std::int64_t step = static_cast<std::int64_t>(M::kRowsPerPass) * st.row;
 #pragma unroll
@@ -516,7 +520,7 @@ __global__ void __launch_bounds__(DsumShape<D>::kWarps * 32)
     row_of[u] = row;
     h_of[u] = h;
     ov[u] = dv[u] = make_uint4(0, 0, 0, 0);
-    if (slot < slots && chunk < Shape::kChunks) {
+    if (slot < slots && chunk < Shape::kChunks && chunk * 8 < p.head_dim) {  // columns past head_dim add 0
       int b = 0, i = static_cast<int>(row);
       if (p.cu_seqlens_q == nullptr) {
         b = static_cast<int>(row / p.max_q_len);
@@ -564,6 +568,7 @@ __global__ void __launch_bounds__(256) flash_bwd_convert_dq_kernel(const __grid_
   const std::int64_t idx = static_cast<std::int64_t>(blockIdx.x) * blockDim.x + threadIdx.x;
   if (idx >= p.total_q_rows * p.heads_q * kChunks) return;
   const int chunk = static_cast<int>(idx % kChunks);
+  if (chunk * 8 >= p.head_dim) return;  // dq_accum's columns past the caller's head dim
   const std::int64_t rest = idx / kChunks;
   const int h = static_cast<int>(rest % p.heads_q);
   const std::int64_t row = rest / p.heads_q;
@@ -639,11 +644,11 @@ __global__ void __launch_bounds__(256, 1) flash_bwd_dkdv_kernel(const __grid_con
   bwd::zero(acc_dv);
 
   if (items > 0) {
-    bwd::load_tile_async<BN, D>(sK, gK, p.k_strides, b, seq.k_start, n0, seq.k_len - n0, hk, tid);
-    bwd::load_tile_async<BN, D>(sV, gV, p.v_strides, b, seq.k_start, n0, seq.k_len - n0, hk, tid);
+    bwd::load_tile_async<BN, D>(sK, gK, p.k_strides, b, seq.k_start, n0, seq.k_len - n0, hk, tid, p.head_dim);
+    bwd::load_tile_async<BN, D>(sV, gV, p.v_strides, b, seq.k_start, n0, seq.k_len - n0, hk, tid, p.head_dim);
     const int m0 = m_lo * BM;
-    bwd::load_tile_async<BM, D>(sQ, gQ, p.q_strides, b, seq.q_start, m0, seq.q_len - m0, h0, tid);
-    bwd::load_tile_async<BM, D>(sdO, gdO, p.dout_strides, b, seq.q_start, m0, seq.q_len - m0, h0, tid);
+    bwd::load_tile_async<BM, D>(sQ, gQ, p.q_strides, b, seq.q_start, m0, seq.q_len - m0, h0, tid, p.head_dim);
+    bwd::load_tile_async<BM, D>(sdO, gdO, p.dout_strides, b, seq.q_start, m0, seq.q_len - m0, h0, tid, p.head_dim);
     bwd::load_stats_async<BM>(sLse, sDsum, p, seq, b, h0, m0, accum_row0, tid);
     cp_async_commit();
   }
@@ -667,9 +672,9 @@ __global__ void __launch_bounds__(256, 1) flash_bwd_dkdv_kernel(const __grid_con
 
     if (stages == 2 && has_next) {
       bwd::load_tile_async<BM, D>(sQ + (cur ^ 1) * BM * LD, gQ, p.q_strides, b, seq.q_start, m0_next,
-                                  seq.q_len - m0_next, h_next, tid);
+                                  seq.q_len - m0_next, h_next, tid, p.head_dim);
       bwd::load_tile_async<BM, D>(sdO + (cur ^ 1) * BM * LD, gdO, p.dout_strides, b, seq.q_start, m0_next,
-                                  seq.q_len - m0_next, h_next, tid);
+                                  seq.q_len - m0_next, h_next, tid, p.head_dim);
       bwd::load_stats_async<BM>(sLse + (parity ^ 1) * BM, sDsum + (parity ^ 1) * BM, p, seq, b, h_next, m0_next,
                                 accum_row0, tid);
       cp_async_commit();
@@ -754,9 +759,9 @@ __global__ void __launch_bounds__(256, 1) flash_bwd_dkdv_kernel(const __grid_con
 
     if (stages == 1 && has_next) {
       __syncthreads();  // everyone is done with Q/dO
-      bwd::load_tile_async<BM, D>(sQ, gQ, p.q_strides, b, seq.q_start, m0_next, seq.q_len - m0_next, h_next, tid);
+      bwd::load_tile_async<BM, D>(sQ, gQ, p.q_strides, b, seq.q_start, m0_next, seq.q_len - m0_next, h_next, tid, p.head_dim);
       bwd::load_tile_async<BM, D>(sdO, gdO, p.dout_strides, b, seq.q_start, m0_next, seq.q_len - m0_next, h_next,
-                                  tid);
+                                  tid, p.head_dim);
       bwd::load_stats_async<BM>(sLse + (parity ^ 1) * BM, sDsum + (parity ^ 1) * BM, p, seq, b, h_next, m0_next,
                                 accum_row0, tid);
       cp_async_commit();
@@ -773,8 +778,8 @@ __global__ void __launch_bounds__(256, 1) flash_bwd_dkdv_kernel(const __grid_con
   // Re-read rather than keep the key range live across the loop (registers).
   const int k_start = p.cu_seqlens_k != nullptr ? __ldg(p.cu_seqlens_k + b) : 0;
   __syncthreads();
-  bwd::store_tile<BN, D>(static_cast<T*>(p.dk), p.dk_strides, b, k_start, n0, n1 - n0, hk, sK, tid);
-  bwd::store_tile<BN, D>(static_cast<T*>(p.dv), p.dv_strides, b, k_start, n0, n1 - n0, hk, sV, tid);
+  bwd::store_tile<BN, D>(static_cast<T*>(p.dk), p.dk_strides, b, k_start, n0, n1 - n0, hk, sK, tid, p.head_dim);
+  bwd::store_tile<BN, D>(static_cast<T*>(p.dv), p.dv_strides, b, k_start, n0, n1 - n0, hk, sV, tid, p.head_dim);
 }
 
 // ---------------------------------------------------------------------------
@@ -823,12 +828,12 @@ __global__ void __launch_bounds__(256, 1) flash_bwd_dq_kernel(const __grid_const
 
   if (items > 0) {
     bwd::load_tile_async<BM, D>(sQ, static_cast<const T*>(p.q), p.q_strides, b, seq.q_start, m0, seq.q_len - m0, h,
-                                tid);
+                                tid, p.head_dim);
     bwd::load_tile_async<BM, D>(sdO, static_cast<const T*>(p.dout), p.dout_strides, b, seq.q_start, m0,
-                                seq.q_len - m0, h, tid);
+                                seq.q_len - m0, h, tid, p.head_dim);
     const int n0 = nb_lo * BN;
-    bwd::load_tile_async<BN, D>(sK, gK, p.k_strides, b, seq.k_start, n0, seq.k_len - n0, hk, tid);
-    bwd::load_tile_async<BN, D>(sV, gV, p.v_strides, b, seq.k_start, n0, seq.k_len - n0, hk, tid);
+    bwd::load_tile_async<BN, D>(sK, gK, p.k_strides, b, seq.k_start, n0, seq.k_len - n0, hk, tid, p.head_dim);
+    bwd::load_tile_async<BN, D>(sV, gV, p.v_strides, b, seq.k_start, n0, seq.k_len - n0, hk, tid, p.head_dim);
     bwd::load_stats_async<BM>(sLse, sDsum, p, seq, b, h, m0, accum_row0, tid);
     cp_async_commit();
   }
@@ -843,9 +848,9 @@ __global__ void __launch_bounds__(256, 1) flash_bwd_dq_kernel(const __grid_const
     __syncthreads();
     if (stages == 2 && has_next) {
       bwd::load_tile_async<BN, D>(sK + (cur ^ 1) * BN * LD, gK, p.k_strides, b, seq.k_start, n0_next,
-                                  seq.k_len - n0_next, hk, tid);
+                                  seq.k_len - n0_next, hk, tid, p.head_dim);
       bwd::load_tile_async<BN, D>(sV + (cur ^ 1) * BN * LD, gV, p.v_strides, b, seq.k_start, n0_next,
-                                  seq.k_len - n0_next, hk, tid);
+                                  seq.k_len - n0_next, hk, tid, p.head_dim);
       cp_async_commit();
     }
     const T* k_tile = sK + cur * BN * LD;
@@ -863,8 +868,8 @@ __global__ void __launch_bounds__(256, 1) flash_bwd_dq_kernel(const __grid_const
 
     if (stages == 1 && has_next) {
       __syncthreads();  // everyone is done with K/V
-      bwd::load_tile_async<BN, D>(sK, gK, p.k_strides, b, seq.k_start, n0_next, seq.k_len - n0_next, hk, tid);
-      bwd::load_tile_async<BN, D>(sV, gV, p.v_strides, b, seq.k_start, n0_next, seq.k_len - n0_next, hk, tid);
+      bwd::load_tile_async<BN, D>(sK, gK, p.k_strides, b, seq.k_start, n0_next, seq.k_len - n0_next, hk, tid, p.head_dim);
+      bwd::load_tile_async<BN, D>(sV, gV, p.v_strides, b, seq.k_start, n0_next, seq.k_len - n0_next, hk, tid, p.head_dim);
       cp_async_commit();
     }
   }
@@ -873,7 +878,7 @@ __global__ void __launch_bounds__(256, 1) flash_bwd_dq_kernel(const __grid_const
   __syncthreads();
   bwd::store_frags<T>(sQ, LD, q_row0, q_col0, acc_dq, p.softmax_scale, lane);
   __syncthreads();
-  bwd::store_tile<BM, D>(static_cast<T*>(p.dq), p.dq_strides, b, seq.q_start, m0, seq.q_len - m0, h, sQ, tid);
+  bwd::store_tile<BM, D>(static_cast<T*>(p.dq), p.dq_strides, b, seq.q_start, m0, seq.q_len - m0, h, sQ, tid, p.head_dim);
 }
 
 }  // namespace cuflash::detail::sm80

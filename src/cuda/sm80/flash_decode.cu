@@ -51,12 +51,13 @@ struct DecodeGrid {
 DecodeGrid grid_of_shape(const Problem& problem, const DeviceInfo& info, int rows, bool wide) {
   DecodeGrid grid;
   grid.wide = wide;
-  grid.m_tiles = wide ? 1 : sm80::decode_m_tiles(problem.head_dim, rows);
+  const int kernel_dim = sm80::kernel_head_dim(problem.head_dim);
+  grid.m_tiles = wide ? 1 : sm80::decode_m_tiles(kernel_dim, rows);
   grid.row_blocks = (rows + 16 * grid.m_tiles - 1) / (16 * grid.m_tiles);
-  const sm80::DecodeShape shape = sm80::decode_shape(problem.head_dim, wide);
+  const sm80::DecodeShape shape = sm80::decode_shape(kernel_dim, wide);
   grid.block_n = shape.block_n;
   grid.ctas = static_cast<long long>(problem.batch) * (problem.heads_kv / shape.heads) * grid.row_blocks;
-  grid.smem_bytes = sm80::decode_smem_bytes(problem.head_dim, grid.m_tiles, kElementBytes, wide);
+  grid.smem_bytes = sm80::decode_smem_bytes(kernel_dim, grid.m_tiles, kElementBytes, wide);
   if (info.valid && info.sm_count > 0) {
     const int per_sm = info.smem_per_sm > 0 ? std::clamp(info.smem_per_sm / (grid.smem_bytes + 1024), 1, 4) : 1;
     grid.slots = static_cast<long long>(info.sm_count) * per_sm;
@@ -74,8 +75,10 @@ std::string decode_cta_override() {
 
 // Whether the wide CTA (several kv heads, flash_decode_tiles.hpp) can run:
 // its rows fit one m16 tile, its heads divide the kv heads, and each key's
-// heads lie side by side in the cache (so that it reads them in one run).
+// heads lie side by side in the cache (so that it reads them in one run) at
+// the kernel's head dim (a narrower head dim runs per head).
 bool wide_can_run(const Problem& problem, int rows) {
+  if (sm80::kernel_head_dim(problem.head_dim) != problem.head_dim) return false;
   const int heads = sm80::decode_wide_heads(problem.head_dim);
   if (heads == 0 || rows > 16 || problem.heads_kv % heads != 0) return false;
   return problem.k.strides[2] == problem.head_dim && problem.v.strides[2] == problem.head_dim;
@@ -154,11 +157,9 @@ Status flash_decode_supports(const Problem& problem) {
   if (problem.dtype != DType::f16 && problem.dtype != DType::bf16)
     return Status::unsupported(prefix + "the KV-cache kernels take f16 and bf16, got " + dtype_name(problem.dtype) +
                                " (backend cpu runs any dtype)");
-  bool dim_ok = false;
-  for (int d : sm80::kHeadDims) dim_ok = dim_ok || d == problem.head_dim;
-  if (!dim_ok)
+  if (sm80::kernel_head_dim(problem.head_dim) == 0)
     return Status::unsupported(prefix + "head_dim " + std::to_string(problem.head_dim) +
-                               " is not supported for f16/bf16 (supported: 32, 64, 96, 128, 192, 256)");
+                               " is not supported for f16/bf16 (supported: " + sm80::head_dim_rule() + ")");
   if (problem.paged && (problem.page_size & (problem.page_size - 1)) != 0)
     return Status::unsupported(prefix + "page_size " + std::to_string(problem.page_size) +
                                " is not a power of two (the kernels find a key's page and slot by shift and mask)");

@@ -85,7 +85,7 @@ __device__ __forceinline__ void load_q_rows(typename C::Element* sQ, const Forwa
   for (int idx = threadIdx.x; idx < C::NH * C::BM * kChunksPerRow; idx += C::kThreads) {
     const int hr = idx / kChunksPerRow, c = idx % kChunksPerRow;  // hr: head-local x BM + r
     const int row = row0 + hr % C::BM;
-    const bool valid = row < rows_total;
+    const bool valid = row < rows_total && c * 8 < p.head_dim;  // columns past the head dim: zeros
     const int i = row / p.group, h = (hk0 + hr / C::BM) * p.group + row % p.group;
     cp_async_16(sQ + C::Rows::offset(hr, c), valid ? q + row_offset(p.q_strides, b, 0, i, h) + c * 8 : q, valid);
   }
@@ -388,6 +388,7 @@ __global__ void __launch_bounds__(C::kThreads) flash_decode_kernel(const Forward
   constexpr int kQuads = C::D / 4;
   for (int idx = tid; idx < C::NH * rows_here * kQuads; idx += C::kThreads) {
     const int hl = idx / (rows_here * kQuads), r = idx / kQuads % rows_here, c4 = idx % kQuads;
+    if (c4 * 4 >= p.head_dim) continue;  // only the caller's columns (a multiple of 8: whole quads)
     const float* own = sOut + (hl * C::WH * C::BM + r) * C::kOutRow + c4 * 4;
     float4 acc = *reinterpret_cast<const float4*>(own);
 #pragma unroll
@@ -401,7 +402,7 @@ __global__ void __launch_bounds__(C::kThreads) flash_decode_kernel(const Forward
     const int row = row0 + r;
     const int i = row / group, h = (hk0 + hl) * group + row % group;
     if (p.num_splits > 1) {
-      float* dst = p.out_partial + ((partial_base + h) * p.max_q_len + i) * C::D + c4 * 4;
+      float* dst = p.out_partial + ((partial_base + h) * p.max_q_len + i) * p.head_dim + c4 * 4;
       *reinterpret_cast<float4*>(dst) = acc;
     } else {
       T* dst = static_cast<T*>(p.out) + row_offset(p.out_strides, b, 0, i, h) + c4 * 4;

@@ -49,7 +49,9 @@ constexpr int kMaxSplits = 64;
 // it has the head dim; the sm80 kernel otherwise. All compute the same
 // function. CUFLASH_SM90_FORWARD=0 in the environment keeps Hopper on the
 // sm80 kernel, CUFLASH_SM90_TMA=0 on the cp.async wgmma kernel (for
-// comparing them); both are read once per process.
+// comparing them); both are read once per process. The Hopper kernels take
+// only their own head dims (TMA boxes and wgmma shapes of whole rows); a
+// narrower head dim runs on the sm80 kernel of the next dim up.
 enum class ForwardKind { sm80, wgmma, tma };
 
 struct ForwardKernel {
@@ -96,19 +98,20 @@ bool tma_maps_fit(const Problem& problem) {
 
 ForwardKernel forward_kernel(const Problem& problem) {
   ForwardKernel k;
-  k.tile = sm80::fwd_tile(problem.head_dim);
+  k.tile = sm80::fwd_tile(sm80::kernel_head_dim(problem.head_dim));
 #if defined(CUFLASH_WITH_SM90A)
   const DeviceInfo& info = device_info(problem.device.index);
   if (!info.valid || info.major != 9 || info.minor != 0 || !sm90_forward_enabled()) return k;
   // The Hopper kernels have no dropout mask: the mma.sync kernel (which runs
   // on sm90 too) takes those calls.
   if (problem.has_dropout()) return k;
-  const sm90::TmaFwdTile tma = sm90::tma_fwd_tile(problem.head_dim);
+  const sm90::TmaFwdTile tma = sm90::tma_fwd_tile(sm90::tma_head_dim(problem.head_dim));
   if (tma.block_n > 0 && sm90_tma_enabled() && problem.max_kv_len >= tma.min_keys && tma_maps_fit(problem)) {
     k.kind = ForwardKind::tma;
     k.tile = {64 * tma.consumers, tma.block_n, 4 * (tma.consumers + 1), false, 1};
     return k;
   }
+  // The cp.async wgmma kernel loads whole rows: the caller's head dim must be its own.
   const sm90::WgmmaFwdTile hopper = sm90::wgmma_fwd_tile(problem.head_dim);
   if (hopper.block_n > 0) {
     k.kind = ForwardKind::wgmma;
@@ -124,7 +127,7 @@ ForwardKernel forward_kernel(const Problem& problem) {
 // balances them better than a static walk.
 int persistent_ctas(const Problem& problem) {
   const bool uniform = problem.window_left < 0 && problem.window_right < 0 && problem.layout != Layout::varlen;
-  if (!uniform || problem.head_dim > 128) return 0;
+  if (!uniform || sm90::tma_head_dim(problem.head_dim) > 128) return 0;
   return device_info(problem.device.index).sm_count;
 }
 
@@ -147,16 +150,21 @@ int choose_splits(const Problem& problem, const ForwardKernel& kernel) {
 
 template <typename T>
 Status launch_for_dim(const ForwardParams& p, const Problem& problem, ForwardKind kind, cudaStream_t stream) {
+  if (kind == ForwardKind::tma) {
+    const sm90::TmaForwardLaunch launch{view_rows(problem.q), view_rows(problem.k), persistent_ctas(problem)};
+    switch (sm90::tma_head_dim(problem.head_dim)) {
+      case 64: return sm90::launch_flash_fwd_tma<T, 64>(p, launch, stream);
+      case 128: return sm90::launch_flash_fwd_tma<T, 128>(p, launch, stream);
+      case 192: return sm90::launch_flash_fwd_tma<T, 192>(p, launch, stream);
+      case 256: return sm90::launch_flash_fwd_tma<T, 256>(p, launch, stream);
+      default: return Status(StatusCode::internal, "backend cuda: no TMA kernel for head_dim " +
+                                                       std::to_string(problem.head_dim));
+    }
+  }
   return sm80::with_head_dim(
       problem.head_dim,
       [&](auto d) {
         constexpr int D = decltype(d)::value;
-        if constexpr (sm90::tma_fwd_tile(D).block_n > 0) {
-          if (kind == ForwardKind::tma) {
-            const sm90::TmaForwardLaunch launch{view_rows(problem.q), view_rows(problem.k), persistent_ctas(problem)};
-            return sm90::launch_flash_fwd_tma<T, D>(p, launch, stream);
-          }
-        }
         if constexpr (sm90::wgmma_fwd_tile(D).block_n > 0) {
           if (kind == ForwardKind::wgmma) return sm90::launch_flash_fwd_wgmma<T, D>(p, stream);
         }

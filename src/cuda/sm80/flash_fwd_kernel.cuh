@@ -17,6 +17,7 @@
 #include "common/forward_block.cuh"
 #include "common/score_mask.cuh"
 #include "common/tensor_core.cuh"
+#include "sm80/head_dims.hpp"
 
 namespace cuflash::detail::sm80 {
 
@@ -38,23 +39,29 @@ struct FwdConfig {
 };
 
 // ROWS x D tile of global rows [row0, row0+ROWS) -> shared memory; rows at or
-// past `valid_rows` are zero-filled (never read). Where it can, each thread copies one
+// past `valid_rows` are zero-filled (never read). Columns at or past `cols`
+// (the caller's head dim, a multiple of 8 up to D): zero-filled for Q
+// (kZeroPastCols); for K and V a copy of the row's first columns, which
+// changes nothing (Q's zero columns take them out of S, and the output
+// columns they make are never stored) and costs no predicate in the loop.
+// Where it can, each thread copies one
 // fixed 16-byte column of every (kThreads / chunks-per-row)-th row, so its
 // address advances by a constant: one 64-bit multiply per tile, not per chunk.
-template <class C, int ROWS>
+template <class C, int ROWS, bool kZeroPastCols>
 __device__ __forceinline__ void load_tile(typename C::Element* smem, const typename C::Element* global,
-                                          std::int64_t row_stride, int row0, int valid_rows) {
+                                          std::int64_t row_stride, int row0, int valid_rows, int cols) {
   constexpr int kChunksPerRow = C::D / 8;
   if constexpr (C::kThreads % kChunksPerRow == 0) {
     constexpr int kRowStep = C::kThreads / kChunksPerRow;
     constexpr int kIters = (ROWS + kRowStep - 1) / kRowStep;
     const int r = threadIdx.x / kChunksPerRow, c = threadIdx.x % kChunksPerRow;
-    const typename C::Element* src = global + (row0 + r) * row_stride + c * 8;
+    const bool col_inside = c * 8 < cols;
+    const typename C::Element* src = global + (row0 + r) * row_stride + (col_inside ? c * 8 : 0);
     typename C::Element* dst = smem + r * C::kRow + c * 8;
 #pragma unroll
     for (int it = 0; it < kIters; ++it) {
       if (ROWS % kRowStep == 0 || r + it * kRowStep < ROWS) {
-        const bool valid = row0 + r + it * kRowStep < valid_rows;
+        const bool valid = (!kZeroPastCols || col_inside) && row0 + r + it * kRowStep < valid_rows;
         cp_async_16(dst + it * kRowStep * C::kRow, valid ? src : global, valid);
       }
       src += kRowStep * row_stride;
@@ -64,10 +71,24 @@ __device__ __forceinline__ void load_tile(typename C::Element* smem, const typen
 #pragma unroll
     for (int idx = threadIdx.x; idx < kChunks; idx += C::kThreads) {
       const int r = idx / kChunksPerRow, c = idx % kChunksPerRow;
-      const bool valid = row0 + r < valid_rows;
-      cp_async_16(smem + r * C::kRow + c * 8, valid ? global + (row0 + r) * row_stride + c * 8 : global, valid);
+      const bool col_inside = c * 8 < cols;
+      const bool valid = row0 + r < valid_rows && (!kZeroPastCols || col_inside);
+      const int col = col_inside ? c * 8 : 0;
+      cp_async_16(smem + r * C::kRow + c * 8, valid ? global + (row0 + r) * row_stride + col : global, valid);
     }
   }
+}
+
+// Whether 16 columns from `col0` hold any of the caller's head_dim columns, in
+// the kernel that skips the zero columns of a narrower head dim (`Narrow`).
+// Columns below the smallest head dim this kernel serves always do, so only
+// the last steps of a tile pay the test. The runtime test costs registers
+// (the D=96 kernel spilled 20-48 bytes more with it), so the kernels for
+// head dims that are the kernel's own do not have it.
+template <class C, bool Narrow>
+__device__ __forceinline__ bool columns_used(int col0, int head_dim) {
+  if constexpr (!Narrow) return true;
+  return col0 < min_head_dim_served(C::D) || col0 < head_dim;
 }
 
 // Transformed: softcap or ALiBi is on, so every score goes through
@@ -75,8 +96,10 @@ __device__ __forceinline__ void load_tile(typename C::Element* smem, const typen
 // registers out of the plain kernel). Dropout: p.dropout's mask zeroes
 // probabilities after the row sums (instantiated with Transformed only:
 // logit2 computes plain scores too, and one more variant per tile is build
-// time that the Philox work would hide anyway).
-template <class C, bool Transformed, bool Dropout = false>
+// time that the Philox work would hide anyway). Narrow: p.head_dim < D, and
+// the GEMM steps over columns past it are skipped (instantiated for the
+// plain kernel only; the others compute on the zero columns).
+template <class C, bool Transformed, bool Dropout = false, bool Narrow = false>
 __global__ void __launch_bounds__(C::kThreads, C::MinBlocks) flash_fwd_kernel(const ForwardParams p) {
   using T = typename C::Element;
   extern __shared__ __align__(16) unsigned char smem_raw[];
@@ -114,14 +137,14 @@ __global__ void __launch_bounds__(C::kThreads, C::MinBlocks) flash_fwd_kernel(co
     const T* k_base = static_cast<const T*>(p.k) + row_offset(p.k_strides, b, seq.k_start, 0, hk);
     const T* v_base = static_cast<const T*>(p.v) + row_offset(p.v_strides, b, seq.k_start, 0, hk);
 
-    load_tile<C, C::BM>(sQ, q_base, p.q_strides.row, m0, seq.q_len);
+    load_tile<C, C::BM, true>(sQ, q_base, p.q_strides.row, m0, seq.q_len, p.head_dim);
     cp_async_commit();
     // Key tiles from the last to the first: the tiles needing a mask (the
     // causal diagonal, the end of the sequence) come first.
-    load_tile<C, C::BN>(sK, k_base, p.k_strides.row, (t_hi - 1) * C::BN, seq.k_len);
+    load_tile<C, C::BN, false>(sK, k_base, p.k_strides.row, (t_hi - 1) * C::BN, seq.k_len, p.head_dim);
     cp_async_commit();
     // The first V tile streams in while the first S is computed.
-    load_tile<C, C::BN>(sV, v_base, p.v_strides.row, (t_hi - 1) * C::BN, seq.k_len);
+    load_tile<C, C::BN, false>(sV, v_base, p.v_strides.row, (t_hi - 1) * C::BN, seq.k_len, p.head_dim);
     cp_async_commit();
 
     std::uint32_t qf[C::QInRegs ? C::MT : 1][C::QInRegs ? C::KQ : 1][4];
@@ -145,7 +168,7 @@ __global__ void __launch_bounds__(C::kThreads, C::MinBlocks) flash_fwd_kernel(co
         }
       }
       if (!first_tile) {
-        load_tile<C, C::BN>(sV, v_base, p.v_strides.row, n0, seq.k_len);
+        load_tile<C, C::BN, false>(sV, v_base, p.v_strides.row, n0, seq.k_len, p.head_dim);
         cp_async_commit();
       }
 
@@ -159,6 +182,7 @@ __global__ void __launch_bounds__(C::kThreads, C::MinBlocks) flash_fwd_kernel(co
           for (int e = 0; e < 4; ++e) s[mt][nt][e] = 0.0f;
 #pragma unroll
       for (int ks = 0; ks < C::KQ; ++ks) {
+        if (!columns_used<C, Narrow>(ks * 16, p.head_dim)) break;  // zero columns of a narrower head dim
         std::uint32_t qa[C::MT][4];
         if constexpr (!C::QInRegs) {
 #pragma unroll
@@ -205,7 +229,7 @@ __global__ void __launch_bounds__(C::kThreads, C::MinBlocks) flash_fwd_kernel(co
       cp_async_wait<0>();
       __syncthreads();  // V_tile visible; every warp is done with K_tile
       if (tile > t_lo) {
-        load_tile<C, C::BN>(sK, k_base, p.k_strides.row, n0 - C::BN, seq.k_len);
+        load_tile<C, C::BN, false>(sK, k_base, p.k_strides.row, n0 - C::BN, seq.k_len, p.head_dim);
         cp_async_commit();
       }
 
@@ -222,6 +246,7 @@ __global__ void __launch_bounds__(C::kThreads, C::MinBlocks) flash_fwd_kernel(co
         }
 #pragma unroll
         for (int dp = 0; dp < C::DT / 2; ++dp) {
+          if (!columns_used<C, Narrow>(dp * 16, p.head_dim)) break;  // output columns nobody stores
           std::uint32_t vb[4];
           ldmatrix_x4_trans(vb, sV + (kk * 16 + (lane % 8) + ((lane / 8) % 2) * 8) * C::kRow + dp * 16 + (lane / 16) * 8);
           const std::uint32_t b0[2] = {vb[0], vb[1]};
@@ -276,7 +301,7 @@ __global__ void __launch_bounds__(C::kThreads, C::MinBlocks) flash_fwd_kernel(co
   for (int idx = lane; idx < kWarpRows * kChunksPerRow; idx += 32) {
     const int r = idx / kChunksPerRow, c = idx % kChunksPerRow;
     const int i = m0 + warp_row0 + r;
-    if (i < seq.q_len)
+    if (i < seq.q_len && c * 8 < p.head_dim)
       *reinterpret_cast<uint4*>(out_base + static_cast<std::int64_t>(i) * p.out_strides.row + c * 8) =
           *reinterpret_cast<const uint4*>(sQ + (warp_row0 + r) * C::kRow + c * 8);
   }

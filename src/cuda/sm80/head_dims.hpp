@@ -1,17 +1,52 @@
 // The head dims the tensor-core kernels are instantiated for (src/cuda/inst),
-// and the one place that turns a runtime head dim into the template argument.
+// and the one place that turns a caller's head dim into the template argument.
+//
+// A head dim that is a multiple of 8 and at most 256 runs on the smallest
+// instantiated kernel dim at or above it (80 on the 96 kernel, 40 on 64): the
+// kernels load and store only the caller's columns (16-byte chunks, so a
+// multiple of 8 elements) and zero-fill the rest of their tiles in shared
+// memory, where the extra columns add zeros to QK^T and produce output
+// columns nobody stores. Other head dims (not whole 16-byte rows) are padded
+// by the backend (narrow_head_dim.hpp) before they reach a kernel.
 #pragma once
 
+#include <string>
 #include <type_traits>
 
 namespace cuflash::detail::sm80 {
 
 inline constexpr int kHeadDims[] = {32, 64, 96, 128, 192, 256};
+inline constexpr int kMaxHeadDim = 256;
+inline constexpr int kHeadDimAlign = 8;  // elements per 16-byte chunk of f16/bf16
 
-// f(std::integral_constant<int, D>{}) for head_dim == D, else otherwise().
+// The kernel head dim a caller's head dim runs on; 0 when none does.
+constexpr int kernel_head_dim(int head_dim) {
+  if (head_dim <= 0 || head_dim % kHeadDimAlign != 0) return 0;
+  for (int d : kHeadDims)
+    if (d >= head_dim) return d;
+  return 0;
+}
+
+// The smallest caller head dim that kernel dim D serves (its columns below
+// this are always real, so loops over them need no bound check).
+constexpr int min_head_dim_served(int kernel_dim) {
+  int previous = 0;
+  for (int d : kHeadDims) {
+    if (d == kernel_dim) return previous + kHeadDimAlign;
+    previous = d;
+  }
+  return kernel_dim;
+}
+
+// For error messages: what the tensor-core kernels take.
+inline std::string head_dim_rule() {
+  return "multiples of " + std::to_string(kHeadDimAlign) + " up to " + std::to_string(kMaxHeadDim);
+}
+
+// f(std::integral_constant<int, D>{}) for D = kernel_head_dim(head_dim), else otherwise().
 template <typename F, typename Otherwise>
 decltype(auto) with_head_dim(int head_dim, F&& f, Otherwise&& otherwise) {
-  switch (head_dim) {
+  switch (kernel_head_dim(head_dim)) {
     case 32: return f(std::integral_constant<int, 32>{});
     case 64: return f(std::integral_constant<int, 64>{});
     case 96: return f(std::integral_constant<int, 96>{});

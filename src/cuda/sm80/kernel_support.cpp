@@ -25,11 +25,9 @@ Status sm80_attention_supports(const Problem& problem, const char* pass) {
   const std::string prefix = std::string("backend cuda ") + pass + ": ";
   if (problem.dtype != DType::f16 && problem.dtype != DType::bf16)
     return Status::unsupported(prefix + "the tensor-core kernels take f16 and bf16");
-  bool dim_ok = false;
-  for (int d : sm80::kHeadDims) dim_ok = dim_ok || d == problem.head_dim;
-  if (!dim_ok)
+  if (sm80::kernel_head_dim(problem.head_dim) == 0)
     return Status::unsupported(prefix + "head_dim " + std::to_string(problem.head_dim) +
-                               " is not supported for f16/bf16 (supported: 32, 64, 96, 128, 192, 256)");
+                               " is not supported for f16/bf16 (supported: " + sm80::head_dim_rule() + ")");
   if (problem.layout == Layout::kv_cache)
     return Status::unsupported(prefix + "KV caches take the decode kernel (flash_decode_supports), not this one");
   const DeviceInfo& info = device_info(problem.device.index);

@@ -339,7 +339,7 @@ __global__ void __launch_bounds__(C::kThreads, 1) flash_fwd_tma_kernel(const __g
       for (int idx = lane; idx < 16 * kChunksPerRow; idx += 32) {
         const int r = idx / kChunksPerRow, c = idx % kChunksPerRow;
         const int i = f.m0 + warp_row0 + r;
-        if (i < f.seq.q_len)
+        if (i < f.seq.q_len && c * 8 < p.head_dim)  // a narrower head dim: its columns only
           *reinterpret_cast<uint4*>(out_base + static_cast<std::int64_t>(i) * p.out_strides.row + c * 8) =
               *reinterpret_cast<const uint4*>(sQ + C::QTile::offset(warp_row0 + r, c));
       }

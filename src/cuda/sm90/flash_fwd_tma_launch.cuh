@@ -26,7 +26,7 @@ Status launch_tma_config(const ForwardParams& p, const TmaForwardLaunch& launch,
     t.batch = varlen ? 1 : p.batch;
     t.rows = rows;
     t.heads = heads;
-    t.head_dim = C::D;
+    t.head_dim = p.head_dim;  // the caller's: box columns past it read as zeros
     t.strides = strides;
     return t;
   };

@@ -50,4 +50,18 @@ constexpr TmaFwdTile tma_fwd_tile(int head_dim) {
   }
 }
 
+// The TMA kernel's head dim for a caller's head dim (a multiple of 8): the
+// smallest one at or above it, 0 when none. TMA zero-fills the box columns
+// past the tensor's head dim, so a narrower head dim costs no load; the
+// wgmma GEMMs still run over the kernel's columns (wgmma's N is the whole
+// head dim), which at 80 on the 128 kernel still beats the sm80 kernel at 96
+// on an H100 (docs/perf/head-dims.md).
+// Head dims up to 32 stay on the sm80 kernel, which has a 32.
+constexpr int tma_head_dim(int head_dim) {
+  if (head_dim <= 32 || head_dim % 8 != 0) return 0;
+  for (int d : {64, 128, 192, 256})
+    if (d >= head_dim && tma_fwd_tile(d).block_n > 0) return d;
+  return 0;
+}
+
 }  // namespace cuflash::detail::sm90

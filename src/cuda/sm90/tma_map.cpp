@@ -39,7 +39,8 @@ bool stride_ok(std::int64_t bytes) { return bytes > 0 && bytes % 16 == 0 && byte
 }  // namespace
 
 bool tma_can_map(const HeadRowsTensor& t) {
-  if (reinterpret_cast<std::uintptr_t>(t.base) % 16 != 0 || t.head_dim % 64 != 0) return false;
+  // Rows of whole 16-byte chunks; the box's columns past head_dim read as zeros.
+  if (reinterpret_cast<std::uintptr_t>(t.base) % 16 != 0 || t.head_dim % 8 != 0) return false;
   return stride_ok(byte_stride(t.strides.row, t.rows)) && stride_ok(byte_stride(t.strides.head, t.heads)) &&
          stride_ok(byte_stride(t.strides.batch, t.batch)) && t.rows < (std::int64_t{1} << 31) &&
          encoder() != nullptr;
