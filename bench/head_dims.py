@@ -26,6 +26,7 @@ from bench_common import TorchTimer, add_timing_arguments, git_commit
 
 DIMS = (40, 64, 59, 80, 96, 111, 112, 128, 160, 192, 224, 256)
 KERNEL_DIMS = (32, 64, 96, 128, 192, 256)
+HOPPER_DIMS = (64, 128, 192, 256)
 METHODS = ("cuflash_cuda", "cuflash_auto", "sdpa_flash", "sdpa_cudnn", "sdpa_efficient")
 SDPA = {"sdpa_flash": SDPBackend.FLASH_ATTENTION, "sdpa_cudnn": SDPBackend.CUDNN_ATTENTION,
         "sdpa_efficient": SDPBackend.EFFICIENT_ATTENTION}
@@ -36,13 +37,18 @@ def flops(batch, heads, seqlen, dim, causal, pass_name):
     return matmuls * (3.5 if pass_name == "fwdbwd" else 1.0)
 
 
-def kernel_dim(dim):
-    return next(d for d in KERNEL_DIMS if d >= (dim + 7) // 8 * 8)
+def kernel_dim(dim, hopper):
+    """The kernel head dim backend cuda runs `dim` on (sm80/head_dims.hpp, and on an
+    H100 the TMA kernel's sm90::tma_head_dim above 32), after padding to a multiple of 8."""
+    padded = (dim + 7) // 8 * 8
+    dims = HOPPER_DIMS if hopper and padded > 32 else KERNEL_DIMS
+    return next(d for d in dims if d >= padded)
 
 
 def run(args, timer):
     rows = []
     batch, heads, seqlen = args.batch, args.heads, args.seqlen
+    hopper = torch.cuda.get_device_capability() == (9, 0)
     for dim in DIMS:
         for causal in (False, True):
             timer.generator.manual_seed(dim)
@@ -62,7 +68,7 @@ def run(args, timer):
                         with sdpa_kernel(backend):
                             return F.scaled_dot_product_attention(*bhsd, is_causal=causal)
                     calls[name] = (sdpa, grad.transpose(1, 2))
-                row = {"batch": batch, "heads": heads, "seqlen": seqlen, "head_dim": dim, "kernel_dim": kernel_dim(dim),
+                row = {"batch": batch, "heads": heads, "seqlen": seqlen, "head_dim": dim, "kernel_dim": kernel_dim(dim, hopper),
                        "causal": causal, "pass": pass_name, "us": {}}
                 for name, (forward, g) in calls.items():
                     def call(forward=forward, g=g):
