@@ -60,6 +60,16 @@ class TorchTimer:
         return median(a.elapsed_time(b) for a, b in zip(starts, stops)), reps, median(host)
 
 
+def write_report(out: str, meta: dict, rows: list, markdown) -> None:
+    """OUT.json (meta and rows) and OUT.md (markdown(meta, rows)), and the markdown printed."""
+    with open(out + ".json", "w") as f:
+        json.dump({"meta": meta, "rows": rows}, f, indent=1)
+    text = markdown(meta, rows)
+    with open(out + ".md", "w") as f:
+        f.write(text)
+    print(text)
+
+
 def median(values) -> float:
     values = sorted(values)
     middle = len(values) // 2

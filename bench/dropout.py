@@ -23,6 +23,7 @@ from torch.nn.attention import SDPBackend, sdpa_kernel
 from triton.testing import do_bench
 
 import cuflash
+from bench_common import write_report
 
 POINTS = [(4, 16, seqlen, dim, causal) for dim in (64, 128) for seqlen in (1024, 4096) for causal in (True, False)]
 METHODS = ("cuflash p=0", "cuflash p=0.1", "sdpa_flash p=0", "sdpa_flash p=0.1", "sdpa_efficient p=0.1")
@@ -114,11 +115,7 @@ def main():
     meta = {"device": torch.cuda.get_device_name(), "date": datetime.date.today().isoformat(),
             "commit": args.commit, "torch": torch.__version__}
     rows = run(args)
-    with open(args.out + ".json", "w") as f:
-        json.dump({"meta": meta, "rows": rows}, f, indent=1)
-    with open(args.out + ".md", "w") as f:
-        f.write(markdown(meta, rows))
-    print(markdown(meta, rows))
+    write_report(args.out, meta, rows, markdown)
 
 
 if __name__ == "__main__":

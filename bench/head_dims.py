@@ -22,7 +22,7 @@ import torch.nn.functional as F
 from torch.nn.attention import SDPBackend, sdpa_kernel
 
 import cuflash
-from bench_common import TorchTimer, add_timing_arguments, git_commit
+from bench_common import TorchTimer, add_timing_arguments, git_commit, write_report
 
 DIMS = (40, 64, 59, 80, 96, 111, 112, 128, 160, 192, 224, 256)
 KERNEL_DIMS = (32, 64, 96, 128, 192, 256)
@@ -131,11 +131,7 @@ def main():
     meta = {"device": torch.cuda.get_device_name(), "date": datetime.date.today().isoformat(),
             "commit": args.commit, "torch": torch.__version__}
     rows = run(args, timer)
-    with open(args.out + ".json", "w") as f:
-        json.dump({"meta": meta, "rows": rows}, f, indent=1)
-    with open(args.out + ".md", "w") as f:
-        f.write(markdown(meta, rows))
-    print(markdown(meta, rows))
+    write_report(args.out, meta, rows, markdown)
 
 
 if __name__ == "__main__":

@@ -40,6 +40,7 @@ from torch.nn.attention import SDPBackend, sdpa_kernel
 from triton.testing import do_bench
 
 import cuflash
+from bench_common import write_report
 
 PREFILL = [  # (name, batch, heads, seqlen, head_dim)
     ("B1 H16 S128 D64", 1, 16, 128, 64),
@@ -239,11 +240,7 @@ def main():
     rows = prefill_rows(args, cli_rows)
     if not args.skip_decode:
         rows += decode_rows(args, cli_rows)
-    with open(args.out + ".json", "w") as f:
-        json.dump({"meta": meta, "rows": rows}, f, indent=1)
-    with open(args.out + ".md", "w") as f:
-        f.write(markdown(meta, rows))
-    print(markdown(meta, rows))
+    write_report(args.out, meta, rows, markdown)
 
 
 if __name__ == "__main__":
