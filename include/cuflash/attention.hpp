@@ -10,6 +10,14 @@
 //            [B, max_pages]; seqlens_k int32 [B] keys already cached;
 //            optional k_new, v_new [B, new_len, Hk, D] written into the cache
 //            at positions seqlens_k[b].. before attending.
+//   varlen with keys in pages (flash-attn's paged prefill), forward only:
+//            q [total_q, Hq, D] with cu_seqlens_q/k as varlen, k, v a paged
+//            cache [num_pages, page_size, Hk, D] with kv_cache.block_table
+//            [B, >= ceil(max_b len_k(b) / page_size)] and no other kv_cache
+//            field; len_k(b) = cu_seqlens_k[b+1] - cu_seqlens_k[b] counts the
+//            keys (not packed rows): key j of sequence b is in page
+//            block_table[b][j / page_size], slot j % page_size. Otherwise a
+//            varlen call (masks bottom-right per sequence, lse [Hq, total_q]).
 //   out like q; lse float32 [B, Hq, q_len] (varlen: [Hq, total_q]), natural log.
 // Hq must be a multiple of Hk (GQA/MQA). A query row with no visible key gets
 // out = 0 and lse = -inf.
@@ -67,7 +75,7 @@ struct ForwardArgs {
   // S_dmask, for tests: backend cpu only.
   TensorView attn_probs;
   VarlenBatch varlen;       // given: varlen layout
-  KvCache kv_cache;         // given: KV-cache layout
+  KvCache kv_cache;         // given: KV-cache layout (with varlen: block_table only, keys in pages)
 };
 
 struct BackwardArgs {
@@ -80,7 +88,7 @@ struct BackwardArgs {
   //   -sum over (b, i) of exp(sinks[h] - lse) * dot(dout_i, out_i).
   TensorView dsinks;
   VarlenBatch varlen;
-  KvCache kv_cache;         // k_new/v_new must be empty: appends are forward-only
+  KvCache kv_cache;         // k_new/v_new must be empty: appends are forward-only; none with varlen
 };
 
 Status attention_forward(const ForwardArgs& args, const AttentionOptions& options = {},

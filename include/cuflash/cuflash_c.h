@@ -14,6 +14,9 @@
  *            [num_pages, page_size, Hk, D] with block_table i32 [B, max_pages];
  *            seqlens_k i32 [B] = keys already cached; optional k_new/v_new
  *            [B, new_len, Hk, D] appended into the cache at seqlens_k[b].. first.
+ *   varlen with keys in pages (paged prefill, forward only): q, cu_seqlens_q/k
+ *            as varlen, k/v paged [num_pages, page_size, Hk, D] with block_table;
+ *            cu_seqlens_k counts each sequence's keys (no seqlens_k, no append).
  * Strides are in elements; the last dimension must be contiguous. Every extent
  * but head_dim may be 0 (an empty result, as in the C++ API), and a tensor
  * without elements may have a NULL data pointer.
@@ -113,8 +116,9 @@ typedef struct cuflash_run_context {
   size_t workspace_bytes;
 } cuflash_run_context;
 
-/* Forward. For varlen give cu_seqlens_q/k and max_seqlen_q/k; for a KV cache
- * give seqlens_k (and block_table when paged, k_new/v_new to append). */
+/* Forward. For varlen give cu_seqlens_q/k and max_seqlen_q/k (and block_table
+ * when the keys are in pages); for a KV cache give seqlens_k (and block_table
+ * when paged, k_new/v_new to append). */
 typedef struct cuflash_forward_args {
   cuflash_tensor q, k, v, out;
   cuflash_tensor lse;          /* optional */
@@ -139,7 +143,7 @@ typedef struct cuflash_backward_args {
   cuflash_tensor alibi_slopes;
   cuflash_tensor cu_seqlens_q, cu_seqlens_k;
   int32_t max_seqlen_q, max_seqlen_k;
-  cuflash_tensor seqlens_k, block_table; /* no appends in backward */
+  cuflash_tensor seqlens_k, block_table; /* no appends in backward; no block_table with varlen */
   cuflash_tensor sinks;  /* as given to the forward */
   cuflash_tensor dsinks; /* optional output f32 [Hq], with sinks: their gradient */
 } cuflash_backward_args;

@@ -30,7 +30,9 @@ struct Problem {
   int max_q_len = 0;   // over the batch
   int max_kv_len = 0;  // over the batch; for a KV cache: cached + new keys
 
-  // KV cache only.
+  // KV cache; and the page fields for a varlen call whose keys are in a
+  // paged cache (paged_varlen(): flash-attn's paged prefill), where key j of
+  // sequence b, j < kv_len(b) counted by cu_seqlens_k, is cache position j.
   bool paged = false;
   int page_size = 0;       // paged: keys per page; contiguous cache: its capacity
   int num_pages = 0;       // paged: pages in the cache; contiguous: cache batch size
@@ -66,7 +68,7 @@ struct Problem {
   TensorView sinks, dsinks;               // dsinks: backward output
   TensorView attn_probs;                  // forward debug output (S_dmask)
   TensorView cu_seqlens_q, cu_seqlens_k;  // varlen
-  TensorView seqlens_k, block_table;      // KV cache
+  TensorView seqlens_k, block_table;      // KV cache (block_table also for paged_varlen())
 
   // Host copies of the index tensors (for host tensors, and for GPU ones when
   // their contents were checked). Empty when the layout does not use them.
@@ -86,6 +88,9 @@ struct Problem {
     return max_kv_len;
   }
   int group_size() const { return heads_q / heads_kv; }
+  // Packed queries (varlen) over keys in a paged cache: k/v are [num_pages,
+  // page_size, Hk, D], read through block_table; forward only.
+  bool paged_varlen() const { return layout == Layout::varlen && paged; }
 };
 
 // Merge of two partial attentions, checked.

@@ -206,11 +206,11 @@ bool views_overlap(const TensorView& a, const TensorView& b) {
   return offset_reachable(begin_b - begin_a, dims, 0);
 }
 
-Status check_query_key_value(const TensorView& q, const TensorView& k, const TensorView& v, int rank,
+Status check_query_key_value(const TensorView& q, const TensorView& k, const TensorView& v, int q_rank, int kv_rank,
                              const QkvDocs& docs, const char* dim_name) {
   const auto str = [](std::int64_t value) { return std::to_string(value); };
   CUFLASH_TRY(check_given(q, "q"));
-  CUFLASH_TRY(check_layout(q, "q", rank, docs.q, true));
+  CUFLASH_TRY(check_layout(q, "q", q_rank, docs.q, true));
   if (q.dtype != DType::f32 && q.dtype != DType::f16 && q.dtype != DType::bf16)
     return Status::invalid(std::string("q: expected dtype f32, f16 or bf16, got ") + dtype_name(q.dtype));
   if (q.device.kind == DeviceKind::cuda && !built_with_cuda())
@@ -218,21 +218,20 @@ Status check_query_key_value(const TensorView& q, const TensorView& k, const Ten
   CUFLASH_TRY(check_head_dim(q, "q", docs.q));
   for (const auto& [name, view, doc] : {std::tuple{"k", k, docs.k}, std::tuple{"v", v, docs.v}}) {
     CUFLASH_TRY(check_given(view, name));
-    CUFLASH_TRY(check_layout(view, name, rank, doc, true));
+    CUFLASH_TRY(check_layout(view, name, kv_rank, doc, true));
     CUFLASH_TRY(check_dtype(view, name, q.dtype, "same as q"));
     CUFLASH_TRY(check_device(view, name, q.device));
   }
-  const int head_axis = rank - 2;
-  const int dim_axis = rank - 1;
-  if (k.shape[dim_axis] != q.shape[dim_axis])
-    return Status::invalid("k: " + std::string(dim_name) + " (last dim) expected " + str(q.shape[dim_axis]) +
-                           " (like q), got " + str(k.shape[dim_axis]));
+  const std::int64_t head_dim = q.shape[q_rank - 1], heads_q = q.shape[q_rank - 2];
+  const std::int64_t key_dim = k.shape[kv_rank - 1], heads_kv = k.shape[kv_rank - 2];
+  if (key_dim != head_dim)
+    return Status::invalid("k: " + std::string(dim_name) + " (last dim) expected " + str(head_dim) + " (like q), got " +
+                           str(key_dim));
   // heads_kv = 0 divides only heads_q = 0 (no heads at all: an empty result).
-  const bool heads_divide = k.shape[head_axis] == 0 ? q.shape[head_axis] == 0
-                                                    : q.shape[head_axis] % k.shape[head_axis] == 0;
+  const bool heads_divide = heads_kv == 0 ? heads_q == 0 : heads_q % heads_kv == 0;
   if (!heads_divide)
-    return Status::invalid("k: heads_kv (dim " + str(head_axis) + ") must divide heads_q = " + str(q.shape[head_axis]) +
-                           " (GQA/MQA), got " + str(k.shape[head_axis]));
+    return Status::invalid("k: heads_kv (dim " + str(kv_rank - 2) + ") must divide heads_q = " + str(heads_q) +
+                           " (GQA/MQA), got " + str(heads_kv));
   return {};
 }
 

@@ -45,17 +45,24 @@ Status check_no_self_overlap(const TensorView& view, const char* name);
 Status check_like(const TensorView& view, const char* name, const TensorView& like, const char* like_name,
                   const char* dims_doc);
 
-// q, k, v of an attention call (softmax or linear): each given, of `rank`
-// with a contiguous last dimension, float dtype (k, v like q), on q's device
-// (a CUDA one only in a build with CUDA); k's last dimension (`dim_name`:
-// "head_dim", "key_dim") like q's; heads_kv (dim rank-2) dividing heads_q.
+// q, k, v of an attention call (softmax or linear): q of `q_rank`, k and v of
+// `kv_rank` (they differ where packed queries read keys from pages), each
+// given with a contiguous last dimension, float dtype (k, v like q), on q's
+// device (a CUDA one only in a build with CUDA); k's last dimension
+// (`dim_name`: "head_dim", "key_dim") like q's; heads_kv (k's second-to-last
+// dimension) dividing heads_q (q's).
 struct QkvDocs {
   const char* q;
   const char* k;
   const char* v;
 };
-Status check_query_key_value(const TensorView& q, const TensorView& k, const TensorView& v, int rank,
+Status check_query_key_value(const TensorView& q, const TensorView& k, const TensorView& v, int q_rank, int kv_rank,
                              const QkvDocs& docs, const char* dim_name);
+// The same with q, k and v all of `rank`.
+inline Status check_query_key_value(const TensorView& q, const TensorView& k, const TensorView& v, int rank,
+                                    const QkvDocs& docs, const char* dim_name) {
+  return check_query_key_value(q, k, v, rank, rank, docs, dim_name);
+}
 
 // The views a call reads and writes, by argument name, for the aliasing check.
 struct NamedView {

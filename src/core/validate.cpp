@@ -28,27 +28,32 @@ std::string str(std::int64_t value) { return std::to_string(value); }
 
 bool is_float(DType dtype) { return dtype == DType::f32 || dtype == DType::f16 || dtype == DType::bf16; }
 
+const char* q_doc(const Problem& p) { return p.layout == Layout::varlen ? kVarlenQ : kDenseQ; }
+const char* kv_doc(const Problem& p) {
+  if (p.paged) return kPagedKv;  // a KV cache or a varlen call's keys in pages
+  if (p.layout == Layout::varlen) return kVarlenKv;
+  if (p.layout == Layout::kv_cache) return kCacheKv;
+  return kDenseKv;
+}
+
 // q, k, v: presence, layout, dtype, device; fills the problem's geometry.
 Status check_qkv(const TensorView& q, const TensorView& k, const TensorView& v, Problem* p) {
   const bool varlen = p->layout == Layout::varlen;
-  const int rank = varlen ? 3 : 4;
-  const char* q_doc = varlen ? kVarlenQ : kDenseQ;
-  const char* kv_doc = varlen ? kVarlenKv : (p->layout == Layout::kv_cache ? (p->paged ? kPagedKv : kCacheKv) : kDenseKv);
+  const int q_rank = varlen ? 3 : 4;
+  const int kv_rank = varlen && !p->paged ? 3 : 4;
 
-  CUFLASH_TRY(check_query_key_value(q, k, v, rank, {q_doc, kv_doc, kv_doc}, "head_dim"));
-  const int head_axis = rank - 2;
-  const int dim_axis = rank - 1;
+  CUFLASH_TRY(check_query_key_value(q, k, v, q_rank, kv_rank, {q_doc(*p), kv_doc(*p), kv_doc(*p)}, "head_dim"));
   if (p->layout == Layout::dense && k.shape[0] != q.shape[0])
     return Status::invalid("k: dim 0 (batch) expected " + str(q.shape[0]) + " (like q), got " + str(k.shape[0]));
-  for (int d = 0; d < rank; ++d)
+  for (int d = 0; d < kv_rank; ++d)
     if (v.shape[d] != k.shape[d])
       return Status::invalid("v: expected shape " + shape_string(k) + " (like k), got " + shape_string(v));
 
   p->dtype = q.dtype;
   p->device = q.device;
-  p->heads_q = static_cast<int>(q.shape[head_axis]);
-  p->heads_kv = static_cast<int>(k.shape[head_axis]);
-  p->head_dim = static_cast<int>(q.shape[dim_axis]);
+  p->heads_q = static_cast<int>(q.shape[q_rank - 2]);
+  p->heads_kv = static_cast<int>(k.shape[kv_rank - 2]);
+  p->head_dim = static_cast<int>(q.shape[q_rank - 1]);
   if (p->layout != Layout::varlen) {
     p->batch = static_cast<int>(q.shape[0]);
     p->max_q_len = static_cast<int>(q.shape[1]);
@@ -118,6 +123,9 @@ Status check_index_layout(const TensorView& view, const char* name, int rank, co
 }
 
 // Offsets of one side of a varlen batch: 0, non-decreasing, within the packed rows.
+// Keys in pages are not packed: their cu_seqlens_k only counts them (flash-attn's
+// convention), with kNoPackedRows as the bound; the block table bounds each sequence.
+constexpr std::int64_t kNoPackedRows = std::numeric_limits<std::int64_t>::max();
 Status check_cu_seqlens(const std::vector<std::int32_t>& offsets, const char* name, std::int64_t total_rows,
                         const char* rows_name, int max_seqlen, const char* max_name) {
   const std::string arg = std::string("varlen.") + name;
@@ -138,7 +146,61 @@ Status check_cu_seqlens(const std::vector<std::int32_t>& offsets, const char* na
   return {};
 }
 
-Status check_varlen(const VarlenBatch& varlen, const AttentionOptions& options, void* stream, Problem* p) {
+// A paged cache's geometry: k/v [num_pages, page_size, Hk, D] read through
+// block_table [batch, max_pages]; a sequence holds up to max_pages x page_size keys.
+Status check_page_table_layout(const TensorView& block_table, Problem* p) {
+  CUFLASH_TRY(check_index_layout(block_table, "kv_cache.block_table", 2, "[batch, max_pages]", p->device));
+  CUFLASH_TRY(check_dims(block_table, "kv_cache.block_table", {{"batch", p->batch}, {"max_pages", -1}}, "from q"));
+  if (block_table.shape[1] < 1 && p->batch > 0)
+    return Status::invalid("kv_cache.block_table: expected at least one page per sequence, got shape " +
+                           shape_string(block_table));
+  if (p->k.shape[1] < 1)
+    return Status::invalid("k: page_size (dim 1 of a paged cache " + std::string(kPagedKv) +
+                           ") must be >= 1, got shape " + shape_string(p->k));
+  p->page_size = static_cast<int>(p->k.shape[1]);
+  p->num_pages = static_cast<int>(p->k.shape[0]);
+  p->max_pages = static_cast<int>(block_table.shape[1]);
+  const std::int64_t capacity = static_cast<std::int64_t>(p->page_size) * p->max_pages;
+  if (capacity > std::numeric_limits<std::int32_t>::max())
+    return Status::invalid("kv_cache.block_table: " + str(p->max_pages) + " pages x page_size " + str(p->page_size) +
+                           " exceed 2^31 - 1 keys per sequence");
+  p->cache_capacity = static_cast<int>(capacity);
+  p->block_table = block_table;
+  return {};
+}
+
+// Every page that the first kv_len keys of sequence b read lies inside the cache.
+Status check_pages_in_cache(const Problem& p, int b, int kv_len) {
+  const int pages_used = (kv_len + p.page_size - 1) / p.page_size;
+  for (int page = 0; page < pages_used; ++page) {
+    const std::int32_t entry = p.host_block_table[static_cast<std::size_t>(b) * p.max_pages + page];
+    if (entry < 0 || entry >= p.num_pages)
+      return Status::invalid("kv_cache.block_table: block_table[" + str(b) + "][" + str(page) + "] = " + str(entry) +
+                             " is out of range [0, " + str(p.num_pages) + ") (pages in k)");
+  }
+  return {};
+}
+
+// A varlen call whose keys are in pages: each sequence's cu_seqlens_k count
+// fits its block-table row, and every page it reads is in the cache.
+Status check_paged_varlen_contents(const TensorView& block_table, void* stream, Problem* p) {
+  CUFLASH_TRY(copy_index_tensor(block_table, "kv_cache.block_table", stream, &p->host_block_table));
+  for (int b = 0; b < p->batch; ++b) {
+    const int kv_len = p->kv_len(b);
+    if (kv_len > p->cache_capacity)
+      return Status::invalid("kv_cache.block_table: sequence " + str(b) + " has " + str(kv_len) +
+                             " keys (cu_seqlens_k), more than its " + str(p->max_pages) + " pages x page_size " +
+                             str(p->page_size) + " hold; expected at least " +
+                             str((kv_len + p->page_size - 1) / p->page_size) + " columns");
+    CUFLASH_TRY(check_pages_in_cache(*p, b, kv_len));
+  }
+  return {};
+}
+
+// Varlen: cu_seqlens on both sides; with p->paged the keys are in a paged
+// cache (kv_cache.block_table) instead of packed rows of k/v.
+Status check_varlen(const VarlenBatch& varlen, const TensorView& block_table, const AttentionOptions& options,
+                    void* stream, Problem* p) {
   CUFLASH_TRY(check_index_layout(varlen.cu_seqlens_q, "varlen.cu_seqlens_q", 1, "[batch + 1]", p->device));
   CUFLASH_TRY(check_index_layout(varlen.cu_seqlens_k, "varlen.cu_seqlens_k", 1, "[batch + 1]", p->device));
   const std::int64_t entries = varlen.cu_seqlens_q.shape[0];
@@ -152,12 +214,15 @@ Status check_varlen(const VarlenBatch& varlen, const AttentionOptions& options, 
   p->max_kv_len = varlen.max_seqlen_k;
   p->cu_seqlens_q = varlen.cu_seqlens_q;
   p->cu_seqlens_k = varlen.cu_seqlens_k;
+  if (p->paged) CUFLASH_TRY(check_page_table_layout(block_table, p));
   if (p->device.kind == DeviceKind::cuda && !options.check_index_contents) return {};
 
   CUFLASH_TRY(copy_index_tensor(varlen.cu_seqlens_q, "varlen.cu_seqlens_q", stream, &p->host_cu_seqlens_q));
   CUFLASH_TRY(copy_index_tensor(varlen.cu_seqlens_k, "varlen.cu_seqlens_k", stream, &p->host_cu_seqlens_k));
   CUFLASH_TRY(check_cu_seqlens(p->host_cu_seqlens_q, "cu_seqlens_q", p->q.shape[0], "q", varlen.max_seqlen_q, "max_seqlen_q"));
-  CUFLASH_TRY(check_cu_seqlens(p->host_cu_seqlens_k, "cu_seqlens_k", p->k.shape[0], "k", varlen.max_seqlen_k, "max_seqlen_k"));
+  CUFLASH_TRY(check_cu_seqlens(p->host_cu_seqlens_k, "cu_seqlens_k", p->paged ? kNoPackedRows : p->k.shape[0], "k",
+                               varlen.max_seqlen_k, "max_seqlen_k"));
+  if (p->paged) CUFLASH_TRY(check_paged_varlen_contents(block_table, stream, p));
   p->host_indices_valid = true;
   return {};
 }
@@ -167,23 +232,7 @@ Status check_kv_cache_layout(const KvCache& cache, bool forward, Problem* p) {
   CUFLASH_TRY(check_index_layout(cache.seqlens_k, "kv_cache.seqlens_k", 1, "[batch]", p->device));
   CUFLASH_TRY(check_dims(cache.seqlens_k, "kv_cache.seqlens_k", {{"batch", p->batch}}, "from q"));
   if (p->paged) {
-    CUFLASH_TRY(check_index_layout(cache.block_table, "kv_cache.block_table", 2, "[batch, max_pages]", p->device));
-    CUFLASH_TRY(check_dims(cache.block_table, "kv_cache.block_table", {{"batch", p->batch}, {"max_pages", -1}}, "from q"));
-    if (cache.block_table.shape[1] < 1 && p->batch > 0)
-      return Status::invalid("kv_cache.block_table: expected at least one page per sequence, got shape " +
-                             shape_string(cache.block_table));
-    if (p->k.shape[1] < 1)
-      return Status::invalid("k: page_size (dim 1 of a paged cache " + std::string(kPagedKv) +
-                             ") must be >= 1, got shape " + shape_string(p->k));
-    p->page_size = static_cast<int>(p->k.shape[1]);
-    p->num_pages = static_cast<int>(p->k.shape[0]);
-    p->max_pages = static_cast<int>(cache.block_table.shape[1]);
-    const std::int64_t capacity = static_cast<std::int64_t>(p->page_size) * p->max_pages;
-    if (capacity > std::numeric_limits<std::int32_t>::max())
-      return Status::invalid("kv_cache.block_table: " + str(p->max_pages) + " pages x page_size " + str(p->page_size) +
-                             " exceed 2^31 - 1 keys per sequence");
-    p->cache_capacity = static_cast<int>(capacity);
-    p->block_table = cache.block_table;
+    CUFLASH_TRY(check_page_table_layout(cache.block_table, p));
   } else {
     if (p->k.shape[0] != p->batch)
       return Status::invalid("k: dim 0 (batch) of a contiguous KV cache expected " + str(p->batch) + " (like q), got " +
@@ -286,14 +335,7 @@ Status check_kv_cache_contents(const KvCache& cache, void* stream, Problem* p) {
                              capacity_text + ")");
     const int kv_len = cached + p->new_len;
     longest = std::max(longest, kv_len);
-    if (!p->paged) continue;
-    const int pages_used = (kv_len + p->page_size - 1) / p->page_size;
-    for (int page = 0; page < pages_used; ++page) {
-      const std::int32_t entry = p->host_block_table[static_cast<std::size_t>(b) * p->max_pages + page];
-      if (entry < 0 || entry >= p->num_pages)
-        return Status::invalid("kv_cache.block_table: block_table[" + str(b) + "][" + str(page) + "] = " + str(entry) +
-                               " is out of range [0, " + str(p->num_pages) + ") (pages in k)");
-    }
+    if (p->paged) CUFLASH_TRY(check_pages_in_cache(*p, b, kv_len));
   }
   if (p->paged && p->new_len > 0) CUFLASH_TRY(check_append_slots_distinct(*p));
   p->max_kv_len = longest;
@@ -344,18 +386,39 @@ Status resolve_options(const AttentionOptions& options, Problem* p) {
   return {};
 }
 
+// A varlen call with kv_cache.block_table reads its keys from pages and takes
+// no other KV-cache field: cu_seqlens_k counts the keys, and nothing is appended.
+Status check_paged_varlen_fields(const KvCache& cache, bool forward) {
+  if (!forward)
+    return Status::invalid("kv_cache.block_table: not in a varlen backward; keys read from pages are forward-only "
+                           "(flash-attn's paged varlen call has no backward): give the backward packed k/v");
+  if (!cache.seqlens_k.empty())
+    return Status::invalid("kv_cache.seqlens_k: not with varlen; the keys of a varlen call with a block table are "
+                           "counted by varlen.cu_seqlens_k");
+  if (!cache.k_new.empty() || !cache.v_new.empty())
+    return Status::invalid(std::string(cache.k_new.empty() ? "kv_cache.v_new" : "kv_cache.k_new") +
+                           ": not with varlen; a varlen call with a block table only reads the cache (appends are "
+                           "KV-cache calls, with seqlens_k)");
+  return {};
+}
+
 // Everything a forward and a backward share: layout, q/k/v, index tensors,
 // alibi and options.
 Status check_common(const TensorView& q, const TensorView& k, const TensorView& v, const TensorView& alibi,
                     const TensorView& sinks, const VarlenBatch& varlen, const KvCache& cache,
                     const AttentionOptions& options, bool forward,
                     void* stream, Problem* p) {
-  if (varlen.given() && cache.given())
-    return Status::invalid("varlen, kv_cache: a call takes either cu_seqlens (varlen) or a KV cache, not both");
+  // flash-attn's paged prefill: packed queries whose keys are in a paged cache,
+  // the one way the varlen and kv_cache fields combine.
+  const bool paged_varlen = varlen.given() && !cache.block_table.empty();
+  if (paged_varlen) CUFLASH_TRY(check_paged_varlen_fields(cache, forward));
+  else if (varlen.given() && cache.given())
+    return Status::invalid("varlen, kv_cache: a call takes either cu_seqlens (varlen) or a KV cache, not both "
+                           "(but for a varlen forward's kv_cache.block_table)");
   p->layout = varlen.given() ? Layout::varlen : cache.given() ? Layout::kv_cache : Layout::dense;
-  p->paged = p->layout == Layout::kv_cache && !cache.block_table.empty();
+  p->paged = !cache.block_table.empty();
   CUFLASH_TRY(check_qkv(q, k, v, p));
-  if (p->layout == Layout::varlen) CUFLASH_TRY(check_varlen(varlen, options, stream, p));
+  if (p->layout == Layout::varlen) CUFLASH_TRY(check_varlen(varlen, cache.block_table, options, stream, p));
   if (p->layout == Layout::kv_cache) CUFLASH_TRY(check_kv_cache(cache, options, forward, stream, p));
   CUFLASH_TRY(check_alibi(alibi, p));
   if (!sinks.empty()) {
@@ -370,13 +433,6 @@ std::vector<NamedView> index_views(const Problem& p) {
   return {{"varlen.cu_seqlens_q", p.cu_seqlens_q}, {"varlen.cu_seqlens_k", p.cu_seqlens_k},
           {"kv_cache.seqlens_k", p.seqlens_k},     {"kv_cache.block_table", p.block_table},
           {"alibi_slopes", p.alibi_slopes},        {"sinks", p.sinks}};
-}
-
-const char* q_doc(const Problem& p) { return p.layout == Layout::varlen ? kVarlenQ : kDenseQ; }
-const char* kv_doc(const Problem& p) {
-  if (p.layout == Layout::varlen) return kVarlenKv;
-  if (p.layout == Layout::kv_cache) return p.paged ? kPagedKv : kCacheKv;
-  return kDenseKv;
 }
 
 }  // namespace

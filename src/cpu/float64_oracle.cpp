@@ -61,17 +61,24 @@ struct KeyLocation {
   std::int64_t pos = 0;
 };
 
+// Cache position j of sequence b in a paged cache: (page, slot).
+KeyLocation locate_in_pages(const Problem& p, int b, int j) {
+  const int page = p.host_block_table[static_cast<std::size_t>(b) * p.max_pages + j / p.page_size];
+  return {false, page, j % p.page_size};
+}
+
 KeyLocation locate_key(const Problem& p, int b, int j) {
   switch (p.layout) {
     case Layout::dense: return {false, b, j};
-    case Layout::varlen: return {false, 0, p.host_cu_seqlens_k[b] + j};
+    case Layout::varlen:
+      if (p.paged) return locate_in_pages(p, b, j);  // keys counted by cu_seqlens_k, stored in pages
+      return {false, 0, p.host_cu_seqlens_k[b] + j};
     case Layout::kv_cache: {
       const int cached = p.host_seqlens_k[b];
       // The append is virtual: new keys are read from k_new, the cache is untouched.
       if (j >= cached) return {true, b, j - cached};
       if (!p.paged) return {false, b, j};
-      const int page = p.host_block_table[static_cast<std::size_t>(b) * p.max_pages + j / p.page_size];
-      return {false, page, j % p.page_size};
+      return locate_in_pages(p, b, j);
     }
   }
   return {};

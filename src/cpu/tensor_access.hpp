@@ -112,10 +112,12 @@ class RowAddress {
     return batch_index * view.strides[0] + head * view.strides[1] + static_cast<std::int64_t>(row) * view.strides[2];
   }
 
-  // Key `key` of sequence `batch_index` in a k-like view (for a KV cache: the cache).
+  // Key `key` of sequence `batch_index` in a k-like view (for a KV cache, and
+  // a varlen call's keys in pages: the cache, at cache position `key`).
   std::int64_t key(const TensorView& view, int batch_index, int key, int head_kv) const {
     switch (problem_.layout) {
       case Layout::varlen: {
+        if (problem_.paged) return cache_row(view, cache_slot(batch_index, key), head_kv);
         const std::int64_t packed_row = problem_.host_cu_seqlens_k[batch_index] + static_cast<std::int64_t>(key);
         return packed_row * view.strides[0] + head_kv * view.strides[1];
       }
@@ -128,9 +130,10 @@ class RowAddress {
            head_kv * view.strides[2];
   }
 
-  // KV cache: the physical slot (page * page_size + position in page) holding
-  // cache position `position` of sequence `batch_index`. A contiguous cache is
-  // addressed the same way with one "page" of `capacity` slots per sequence.
+  // KV cache (and paged varlen keys): the physical slot (page * page_size +
+  // position in page) holding cache position `position` of sequence
+  // `batch_index`. A contiguous cache is addressed the same way with one
+  // "page" of `capacity` slots per sequence.
   std::int64_t cache_slot(int batch_index, int position) const {
     const int page_size = problem_.page_size;
     if (!problem_.paged) return static_cast<std::int64_t>(batch_index) * page_size + position;

@@ -22,14 +22,17 @@ int log2_exact(int value) {
   return shift;
 }
 
+}  // namespace
+
 KvCacheParams make_kv_cache_params(const Problem& problem) {
   KvCacheParams c;
   c.seqlens_k = static_cast<const std::int32_t*>(problem.seqlens_k.data);
   if (problem.paged) {
     c.block_table = static_cast<const std::int32_t*>(problem.block_table.data);
     c.block_table_stride = problem.block_table.strides[0];
-    // The backend accepts powers of two only (flash_decode_supports), so
-    // this is exact: page and slot of a key are a shift and a mask.
+    // The backend accepts powers of two only (flash_decode_supports,
+    // paged_varlen_supports), so this is exact: page and slot of a key are
+    // a shift and a mask.
     c.page_shift = log2_exact(problem.page_size);
     c.num_pages = problem.num_pages;
   }
@@ -43,8 +46,6 @@ KvCacheParams make_kv_cache_params(const Problem& problem) {
   }
   return c;
 }
-
-}  // namespace
 
 AttentionParams make_attention_params(const Problem& problem) {
   AttentionParams p;

@@ -1,7 +1,9 @@
 // backend=cuda: cuflash's own kernels. fp16/bf16 run the FlashAttention-2
 // tensor-core kernels (sm80/), f32 the plain-fp32 SIMT kernels (simt/); a KV
 // cache (contiguous or paged, any q_len) runs the decode kernel
-// (sm80/flash_decode*) after the append of k_new/v_new, forward only.
+// (sm80/flash_decode*) after the append of k_new/v_new, forward only; a
+// varlen forward with its keys in pages runs the varlen kernels on the keys
+// packed first (common/paged_varlen.hpp).
 #include <cuda_runtime_api.h>
 
 #include <string>
@@ -11,6 +13,7 @@
 #include "common/attention_sinks.hpp"
 #include "common/cuda_check.hpp"
 #include "common/padded_head_dim.hpp"
+#include "common/paged_varlen.hpp"
 #include "common/scratch.hpp"
 #include "common/varlen_tail.hpp"
 #include "linear/linear_attention.hpp"
@@ -37,6 +40,10 @@ class CudaBackend final : public BackendImpl {
   }
 
   Status supports(const Problem& problem) const override {
+    if (problem.paged_varlen()) {
+      CUFLASH_TRY(paged_varlen_supports(problem));
+      return supports(packed_keys_problem(problem, nullptr));
+    }
     CUFLASH_TRY(refuse_cpu_only_features(problem, "cuda", {.sinks = true, .attn_probs = true, .dropout = true}));
     if (problem.layout == Layout::kv_cache && !problem.attn_probs.empty())
       return Status::unsupported("attn_probs: backend cuda writes the debug probabilities of dense and varlen calls, "
@@ -59,16 +66,11 @@ class CudaBackend final : public BackendImpl {
 
   Status forward(const Problem& problem, const RunContext& context) override {
     return run(problem, context, [&](void* workspace, cudaStream_t stream) -> Status {
-      if (!needs_lse_after_kernels(problem)) return with_padded_head_dim(problem, workspace, stream, forward_kernels);
-      // The kernels run without the sinks, into the caller's lse or scratch;
-      // the sinks then join each row's state (common/attention_sinks.hpp),
-      // and the debug probabilities come from the final lse.
-      Problem kernels_only = problem;
-      if (problem.lse.empty())
-        kernels_only.lse = scratch_lse_view(problem, static_cast<char*>(workspace) + align256(kernel_bytes(problem)));
-      CUFLASH_TRY(with_padded_head_dim(kernels_only, workspace, stream, forward_kernels));
-      CUFLASH_TRY(apply_attention_sinks(kernels_only, kernels_only.lse, stream));
-      return write_attention_probs(problem, kernels_only.lse, stream);
+      if (!problem.paged_varlen()) return forward_steps(problem, workspace, stream);
+      // The keys packed into the start of the workspace, then the varlen forward on them.
+      const Problem packed = packed_keys_problem(problem, workspace);
+      CUFLASH_TRY(gather_paged_keys(problem, packed, stream));
+      return forward_steps(packed, static_cast<char*>(workspace) + packed_keys_bytes(problem), stream);
     });
   }
   Status backward(const Problem& problem, const RunContext& context) override {
@@ -125,13 +127,29 @@ class CudaBackend final : public BackendImpl {
     return unpad_head_dim_outputs(problem, padded.problem, stream);
   }
 
+  static Status forward_steps(const Problem& problem, void* workspace, cudaStream_t stream) {
+    if (!needs_lse_after_kernels(problem)) return with_padded_head_dim(problem, workspace, stream, forward_kernels);
+    // The kernels run without the sinks, into the caller's lse or scratch;
+    // the sinks then join each row's state (common/attention_sinks.hpp),
+    // and the debug probabilities come from the final lse.
+    Problem kernels_only = problem;
+    if (problem.lse.empty())
+      kernels_only.lse = scratch_lse_view(problem, static_cast<char*>(workspace) + align256(kernel_bytes(problem)));
+    CUFLASH_TRY(with_padded_head_dim(kernels_only, workspace, stream, forward_kernels));
+    CUFLASH_TRY(apply_attention_sinks(kernels_only, kernels_only.lse, stream));
+    return write_attention_probs(problem, kernels_only.lse, stream);
+  }
+
   // Forward steps after the kernels that read the lse: sinks, attn_probs.
   static bool needs_lse_after_kernels(const Problem& problem) {
     return problem.pass == Pass::forward && (problem.has_sinks || !problem.attn_probs.empty());
   }
 
-  // The kernels' scratch, then a scratch lse (sinks, attn_probs) or dsinks' partial sums.
+  // The kernels' scratch, then a scratch lse (sinks, attn_probs) or dsinks'
+  // partial sums; a paged varlen call's packed keys before all of them.
   static std::size_t required_bytes(const Problem& problem) {
+    if (problem.paged_varlen())
+      return packed_keys_bytes(problem) + required_bytes(packed_keys_problem(problem, nullptr));
     std::size_t after_kernels = 0;
     if (needs_lse_after_kernels(problem) && problem.lse.empty())
       after_kernels = align256(scratch_lse_view(problem, nullptr).numel() * sizeof(float));

@@ -49,6 +49,10 @@ Status check_problem(const Problem& p) {
   if (p.layout == Layout::kv_cache && p.pass == Pass::backward)
     return Status::unsupported(prefix + "KV-cache (paged or contiguous) backward is not supported "
                                         "(cuDNN's paged attention is forward-only)");
+  if (p.paged_varlen())
+    return Status::unsupported(prefix + "varlen with kv_cache.block_table (keys in pages) is not supported: the "
+                                        "cuDNN plans here read packed varlen keys or a KV cache with seqlens_k; "
+                                        "backend cuda runs it");
   if (p.layout == Layout::kv_cache && p.new_len > 0)
     return Status::unsupported(prefix + "KV-cache append (kv_cache.k_new/v_new) is not supported: write the new "
                                         "keys into the cache first, or use backend cpu");

@@ -308,6 +308,84 @@ static void test_paged_kvcache_append(void) {
   free(q), free(k_cache), free(v_cache), free(k_new), free(v_new), free(out), free(lse);
 }
 
+/* Varlen queries over keys in pages (flash-attn's paged prefill): sequences of 3, 0 and 6
+ * queries over 4, 2 and 7 keys in pages of 4, read through a shuffled block table; causal
+ * (bottom-right: the third sequence has fewer queries than keys). The backward refuses the
+ * block table. */
+static void test_paged_varlen(void) {
+  enum { TQ = 9, H = 2, D = 8, B = 3, PAGES = 7, PAGE = 4, MAX_PAGES = 2 };
+  int32_t cu_q[B + 1] = {0, 3, 3, 9}, cu_k[B + 1] = {0, 4, 6, 13};
+  int32_t block_table[B * MAX_PAGES] = {6, 2, 0, 5, 3, 1}; /* page 4 is no sequence's */
+  const int64_t q_shape[3] = {TQ, H, D}, cache_shape[4] = {PAGES, PAGE, H, D}, lse_shape[2] = {H, TQ};
+  const int64_t cu_shape[1] = {B + 1}, table_shape[2] = {B, MAX_PAGES};
+  float *q = random_floats(TQ * H * D), *k_cache = random_floats(PAGES * PAGE * H * D);
+  float *v_cache = random_floats(PAGES * PAGE * H * D), *out = filled_floats(TQ * H * D, NAN);
+  float *lse = filled_floats(H * TQ, NAN), *dq = filled_floats(TQ * H * D, NAN);
+  float *dk = filled_floats(PAGES * PAGE * H * D, NAN), *dv = filled_floats(PAGES * PAGE * H * D, NAN);
+  cuflash_forward_args args;
+  cuflash_backward_args grad;
+  cuflash_options options;
+  cuflash_status status;
+  ref_options ref = {1.0 / sqrt((double)D), 1, 0.0};
+  double worst = 0;
+  int b, h, i, j, c;
+
+  memset(&args, 0, sizeof args);
+  args.q = host_tensor(q, CUFLASH_F32, 3, q_shape);
+  args.k = host_tensor(k_cache, CUFLASH_F32, 4, cache_shape);
+  args.v = host_tensor(v_cache, CUFLASH_F32, 4, cache_shape);
+  args.out = host_tensor(out, CUFLASH_F32, 3, q_shape);
+  args.lse = host_tensor(lse, CUFLASH_F32, 2, lse_shape);
+  args.cu_seqlens_q = host_tensor(cu_q, CUFLASH_I32, 1, cu_shape);
+  args.cu_seqlens_k = host_tensor(cu_k, CUFLASH_I32, 1, cu_shape);
+  args.max_seqlen_q = 6;
+  args.max_seqlen_k = 7;
+  args.block_table = host_tensor(block_table, CUFLASH_I32, 2, table_shape);
+  cuflash_options_init(&options);
+  options.causal = 1;
+  status = cuflash_attention_forward(&args, &options, NULL);
+  CHECK(status == CUFLASH_OK, "paged varlen: %s: %s", cuflash_status_name(status), cuflash_last_error_message());
+  for (b = 0; b < B; ++b)
+    for (h = 0; h < H; ++h) {
+      const int lq = cu_q[b + 1] - cu_q[b], lk = cu_k[b + 1] - cu_k[b];
+      float keys[MAX_PAGES * PAGE * D], values[MAX_PAGES * PAGE * D];
+      double want_out[6 * D], want_lse[6];
+      if (lq == 0) continue;
+      for (j = 0; j < lk; ++j)
+        for (c = 0; c < D; ++c) {
+          const long at = (((long)block_table[b * MAX_PAGES + j / PAGE] * PAGE + j % PAGE) * H + h) * D + c;
+          keys[j * D + c] = k_cache[at];
+          values[j * D + c] = v_cache[at];
+        }
+      reference(q + ((long)cu_q[b] * H + h) * D, H * D, keys, D, values, D, lq, lk, D, ref, want_out, want_lse, NULL,
+                0, NULL, NULL, NULL);
+      worst = fmax(worst, max_abs_diff(out + ((long)cu_q[b] * H + h) * D, H * D, want_out, lq, D));
+      for (i = 0; i < lq; ++i) worst = fmax(worst, fabs(lse[h * TQ + cu_q[b] + i] - want_lse[i]));
+    }
+  CHECK(worst <= kTolerance, "paged varlen max-abs error %g", worst);
+
+  memset(&grad, 0, sizeof grad);
+  grad.q = args.q;
+  grad.k = args.k;
+  grad.v = args.v;
+  grad.out = args.out;
+  grad.dout = args.out;
+  grad.lse = args.lse;
+  grad.dq = host_tensor(dq, CUFLASH_F32, 3, q_shape);
+  grad.dk = host_tensor(dk, CUFLASH_F32, 4, cache_shape);
+  grad.dv = host_tensor(dv, CUFLASH_F32, 4, cache_shape);
+  grad.cu_seqlens_q = args.cu_seqlens_q;
+  grad.cu_seqlens_k = args.cu_seqlens_k;
+  grad.max_seqlen_q = args.max_seqlen_q;
+  grad.max_seqlen_k = args.max_seqlen_k;
+  grad.block_table = args.block_table;
+  CHECK(cuflash_attention_backward(&grad, &options, NULL) == CUFLASH_INVALID_ARGUMENT &&
+            strstr(cuflash_last_error_message(), "block_table") != NULL,
+        "paged varlen backward: '%s'", cuflash_last_error_message());
+  CHECK(isnan(dq[0]) && isnan(dk[0]), "the refused backward wrote its gradients");
+  free(q), free(k_cache), free(v_cache), free(out), free(lse), free(dq), free(dk), free(dv);
+}
+
 /* Attention over the first and second halves of the keys, merged, equals attention over all. */
 static void test_merge_states(void) {
   enum { B = 1, S = 3, H = 2, D = 8, SK = 10, HALF = 5 };
@@ -794,6 +872,7 @@ int main(void) {
   test_dense_forward_backward();
   test_varlen();
   test_paged_kvcache_append();
+  test_paged_varlen();
   test_merge_states();
   test_empty_tensors();
   test_sinks_and_dropout();

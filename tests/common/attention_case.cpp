@@ -50,7 +50,8 @@ void PrintTo(const CaseSpec& s, std::ostream* os) {
   list("q_lens", s.q_lens);
   list("kv_lens", s.kv_lens);
   list("cached", s.cached_lens);
-  if (s.layout == CaseLayout::kv_cache) *os << " new_len=" << s.new_len << " page_size=" << s.page_size;
+  if (s.layout == CaseLayout::kv_cache) *os << " new_len=" << s.new_len;
+  if (s.layout != CaseLayout::dense) *os << " page_size=" << s.page_size;
   if (s.options.softmax_scale) *os << " scale=" << *s.options.softmax_scale;
   *os << " causal=" << s.options.causal
       << " window=(" << s.options.window_left << "," << s.options.window_right << ") softcap=" << s.options.softcap
@@ -149,19 +150,23 @@ void AttentionCase::build_varlen(std::mt19937& engine) {
   cu_seqlens_k = HostTensor::from_i32(cu_k, {n});
   const std::int64_t total_q = cu_q.back() + s.extra_rows, total_k = cu_k.back() + s.extra_rows;
   q = HostTensor(s.dtype, {total_q, s.heads_q, s.head_dim}, qkv_layout(3));
+  q.fill_normal(engine, s.input_std);
+  if (s.poison_unused) poison_rows(q, q_rows_owned_by_row());
+  if (s.with_lse) lse = HostTensor(DType::f32, {s.heads_q, total_q});
+  if (s.page_size > 0) {
+    build_pages(s.kv_lens.empty() ? 0 : *std::max_element(s.kv_lens.begin(), s.kv_lens.end()), engine);
+    return;
+  }
   k = HostTensor(s.dtype, {total_k, s.heads_kv, s.head_dim}, qkv_layout(3));
   v = HostTensor(s.dtype, {total_k, s.heads_kv, s.head_dim}, qkv_layout(3));
-  q.fill_normal(engine, s.input_std);
   k.fill_normal(engine, s.input_std);
   v.fill_normal(engine);
   if (s.poison_unused) {
     std::vector<bool> k_owned(total_k, false);
     std::fill(k_owned.begin(), k_owned.begin() + cu_k.back(), true);
-    poison_rows(q, q_rows_owned_by_row());
     poison_rows(k, k_owned);
     poison_rows(v, k_owned);
   }
-  if (s.with_lse) lse = HostTensor(DType::f32, {s.heads_q, total_q});
 }
 
 std::vector<bool> AttentionCase::q_rows_owned_by_row() const {
@@ -189,6 +194,33 @@ AttentionCase::CacheRow AttentionCase::cache_row(int b, int j) const {
   return {block_table_values[static_cast<std::size_t>(b) * max_pages + j / spec_.page_size], j % spec_.page_size};
 }
 
+AttentionCase AttentionCase::with_packed_keys() const {
+  if (spec_.layout != CaseLayout::varlen || spec_.page_size == 0)
+    throw std::invalid_argument("with_packed_keys: not a varlen case with pages");
+  AttentionCase packed = *this;
+  packed.spec_.page_size = 0;
+  const std::int64_t total_k = std::accumulate(spec_.kv_lens.begin(), spec_.kv_lens.end(), std::int64_t{0});
+  const std::int64_t row = static_cast<std::int64_t>(spec_.heads_kv) * spec_.head_dim;
+  packed.k = HostTensor(spec_.dtype, {total_k, spec_.heads_kv, spec_.head_dim}, qkv_layout(3));
+  packed.v = HostTensor(spec_.dtype, {total_k, spec_.heads_kv, spec_.head_dim}, qkv_layout(3));
+  std::int64_t packed_row = 0;
+  for (int b = 0; b < batch(); ++b)
+    for (int j = 0; j < spec_.kv_lens[b]; ++j, ++packed_row) {
+      const CacheRow r = cache_row(b, j);
+      const std::int64_t paged_row = r.outer * spec_.page_size + r.pos;
+      for (std::int64_t e = 0; e < row; ++e) {
+        packed.k.set(packed_row * row + e, k.get(paged_row * row + e));
+        packed.v.set(packed_row * row + e, v.get(paged_row * row + e));
+      }
+    }
+  packed.dk = HostTensor(spec_.dtype, packed.k.shape(), qkv_layout(3));
+  packed.dv = HostTensor(spec_.dtype, packed.v.shape(), qkv_layout(3));
+  packed.block_table = HostTensor();
+  packed.block_table_values.clear();
+  packed.max_pages = 0;
+  return packed;
+}
+
 void AttentionCase::build_kv_cache(std::mt19937& engine) {
   const CaseSpec& s = spec_;
   const int B = batch();
@@ -200,25 +232,12 @@ void AttentionCase::build_kv_cache(std::mt19937& engine) {
     const std::int64_t capacity = longest + s.capacity_slack;
     k = HostTensor(s.dtype, {B, capacity, s.heads_kv, s.head_dim}, qkv_layout(4));
     v = HostTensor(s.dtype, {B, capacity, s.heads_kv, s.head_dim}, qkv_layout(4));
+    k.fill_normal(engine, s.input_std);
+    v.fill_normal(engine);
+    if (s.poison_unused) poison_unowned_cache_slots();
   } else {
-    // Pages are handed out in a shuffled order, so that a backend that
-    // assumed block_table[b][p] == b * max_pages + p would read wrong keys.
-    max_pages = std::max(1, (longest + s.page_size - 1) / s.page_size);
-    const int num_pages = B * max_pages + s.guard_pages;
-    std::vector<int> pages(num_pages);
-    std::iota(pages.begin(), pages.end(), 0);
-    std::shuffle(pages.begin(), pages.end(), engine);
-    block_table_values.assign(pages.begin(), pages.begin() + B * max_pages);
-    if (s.share_first_page)
-      for (int b = 1; b < B; ++b) block_table_values[static_cast<std::size_t>(b) * max_pages] = block_table_values[0];
-    block_table = HostTensor::from_i32(std::vector<std::int32_t>(block_table_values.begin(), block_table_values.end()),
-                                       {B, max_pages});
-    k = HostTensor(s.dtype, {num_pages, s.page_size, s.heads_kv, s.head_dim}, qkv_layout(4));
-    v = HostTensor(s.dtype, {num_pages, s.page_size, s.heads_kv, s.head_dim}, qkv_layout(4));
+    build_pages(longest, engine);
   }
-  k.fill_normal(engine, s.input_std);
-  v.fill_normal(engine);
-  if (s.poison_unused) poison_unowned_cache_slots();
   seqlens_k = HostTensor::from_i32(std::vector<std::int32_t>(s.cached_lens.begin(), s.cached_lens.end()), {B});
   if (s.new_len > 0) {
     k_new = HostTensor(s.dtype, {B, s.new_len, s.heads_kv, s.head_dim}, qkv_layout(4));
@@ -229,13 +248,40 @@ void AttentionCase::build_kv_cache(std::mt19937& engine) {
   if (s.with_lse) lse = HostTensor(DType::f32, {B, s.heads_q, s.q_len});
 }
 
-// Cache rows that hold no cached key (append targets, slack, guard pages)
-// become NaN: a backend must neither read them nor attend to them.
+void AttentionCase::build_pages(int longest, std::mt19937& engine) {
+  const CaseSpec& s = spec_;
+  const int B = batch();
+  // Pages are handed out in a shuffled order, so that a backend that
+  // assumed block_table[b][p] == b * max_pages + p would read wrong keys.
+  max_pages = std::max(1, (longest + s.page_size - 1) / s.page_size);
+  const int num_pages = B * max_pages + s.guard_pages;
+  std::vector<int> pages(num_pages);
+  std::iota(pages.begin(), pages.end(), 0);
+  std::shuffle(pages.begin(), pages.end(), engine);
+  block_table_values.assign(pages.begin(), pages.begin() + static_cast<std::ptrdiff_t>(B) * max_pages);
+  if (s.share_first_page)
+    for (int b = 1; b < B; ++b) block_table_values[static_cast<std::size_t>(b) * max_pages] = block_table_values[0];
+  block_table = HostTensor::from_i32(std::vector<std::int32_t>(block_table_values.begin(), block_table_values.end()),
+                                     {B, max_pages});
+  k = HostTensor(s.dtype, {num_pages, s.page_size, s.heads_kv, s.head_dim}, qkv_layout(4));
+  v = HostTensor(s.dtype, {num_pages, s.page_size, s.heads_kv, s.head_dim}, qkv_layout(4));
+  k.fill_normal(engine, s.input_std);
+  v.fill_normal(engine);
+  if (s.poison_unused) poison_unowned_cache_slots();
+}
+
+int AttentionCase::stored_keys(int b) const {
+  return spec_.layout == CaseLayout::varlen ? spec_.kv_lens[b] : spec_.cached_lens[b];
+}
+
+// Cache rows that hold no stored key (append targets, slack, guard pages,
+// the tail of a sequence's last page) become NaN: a backend must neither
+// read them nor attend to them.
 void AttentionCase::poison_unowned_cache_slots() {
   const std::int64_t rows = k.shape()[0] * k.shape()[1];
   std::vector<bool> cached(rows, false);
   for (int b = 0; b < batch(); ++b)
-    for (int j = 0; j < spec_.cached_lens[b]; ++j) {
+    for (int j = 0; j < stored_keys(b); ++j) {
       const CacheRow r = cache_row(b, j);
       cached[r.outer * k.shape()[1] + r.pos] = true;
     }
@@ -296,6 +342,7 @@ Args shared_args(const AttentionCase& c) {
     a.varlen.cu_seqlens_k = c.cu_seqlens_k.view();
     a.varlen.max_seqlen_q = *std::max_element(s.q_lens.begin(), s.q_lens.end());
     a.varlen.max_seqlen_k = *std::max_element(s.kv_lens.begin(), s.kv_lens.end());
+    a.kv_cache.block_table = c.block_table.view();  // keys in pages (page_size > 0), else empty
   }
   if (s.layout == CaseLayout::kv_cache) {
     a.kv_cache.seqlens_k = c.seqlens_k.view();

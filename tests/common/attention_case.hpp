@@ -33,7 +33,10 @@ struct CaseSpec {
   // keys appended from k_new/v_new.
   std::vector<int> cached_lens;
   int new_len = 0;
-  int page_size = 0;                // 0: contiguous cache [B, capacity, Hk, D]
+  // kv_cache: 0 is a contiguous cache [B, capacity, Hk, D]. varlen: > 0 puts
+  // the keys in a paged cache instead of packed k/v (flash-attn's paged
+  // prefill: kv_lens[b] keys from block_table[b], counted by cu_seqlens_k).
+  int page_size = 0;
   int guard_pages = 2;              // paged: pages no block table references
   int capacity_slack = 3;           // contiguous: slots after the longest sequence
   bool share_first_page = false;    // paged: every sequence's first page is sequence 0's (prefix cache)
@@ -90,11 +93,16 @@ class AttentionCase {
   // Packed rows / keys per sequence, as the case laid them out.
   int q_len(int b) const;
   int kv_len(int b) const;  // kv_cache: cached + new
-  // kv_cache: the (page or batch, slot) row of the cache that holds key j of sequence b.
+  // kv_cache (and varlen with pages): the (page or batch, slot) row of the
+  // cache that holds key j of sequence b.
   struct CacheRow {
     std::int64_t outer, pos;
   };
   CacheRow cache_row(int b, int j) const;
+  // varlen with pages: the same case with each sequence's keys copied out of
+  // the pages into packed k/v (no block table), the call whose results a
+  // paged varlen call must reproduce; out/lse as they are now.
+  AttentionCase with_packed_keys() const;
   // Whether logical element `index` of q (and out, dout, dq) belongs to a sequence.
   std::vector<bool> q_rows_owned() const;
 
@@ -111,6 +119,10 @@ class AttentionCase {
   void build_dense(std::mt19937& engine);
   void build_varlen(std::mt19937& engine);
   void build_kv_cache(std::mt19937& engine);
+  // Paged k/v of page_size slots for sequences of up to `longest` keys, pages
+  // handed out shuffled, and the block table.
+  void build_pages(int longest, std::mt19937& engine);
+  int stored_keys(int b) const;  // keys in the cache before the call
   void build_common(std::mt19937& engine);
   MemoryLayout qkv_layout(int rank) const;
   void poison_unowned_cache_slots();

@@ -277,6 +277,19 @@ TEST(CpuSinksDropout, KvCacheAppendForward) {
   check_forward(c, runner);
 }
 
+// Varlen queries over keys in pages (forward only, as in flash-attn): the
+// sinks and the dropout mask are those of the packed call, keys counted from
+// each sequence's start.
+TEST(CpuSinksDropout, PagedVarlenForward) {
+  CUFLASH_TEST_RNG(rng);
+  CaseSpec s = with_sinks(with_dropout(varlen_case("paged_varlen"), 0.3f));
+  s.page_size = 8;
+  s.options.causal = true;
+  AttentionCase c(s, rng.engine());
+  HostApiRunner runner(Backend::cpu);
+  check_forward(c, runner);
+}
+
 // A row that sees no key gets out = 0 and lse = its sink; its gradients are 0.
 TEST(CpuSinks, RowsWithoutKeysGetTheSink) {
   CUFLASH_TEST_RNG(rng);
@@ -469,12 +482,15 @@ TEST(CpuDropout, AttnProbsWithoutDropoutAreTheProbabilities) {
   expect_probs_decode(with_sinks(dense_case("probs_plain", 17, 23, 2, 2, 16, 3)));
 }
 
-TEST(CpuDropout, AttnProbsVarlenAndKvCache) {
+TEST(CpuDropout, AttnProbsVarlenKvCacheAndPagedVarlen) {
   CaseSpec varlen = with_sinks(with_dropout(varlen_case("probs_varlen"), 0.5f));
   expect_probs_decode(varlen);
   CaseSpec paged = with_dropout(paged_case("probs_paged"), 0.2f);
   paged.new_len = 2;
   expect_probs_decode(paged);
+  CaseSpec paged_varlen = with_dropout(varlen_case("probs_paged_varlen"), 0.4f);
+  paged_varlen.page_size = 16;
+  expect_probs_decode(paged_varlen);
 }
 
 // ----- validation ----------------------------------------------------------------

@@ -2,6 +2,7 @@
 // what was expected and what was given, and must leave every output untouched.
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <cmath>
 #include <cstdint>
 #include <limits>
@@ -420,6 +421,115 @@ TEST_F(BadVarlen, VarlenAndKvCacheTogether) {
   ForwardArgs args = varlen_args();
   args.kv_cache.seqlens_k = make_view(seqlens.data(), DType::i32, {3});
   expect_invalid_forward(args, {"varlen, kv_cache: a call takes either cu_seqlens (varlen) or a KV cache, not both"});
+}
+
+// Varlen queries (BadVarlen's) over keys in a paged cache (flash-attn's paged
+// prefill): 8 pages of 16 keys, 2 pages per sequence (32 keys at most);
+// cu_seqlens_k {0, 10, 40, 70} counts 10, 30 and 30 keys, which are not packed
+// rows of k (so 70 > the 8 rows of k's dim 0 is fine).
+class BadPagedVarlen : public BadVarlen {
+ protected:
+  static constexpr int kPages = 8, kPageSize = 16, kMaxPages = 2;
+  std::vector<float> cache_k = filled(kPages * kPageSize * kHeadsKv * kDim, 0.25f);
+  std::vector<float> cache_v = filled(kPages * kPageSize * kHeadsKv * kDim, -0.5f);
+  std::vector<std::int32_t> block_table = {5, 2, 7, 0, 3, 6};
+
+  BadPagedVarlen() { cu_k = {0, 10, 40, 70}; }
+
+  ForwardArgs paged_args() {
+    ForwardArgs args = varlen_args();
+    args.k = make_view(cache_k.data(), DType::f32, {kPages, kPageSize, kHeadsKv, kDim});
+    args.v = make_view(cache_v.data(), DType::f32, {kPages, kPageSize, kHeadsKv, kDim});
+    args.kv_cache.block_table = make_view(block_table.data(), DType::i32, {3, kMaxPages});
+    return args;
+  }
+};
+
+TEST_F(BadPagedVarlen, ValidCallSucceeds) {
+  ASSERT_TRUE(attention_forward(paged_args(), cpu_options()).ok());
+  EXPECT_FALSE(untouched(out_data));
+}
+
+TEST_F(BadPagedVarlen, EntryPastASequencesKeysIsNotRead) {
+  block_table[1] = 99;  // sequence 0 has 10 keys: its second page is never read
+  ASSERT_TRUE(attention_forward(paged_args(), cpu_options()).ok());
+}
+
+TEST_F(BadPagedVarlen, EntryOutOfRange) {
+  block_table[3] = 8;  // sequence 1, page 1: its keys 16..29
+  expect_invalid_forward(paged_args(), {"kv_cache.block_table: block_table[1][1] = 8 is out of range [0, 8) (pages in k)"});
+}
+
+TEST_F(BadPagedVarlen, NegativeEntry) {
+  block_table[0] = -1;
+  expect_invalid_forward(paged_args(), {"kv_cache.block_table: block_table[0][0] = -1 is out of range [0, 8)"});
+}
+
+TEST_F(BadPagedVarlen, SequenceLongerThanItsPages) {
+  cu_k = {0, 10, 43, 73};
+  ForwardArgs args = paged_args();
+  args.varlen.max_seqlen_k = 40;
+  expect_invalid_forward(args, {"kv_cache.block_table: sequence 1 has 33 keys (cu_seqlens_k), more than its 2 pages x "
+                                "page_size 16 hold; expected at least 3 columns"});
+}
+
+TEST_F(BadPagedVarlen, CuSeqlensKStillChecked) {
+  cu_k = {0, 10, 5, 70};
+  expect_invalid_forward(paged_args(), {"varlen.cu_seqlens_k: must be non-decreasing"});
+}
+
+TEST_F(BadPagedVarlen, BlockTableRowsNotTheBatch) {
+  ForwardArgs args = paged_args();
+  args.kv_cache.block_table = make_view(block_table.data(), DType::i32, {2, 3});
+  expect_invalid_forward(args, {"kv_cache.block_table: dim 0 (batch) expected 3"});
+}
+
+TEST_F(BadPagedVarlen, BlockTableDtype) {
+  ForwardArgs args = paged_args();
+  args.kv_cache.block_table.dtype = DType::f32;
+  expect_invalid_forward(args, {"kv_cache.block_table: expected dtype i32 (index tensors are int32), got f32"});
+}
+
+TEST_F(BadPagedVarlen, PackedKeysWithABlockTable) {
+  ForwardArgs args = paged_args();
+  args.k = make_view(k_data.data(), DType::f32, {80, kHeadsKv, kDim});
+  args.v = make_view(v_data.data(), DType::f32, {80, kHeadsKv, kDim});
+  expect_invalid_forward(args, {"k: expected rank 4 [num_pages, page_size, heads_kv, head_dim], got rank 3"});
+}
+
+TEST_F(BadPagedVarlen, SeqlensKNotWithVarlen) {
+  std::vector<std::int32_t> seqlens = {10, 30, 30};
+  ForwardArgs args = paged_args();
+  args.kv_cache.seqlens_k = make_view(seqlens.data(), DType::i32, {3});
+  expect_invalid_forward(args, {"kv_cache.seqlens_k: not with varlen"});
+}
+
+TEST_F(BadPagedVarlen, NoAppendWithVarlen) {
+  std::vector<float> new_kv = filled(3 * 2 * kHeadsKv * kDim, 0.5f);
+  ForwardArgs args = paged_args();
+  args.kv_cache.k_new = make_view(new_kv.data(), DType::f32, {3, 2, kHeadsKv, kDim});
+  args.kv_cache.v_new = make_view(new_kv.data(), DType::f32, {3, 2, kHeadsKv, kDim});
+  expect_invalid_forward(args, {"kv_cache.k_new: not with varlen"});
+  EXPECT_TRUE(std::all_of(cache_k.begin(), cache_k.end(), [](float x) { return x == 0.25f; }));
+}
+
+TEST_F(BadPagedVarlen, BackwardRefusesTheBlockTable) {
+  BackwardArgs args = backward_args();
+  const ForwardArgs fwd = paged_args();
+  args.q = fwd.q;
+  args.k = fwd.k;
+  args.v = fwd.v;
+  args.varlen = fwd.varlen;
+  args.kv_cache.block_table = fwd.kv_cache.block_table;
+  args.out = make_view(out_for_backward.data(), DType::f32, {60, kHeadsQ, kDim});
+  args.dout = make_view(dout_data.data(), DType::f32, {60, kHeadsQ, kDim});
+  args.lse = make_view(lse_for_backward.data(), DType::f32, {kHeadsQ, 60});
+  args.dq = make_view(dq_data.data(), DType::f32, {60, kHeadsQ, kDim});
+  std::vector<float> dk_pages = filled(cache_k.size(), kSentinel), dv_pages = filled(cache_v.size(), kSentinel);
+  args.dk = make_view(dk_pages.data(), DType::f32, {kPages, kPageSize, kHeadsKv, kDim});
+  args.dv = make_view(dv_pages.data(), DType::f32, {kPages, kPageSize, kHeadsKv, kDim});
+  expect_invalid_backward(args, {"kv_cache.block_table: not in a varlen backward"});
+  EXPECT_TRUE(untouched(dk_pages) && untouched(dv_pages)) << "dk/dv were written";
 }
 
 // Paged cache: 8 pages of 16 keys, 4 pages per sequence (capacity 64), B=2, Sq=40.

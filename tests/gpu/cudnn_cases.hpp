@@ -1,7 +1,7 @@
 // What the cuDNN backend's suites expect of a case: whether backend=cudnn
 // runs it, or the words of its `unsupported` answer (f32, head dims that are
-// not multiples of 8 up to 256, softcap, ALiBi, KV-cache backward, append and
-// more than one query per sequence: src/cudnn/cudnn_support.cpp). And the KV-cache cases the GPU runs on top of
+// not multiples of 8 up to 256, softcap, ALiBi, varlen keys in pages, KV-cache
+// backward, append and more than one query per sequence: src/cudnn/cudnn_support.cpp). And the KV-cache cases the GPU runs on top of
 // the CPU suite's (kv_cache_cases.hpp): longer caches, prefill chunks, GQA,
 // page sizes up to 256, all without an append.
 #pragma once
@@ -23,6 +23,7 @@ inline std::vector<std::string> cudnn_refusal(const CaseSpec& s, TestPass pass) 
   if (s.options.softcap > 0.0f) return {backend, "softcap"};
   if (s.options.diagonal_offset) return {backend, "diagonal_offset"};
   if (s.alibi != AlibiKind::none) return {backend, "alibi"};
+  if (s.layout == CaseLayout::varlen && s.page_size > 0) return {backend, "block_table"};
   if (s.layout == CaseLayout::kv_cache && pass == TestPass::backward) return {backend, "kv-cache", "backward"};
   if (s.layout == CaseLayout::kv_cache && s.new_len > 0) return {backend, "append"};
   // cuDNN reads cache slots past seqlens_k for q_len > 1 (the cases poison them with NaN).

@@ -125,6 +125,9 @@ struct BackwardParams : AttentionParams {
 // Element strides of a dense [B, S, H, D] or varlen [total, H, D] view (batch 0).
 RowStrides row_strides(const TensorView& view, Layout layout);
 
+// The cache of a KV-cache Problem, or the pages of a paged varlen one
+// (Problem::paged_varlen(): no seqlens_k, no append).
+KvCacheParams make_kv_cache_params(const Problem& problem);
 // Fills the common part from a validated forward or backward Problem.
 AttentionParams make_attention_params(const Problem& problem);
 // The common part plus the output (split-KV and workspace fields left as is).
