@@ -52,8 +52,8 @@ Status backward_for_dtype(const LinearProblem& problem, const LinearParams& p, c
 Status linear_chunk_backward(const LinearProblem& problem, const LinearParams& params, void* workspace,
                              cudaStream_t stream) {
   const ChunkWorkspace w = linear::chunk_workspace(problem, workspace);
-  return problem.dtype == DType::f16 ? backward_for_dtype<__half>(problem, params, w, stream)
-                                     : backward_for_dtype<__nv_bfloat16>(problem, params, w, stream);
+  return linear::for_half_dtype(problem.dtype,
+                                [&](auto tag) { return backward_for_dtype<decltype(tag)>(problem, params, w, stream); });
 }
 
 }  // namespace cuflash::detail

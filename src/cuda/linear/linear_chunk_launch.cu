@@ -34,13 +34,6 @@ bool simt_forced() {
   return value != nullptr && std::strcmp(value, "simt") == 0;
 }
 
-template <typename T>
-Status forward_for_dtype(const LinearProblem& problem, const LinearParams& params, const ChunkWorkspace& w,
-                         cudaStream_t stream) {
-  CUFLASH_TRY(linear::launch_states<T>(problem, params, w, stream));
-  return linear::launch_pass<T, Pass::output>(params, w, stream);
-}
-
 }  // namespace
 
 namespace linear {
@@ -92,8 +85,11 @@ std::size_t linear_chunk_workspace_bytes(const LinearProblem& p) {
 Status linear_chunk_forward(const LinearProblem& problem, const LinearParams& params, void* workspace,
                             cudaStream_t stream) {
   const ChunkWorkspace w = linear::chunk_workspace(problem, workspace);
-  return problem.dtype == DType::f16 ? forward_for_dtype<__half>(problem, params, w, stream)
-                                     : forward_for_dtype<__nv_bfloat16>(problem, params, w, stream);
+  return linear::for_half_dtype(problem.dtype, [&](auto tag) {
+    using T = decltype(tag);
+    CUFLASH_TRY(linear::launch_states<T>(problem, params, w, stream));
+    return linear::launch_pass<T, Pass::output>(params, w, stream);
+  });
 }
 
 }  // namespace cuflash::detail

@@ -51,6 +51,12 @@ inline ChunkWorkspace chunk_workspace(const LinearProblem& p, void* workspace) {
   return w;
 }
 
+// launch(tag), tag a value of the problem's 16-bit type.
+template <typename Launch>
+Status for_half_dtype(DType dtype, Launch launch) {
+  return dtype == DType::f16 ? launch(__half{}) : launch(__nv_bfloat16{});
+}
+
 inline int block_count(const LinearParams& p) { return (p.seq_len + kBlockRows - 1) / kBlockRows; }
 
 // A per-block kernel: grid (blocks x slices, Hk, B), 4 warps. Nothing to do

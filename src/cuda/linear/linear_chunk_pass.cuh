@@ -54,23 +54,17 @@ constexpr VectorUse vector_use(Pass pass) {
 template <int DR, bool kOverValues>
 __device__ __forceinline__ void load_state_slice(float (&state)[DR / 64][8][4], const float* record, int value_dim,
                                                  int slice) {
-#pragma unroll
-  for (int mt = 0; mt < DR / 64; ++mt)
-#pragma unroll
-    for (int nt = 0; nt < 8; ++nt)
-#pragma unroll
-      for (int half = 0; half < 2; ++half) {
-        const int row = state_row<DR>(mt, 2 * half), col = slice * kSlice + acc_col(nt, 0);
-        float2 pair;
-        if constexpr (kOverValues) {
-          pair.x = record[static_cast<std::int64_t>(col) * value_dim + row];
-          pair.y = record[static_cast<std::int64_t>(col + 1) * value_dim + row];
-        } else {
-          pair = *reinterpret_cast<const float2*>(record + static_cast<std::int64_t>(row) * value_dim + col);
-        }
-        state[mt][nt][2 * half] = pair.x;
-        state[mt][nt][2 * half + 1] = pair.y;
-      }
+  for_each_state_pair<DR>(state, [&](float& lo, float& hi, int row, int col) {
+    col += slice * kSlice;
+    if constexpr (kOverValues) {
+      lo = record[static_cast<std::int64_t>(col) * value_dim + row];
+      hi = record[static_cast<std::int64_t>(col + 1) * value_dim + row];
+    } else {
+      const float2 pair = *reinterpret_cast<const float2*>(record + static_cast<std::int64_t>(row) * value_dim + col);
+      lo = pair.x;
+      hi = pair.y;
+    }
+  });
 }
 
 // den_t of the warp's rows (half 0: lane/4, half 1: lane/4 + 8) =

@@ -94,16 +94,10 @@ __global__ void __launch_bounds__(kChunkThreads) linear_block_sum_kernel(LinearP
     }
   }
   float* record = w.records + (block_slot(p, b, span, block) * p.heads_kv + hk) * record_floats(p);
-#pragma unroll
-  for (int mt = 0; mt < DK / 64; ++mt)
-#pragma unroll
-    for (int nt = 0; nt < 8; ++nt)
-#pragma unroll
-      for (int half = 0; half < 2; ++half) {
-        const int row = state_row<DK>(mt, 2 * half), col = slice * kSlice + acc_col(nt, 0);
-        *reinterpret_cast<float2*>(record + row * p.value_dim + col) =
-            make_float2(acc[mt][nt][2 * half], acc[mt][nt][2 * half + 1]);
-      }
+  for_each_state_pair<DK>(acc, [&](float lo, float hi, int row, int col) {
+    *reinterpret_cast<float2*>(record + static_cast<std::int64_t>(row) * p.value_dim + slice * kSlice + col) =
+        make_float2(lo, hi);
+  });
   if (sums_column) record[static_cast<std::int64_t>(DK) * p.value_dim + threadIdx.x] = column_part;
 }
 

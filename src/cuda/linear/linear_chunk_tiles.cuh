@@ -125,19 +125,25 @@ __device__ __forceinline__ int acc_col(int nt, int e) { return nt * 8 + 2 * (thr
 // Chunk row of accumulator element e of the warp's 16 rows (out, scores).
 __device__ __forceinline__ int chunk_row(int e) { return (threadIdx.x / 32) * 16 + (threadIdx.x % 32) / 4 + (e >= 2 ? 8 : 0); }
 
-// The 16-bit copy of S' the out product reads: [DR][64] swizzled. No barrier.
-template <int DR, typename T>
-__device__ __forceinline__ void store_state_copy(const float (&acc)[DR / 64][8][4], T* s_tile) {
+// f(lo, hi, row, col) for each two adjacent accumulator elements (columns
+// col, col + 1) of warp w's rows of S' (acc: float[DR / 64][8][4], const or not).
+template <int DR, typename Acc, typename F>
+__device__ __forceinline__ void for_each_state_pair(Acc& acc, F f) {
 #pragma unroll
   for (int mt = 0; mt < DR / 64; ++mt)
 #pragma unroll
     for (int nt = 0; nt < 8; ++nt)
 #pragma unroll
-      for (int half = 0; half < 2; ++half) {
-        const int row = state_row<DR>(mt, 2 * half), col = acc_col(nt, 0);
-        *reinterpret_cast<std::uint32_t*>(s_tile + tile_index<kSlice>(row, col)) =
-            sm80::pack2<T>(acc[mt][nt][2 * half], acc[mt][nt][2 * half + 1]);
-      }
+      for (int half = 0; half < 2; ++half)
+        f(acc[mt][nt][2 * half], acc[mt][nt][2 * half + 1], state_row<DR>(mt, 2 * half), acc_col(nt, 0));
+}
+
+// The 16-bit copy of S' the out product reads: [DR][64] swizzled. No barrier.
+template <int DR, typename T>
+__device__ __forceinline__ void store_state_copy(const float (&acc)[DR / 64][8][4], T* s_tile) {
+  for_each_state_pair<DR>(acc, [&](float lo, float hi, int row, int col) {
+    *reinterpret_cast<std::uint32_t*>(s_tile + tile_index<kSlice>(row, col)) = sm80::pack2<T>(lo, hi);
+  });
 }
 
 // A fragment of A (warp w's 16 rows, k-tile kt) from a_tile [64][DR] swizzled.
