@@ -3,8 +3,9 @@
 // output poisoned with NaN before the call and copied back whole. The matrix
 // covers feature map x normalize x causal x dense/varlen x f32/f16/bf16 with
 // GQA and Dk != Dv (f16/bf16 with head dims 64/128 run the chunked tensor-core
-// forward: lengths around the 64-row chunk and the 256-row block, 0 and 1);
-// other head dims and unaligned rows take the SIMT path of the same backend;
+// forward and backward: lengths around the 64-row chunk and the 256-row block,
+// 0 and 1); other head dims and unaligned rows take the SIMT path of the same
+// backend, and so do the tensor-core cases under CUFLASH_LINEAR_KERNEL=simt;
 // backend cudnn still refuses by name. Skips without a GPU.
 #include <cuda_runtime_api.h>
 #include <gtest/gtest.h>
@@ -12,6 +13,7 @@
 #include <algorithm>
 #include <cmath>
 #include <cstdint>
+#include <cstdlib>
 #include <optional>
 #include <string>
 #include <tuple>
@@ -93,9 +95,10 @@ Status gpu_backward(LinearCase& c, Backend backend = Backend::cuda) {
   return status;
 }
 
-// rel-L2 against float64. The tensor-core forward rounds φ(q), φ(k), the
-// chunk's scores and the state's copy to the input dtype (fp32 accumulation):
-// a few roundings of 2^-11 (f16) or 2^-8 (bf16) relative.
+// rel-L2 against float64. The tensor-core kernels round φ(q) (the backward's
+// φ(q)/den), φ(k), the chunk's scores (and their gradients) and the copy of
+// the state (and of its gradient) to the input dtype (fp32 accumulation): a
+// few roundings of 2^-11 (f16) or 2^-8 (bf16) relative.
 double tolerance(DType dtype) {
   switch (dtype) {
     case DType::f32: return 2e-5;
@@ -210,6 +213,49 @@ INSTANTIATE_TEST_SUITE_P(Cuda, LinearGpuMatrix,
                                                               FeatureMap::relu),
                                             ::testing::Bool(), ::testing::Bool(), ::testing::Bool(),
                                             ::testing::Values(DType::f32, DType::f16, DType::bf16)),
+                         matrix_name);
+
+// ---- The SIMT recurrence where the tensor cores run ---------------------------------------------
+
+// CUFLASH_LINEAR_KERNEL for one scope: `simt` keeps every linear-attention
+// call on the SIMT recurrence, the other path of the same backend.
+class ScopedLinearKernel {
+ public:
+  explicit ScopedLinearKernel(const char* path) {
+    if (const char* old = std::getenv(kName)) previous_ = old;
+    setenv(kName, path, 1);
+  }
+  ~ScopedLinearKernel() {
+    if (previous_) setenv(kName, previous_->c_str(), 1);
+    else unsetenv(kName);
+  }
+  ScopedLinearKernel(const ScopedLinearKernel&) = delete;
+  ScopedLinearKernel& operator=(const ScopedLinearKernel&) = delete;
+
+ private:
+  static constexpr const char* kName = "CUFLASH_LINEAR_KERNEL";
+  std::optional<std::string> previous_;
+};
+
+// f16/bf16 cases of the matrix (head dims 64/128, aligned rows) on the SIMT
+// path: it stays selectable and right, so that a tensor-core failure of the
+// matrix can be told from one of the test or the oracle.
+class LinearGpuSimtPath : public ::testing::TestWithParam<LinearMatrixParam> {};
+
+TEST_P(LinearGpuSimtPath, ForwardAndBackwardMatchOracle) {
+  SKIP_WITHOUT_GPU();
+  CUFLASH_TEST_RNG(rng);
+  const ScopedLinearKernel simt("simt");
+  LinearCase forward(matrix_spec(GetParam()), rng.engine());
+  check_forward(forward);
+  LinearCase backward(matrix_spec(GetParam()), rng.engine());
+  check_backward(backward);
+}
+
+INSTANTIATE_TEST_SUITE_P(Cuda, LinearGpuSimtPath,
+                         ::testing::Combine(::testing::Values(FeatureMap::elu_plus_one), ::testing::Bool(),
+                                            ::testing::Bool(), ::testing::Bool(),
+                                            ::testing::Values(DType::f16, DType::bf16)),
                          matrix_name);
 
 // ---- Shapes beyond the matrix -------------------------------------------------------------------

@@ -1,4 +1,4 @@
-// The chunked tensor-core path of linear attention (linear_chunk_forward.cuh):
+// The chunked tensor-core path of linear attention (linear_chunk_pass.cuh):
 // which problems it takes, its fp32 workspace, and its launches.
 #pragma once
 
@@ -12,13 +12,16 @@
 
 namespace cuflash::detail {
 
-// f16/bf16, Dk and Dv in {64, 128}, q/k/v/out rows 16-byte aligned (cp.async),
-// a forward (not the decode step, a GEMV that the SIMT kernel runs). Anything
-// else valid runs the SIMT recurrence of the same backend.
+// f16/bf16, Dk and Dv in {64, 128}, the rows of every q/k/v-like view
+// 16-byte aligned (cp.async), a forward or a backward (not the decode step, a
+// GEMV that the SIMT kernel runs), and CUFLASH_LINEAR_KERNEL not `simt`.
+// Anything else valid runs the SIMT recurrence of the same backend.
 bool linear_chunk_supports(const LinearProblem& problem);
 std::size_t linear_chunk_workspace_bytes(const LinearProblem& problem);
+// linear_chunk_launch.cu
 Status linear_chunk_forward(const LinearProblem& problem, const linear::LinearParams& params, void* workspace,
                             cudaStream_t stream);
+// linear_chunk_backward.cu
 Status linear_chunk_backward(const LinearProblem& problem, const linear::LinearParams& params, void* workspace,
                              cudaStream_t stream);
 

@@ -49,6 +49,37 @@ struct LinearParams {
   bool normalize = false;
 };
 
+// The normalized backward's statistics of one (packed row, query head),
+// written by the row_stats pass (linear_chunk_pass.cuh): den_t (the
+// normalizer with its eps) and dout_t · num_t in two halves, over value
+// columns [0, 64) and [64, 128) (dot[1] unused when Dv = 64), each written by
+// the CTA of its slice: no atomics, no order to depend on.
+struct alignas(16) RowStats {
+  float den;
+  float dot[2];
+  float unused;
+};
+
+// The fp32 workspace of the chunked tensor-core kernels (laid out by
+// linear_chunk_launch.cu). A block's record is the sum over its rows, then
+// (after a scan) the state at its boundary, in the layout of a state and key
+// sum: [Dk][Dv] then [Dk].
+struct ChunkWorkspace {
+  float* records;       // [slots][Hk][Dk * Dv + Dk]
+  float* totals;        // [B][Hk][Dk * Dv + Dk]: non-causal, the whole sequence's sums
+  RowStats* row_stats;  // [packed rows][Hq]: the backward with normalize
+};
+
+// One scan over the blocks of each sequence: where the running sum starts
+// (a state and key sum, 0 when not given), where its total goes (when
+// given), and its direction (reverse: the gradient states, which flow from
+// the sequence's end).
+struct ScanEnds {
+  StateView start_state, start_key_sum;
+  StateView total_state, total_key_sum;
+  bool reverse = false;
+};
+
 #ifdef __CUDACC__
 
 // First packed row and length of sequence b.
@@ -60,6 +91,12 @@ __device__ __forceinline__ SequenceSpan sequence_span(const LinearParams& p, int
   if (p.cu_seqlens == nullptr) return {0, p.seq_len};
   const int first = p.cu_seqlens[b];
   return {first, p.cu_seqlens[b + 1] - first};
+}
+
+// Index of row t of sequence b among the packed rows (dense: b * S + t): of
+// the per-row workspaces of the backward.
+__device__ __forceinline__ std::int64_t packed_row(const LinearParams& p, int b, const SequenceSpan& span, int t) {
+  return (p.cu_seqlens ? span.first : static_cast<std::int64_t>(b) * p.seq_len) + t;
 }
 
 // Element 0 of row t of head h of sequence b.

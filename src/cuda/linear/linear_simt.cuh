@@ -144,9 +144,6 @@ __global__ void __launch_bounds__(kSimtThreads) linear_simt_forward_kernel(Linea
 struct SimtBackwardScratch {
   float* dnum;
   float* dden;
-  __device__ __forceinline__ std::int64_t row(const LinearParams& p, int b, const SequenceSpan& span, int t) const {
-    return (p.cu_seqlens ? span.first : static_cast<std::int64_t>(b) * p.seq_len) + t;
-  }
 };
 
 template <typename T>
@@ -197,7 +194,7 @@ __global__ void __launch_bounds__(kSimtThreads) linear_simt_backward_kernel(Line
           den = block_sum(part, reduce) + 1e-10f;
           dden = -block_sum(num_dot_dout, reduce) / (den * den);
         }
-        const std::int64_t row = w.row(p, b, span, t);
+        const std::int64_t row = packed_row(p, b, span, t);
         for (int j = threadIdx.x; j < dv; j += kSimtThreads) {
           dnum[j] = p.normalize ? dout[j] / den : dout[j];
           w.dnum[(row * p.heads_q + h) * dv + j] = dnum[j];
@@ -221,7 +218,7 @@ __global__ void __launch_bounds__(kSimtThreads) linear_simt_backward_kernel(Line
   simt_load_state(p.dfinal_state, p.dfinal_key_sum, b, hk, dk, dv, s, z);
   __syncthreads();
   auto add_rows_to_gradient_state = [&](int t) {
-    const std::int64_t row = w.row(p, b, span, t);
+    const std::int64_t row = packed_row(p, b, span, t);
     for (int g = 0; g < p.group; ++g) {
       const int h = hk * p.group + g;
       simt_load_query<T>(p, b, span, t, h, phi_q, nullptr);
