@@ -103,44 +103,9 @@ __global__ void __launch_bounds__(kChunkThreads) linear_block_sum_kernel(LinearP
 
 constexpr int kScanThreads = 256;
 
-// One thread per record element (state, then key sum, which only normalize reads).
-__global__ void __launch_bounds__(kScanThreads) linear_state_scan_kernel(LinearParams p, ChunkWorkspace w,
-                                                                         ScanEnds ends) {
-  const int hk = blockIdx.y, b = blockIdx.z;
-  const std::int64_t e = static_cast<std::int64_t>(blockIdx.x) * kScanThreads + threadIdx.x;
-  const int state_floats = p.key_dim * p.value_dim;
-  const bool is_state = e < state_floats;
-  if (!is_state && (!p.normalize || e >= record_floats(p))) return;
-  const int i = is_state ? static_cast<int>(e / p.value_dim) : static_cast<int>(e - state_floats);
-  const int j = is_state ? static_cast<int>(e % p.value_dim) : 0;
-  // Element (i, j) of a state, element i of a key sum.
-  auto element = [&](const StateView& view) { return is_state ? view.at(b, hk, i) + j : view.at(b, hk, 0) + i; };
-  const StateView& start = is_state ? ends.start_state : ends.start_key_sum;
-  float running = start.data ? *element(start) : 0.0f;
-  const SequenceSpan span = sequence_span(p, b);
-  const int blocks = (span.length + kBlockRows - 1) / kBlockRows;
-  const std::int64_t stride = static_cast<std::int64_t>(p.heads_kv) * record_floats(p);
-  float* at = w.records + (block_slot(p, b, span, 0) * p.heads_kv + hk) * record_floats(p) + e;
-  // Eight loads in flight before the stores (which the compiler may not move
-  // above loads of the same array): the scan is bound by memory latency.
-  constexpr int kBatch = 8;
-  for (int done = 0; done < blocks; done += kBatch) {
-    float sums[kBatch];
-#pragma unroll
-    for (int u = 0; u < kBatch; ++u) {
-      const int block = ends.reverse ? blocks - 1 - (done + u) : done + u;
-      sums[u] = done + u < blocks ? at[block * stride] : 0.0f;
-    }
-#pragma unroll
-    for (int u = 0; u < kBatch; ++u) {
-      const int block = ends.reverse ? blocks - 1 - (done + u) : done + u;
-      if (p.causal && done + u < blocks) at[block * stride] = running;
-      running += sums[u];
-    }
-  }
-  const StateView& total = is_state ? ends.total_state : ends.total_key_sum;
-  if (total.data) *element(total) = running;
-  if (!p.causal) w.totals[(static_cast<std::int64_t>(b) * p.heads_kv + hk) * record_floats(p) + e] = running;
-}
+// One thread per record element (state, then key sum, which only normalize reads);
+// defined in linear_chunk_launch.cu, the one file that launches it (a non-template
+// kernel defined here would be defined again in every file that includes this).
+__global__ void linear_state_scan_kernel(LinearParams p, ChunkWorkspace w, ScanEnds ends);
 
 }  // namespace cuflash::detail::linear
