@@ -181,7 +181,11 @@ def attention(q, k, v, *, softmax_scale=None, causal=False, window_size=(-1, -1)
       ``[num_pages, page_size, Hk, D]`` with ``block_table`` int32 ``[B, max_pages]``;
       ``seqlens_k`` int32 ``[B]`` holds how many keys each sequence has cached;
       ``k_new``/``v_new`` ``[B, new_len, Hk, D]`` are written into the cache at
-      ``seqlens_k[b]..`` first (the cache is updated in place).
+      ``seqlens_k[b]..`` first (the cache is updated in place);
+    - varlen with keys in pages (paged prefill, forward only): q and
+      ``cu_seqlens_q/k`` as varlen, k/v a paged cache with ``block_table``
+      (no ``seqlens_k``): ``cu_seqlens_k`` counts each sequence's keys, key j of
+      sequence b in page ``block_table[b][j // page_size]``.
 
     Options: ``softmax_scale`` (default ``1/sqrt(D)``), ``causal`` (bottom-right
     aligned), ``window_size=(left, right)`` (-1 unbounded), ``softcap`` (0 off),
@@ -228,7 +232,8 @@ def attention_backward(dout, q, k, v, out, lse, *, softmax_scale=None, causal=Fa
                        dropout_offset=0):
     """``cuflash::attention_backward``: ``(dq, dk, dv)`` from the forward's out and lse.
 
-    Same layouts and options as :func:`attention` (no appends); dq is like q,
+    Same layouts and options as :func:`attention` (no appends, no block_table with
+    cu_seqlens: a varlen call over keys in pages has no backward); dq is like q,
     dk/dv like k/v (for GQA summed over each group of query heads). With
     ``sinks``: ``(dq, dk, dv, dsinks)``. With dropout, give the forward's
     ``dropout_p``, ``dropout_seed`` and ``dropout_offset``: the mask is redrawn.

@@ -8,8 +8,11 @@ sinks (``sinks=``, or flash-attn 3's name ``learnable_sink=``: float32
 softmax_lse, S_dmask)``, S_dmask the probabilities with dropped entries
 negated, also without dropout) run on backends cpu and cuda (dropout with a
 KV cache on backend cpu only); cudnn refuses them (NotImplementedError naming
-the feature). Not there yet:
-``cache_leftpad`` and a paged ``block_table`` in the varlen functions.
+the feature). Not there yet: ``cache_leftpad``.
+``flash_attn_varlen_func``'s ``block_table`` (paged prefill: packed queries
+over keys in a paged cache) runs its forward on backends cpu and cuda; as in
+flash-attn it has no backward (a gradient through it raises, naming
+``block_table``).
 ``cache_batch_idx`` reads a contiguous cache as a paged view of itself.
 ``rotary_cos``/``rotary_sin`` in ``flash_attn_with_kvcache`` (torch tensors)
 rotate q and the appended k with torch operations before the call
@@ -112,12 +115,9 @@ def flash_attn_kvpacked_func(q, kv, dropout_p=0.0, softmax_scale=None, causal=Fa
 
 def _varlen(q, k, v, cu_seqlens_q, cu_seqlens_k, max_seqlen_q, max_seqlen_k, dropout_p, softmax_scale, causal,
             window_size, softcap, alibi_slopes, deterministic, return_attn_probs, block_table=None, sinks=None):
-    if block_table is not None:
-        raise NotImplementedError("flash_attn_varlen_func with block_table (a paged varlen batch): not supported "
-                                  "yet; use flash_attn_with_kvcache for paged caches")
     return _attend(q, k, v, dropout_p, softmax_scale, causal, window_size, softcap, alibi_slopes, deterministic,
                    return_attn_probs, sinks, cu_seqlens_q=cu_seqlens_q, cu_seqlens_k=cu_seqlens_k,
-                   max_seqlen_q=max_seqlen_q, max_seqlen_k=max_seqlen_k)
+                   max_seqlen_q=max_seqlen_q, max_seqlen_k=max_seqlen_k, block_table=block_table)
 
 
 def flash_attn_varlen_func(q, k, v, cu_seqlens_q, cu_seqlens_k, max_seqlen_q, max_seqlen_k, dropout_p=0.0,
@@ -130,6 +130,12 @@ def flash_attn_varlen_func(q, k, v, cu_seqlens_q, cu_seqlens_k, max_seqlen_q, ma
     ``max_seqlen_q/k`` bound the lengths. Returns out ``(total_q, nheads, headdim)``,
     or ``(out, softmax_lse, S_dmask)`` with ``return_attn_probs`` (S_dmask
     ``(batch, nheads, max_seqlen_q, max_seqlen_k)``).
+
+    With ``block_table`` int32 ``(batch, max_pages)`` the keys are in a paged
+    cache: k/v ``(num_pages, page_size, nheads_k, headdim)``, sequence b's
+    ``cu_seqlens_k[b+1] - cu_seqlens_k[b]`` keys in its pages
+    ``block_table[b]`` (key j at page ``block_table[b][j // page_size]``, slot
+    ``j % page_size``); forward only, as in flash-attn.
     """
     return _varlen(q, k, v, cu_seqlens_q, cu_seqlens_k, max_seqlen_q, max_seqlen_k, dropout_p, softmax_scale,
                    causal, window_size, softcap, alibi_slopes, deterministic, return_attn_probs, block_table,

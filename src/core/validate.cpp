@@ -399,6 +399,11 @@ Status check_paged_varlen_fields(const KvCache& cache, bool forward) {
     return Status::invalid(std::string(cache.k_new.empty() ? "kv_cache.v_new" : "kv_cache.k_new") +
                            ": not with varlen; a varlen call with a block table only reads the cache (appends are "
                            "KV-cache calls, with seqlens_k)");
+  // Any other KV-cache field (one added later included) would be ignored: refused too.
+  KvCache others = cache;
+  others.block_table = {};
+  if (others.given())
+    return Status::invalid("kv_cache: with varlen only kv_cache.block_table may be given");
   return {};
 }
 

@@ -129,6 +129,25 @@ static double max_abs_diff(const float* got, long got_stride, const double* want
 
 static const double kTolerance = 2e-5;
 
+/* A backward's arguments as far as they repeat the forward's: q, k, v, out, lse and the
+ * index tensors. */
+static cuflash_backward_args backward_args_of(const cuflash_forward_args* args) {
+  cuflash_backward_args grad;
+  memset(&grad, 0, sizeof grad);
+  grad.q = args->q;
+  grad.k = args->k;
+  grad.v = args->v;
+  grad.out = args->out;
+  grad.lse = args->lse;
+  grad.cu_seqlens_q = args->cu_seqlens_q;
+  grad.cu_seqlens_k = args->cu_seqlens_k;
+  grad.max_seqlen_q = args->max_seqlen_q;
+  grad.max_seqlen_k = args->max_seqlen_k;
+  grad.seqlens_k = args->seqlens_k;
+  grad.block_table = args->block_table;
+  return grad;
+}
+
 /* Dense GQA forward (causal, softcap, Sq != Sk) and its backward. */
 static void test_dense_forward_backward(void) {
   enum { B = 2, SQ = 5, SK = 9, HQ = 4, HK = 2, D = 16 };
@@ -162,12 +181,7 @@ static void test_dense_forward_backward(void) {
   CHECK(status == CUFLASH_OK, "forward: %s: %s", cuflash_status_name(status), cuflash_last_error_message());
   CHECK(strcmp(cuflash_last_error_message(), "") == 0, "message after success: '%s'", cuflash_last_error_message());
 
-  memset(&grad, 0, sizeof grad);
-  grad.q = args.q;
-  grad.k = args.k;
-  grad.v = args.v;
-  grad.out = args.out;
-  grad.lse = args.lse;
+  grad = backward_args_of(&args);
   grad.dout = host_tensor(dout, CUFLASH_F32, 4, q_shape);
   grad.dq = host_tensor(dq, CUFLASH_F32, 4, q_shape);
   grad.dk = host_tensor(dk, CUFLASH_F32, 4, kv_shape);
@@ -202,6 +216,54 @@ static void test_dense_forward_backward(void) {
 
   free(q), free(k), free(v), free(out), free(lse), free(dout), free(dq), free(dk), free(dv);
   free(want_dk), free(want_dv);
+}
+
+/* test_varlen's batch with its keys in pages of 4 (flash-attn's paged prefill: cu_seqlens_k
+ * counts each sequence's keys, block_table names its pages, shuffled, page 4 no sequence's):
+ * the same bits as with the keys packed. The backward refuses the block table, writing nothing. */
+static void check_varlen_keys_in_pages(const cuflash_forward_args* packed, const float* k, const float* v,
+                                       const int32_t* cu_k, const float* out, const float* lse) {
+  enum { TQ = 9, H = 2, D = 8, B = 3, PAGES = 7, PAGE = 4, MAX_PAGES = 2 };
+  int32_t block_table[B * MAX_PAGES] = {6, 2, 0, 5, 3, 1};
+  const int64_t q_shape[3] = {TQ, H, D}, cache_shape[4] = {PAGES, PAGE, H, D}, lse_shape[2] = {H, TQ};
+  const int64_t table_shape[2] = {B, MAX_PAGES};
+  const size_t row_bytes = H * D * sizeof(float);
+  float *k_cache = filled_floats(PAGES * PAGE * H * D, NAN), *v_cache = filled_floats(PAGES * PAGE * H * D, NAN);
+  float *paged_out = filled_floats(TQ * H * D, NAN), *paged_lse = filled_floats(H * TQ, NAN);
+  float *dq = filled_floats(TQ * H * D, NAN), *dk = filled_floats(PAGES * PAGE * H * D, NAN);
+  float* dv = filled_floats(PAGES * PAGE * H * D, NAN);
+  cuflash_forward_args args = *packed;
+  cuflash_backward_args grad;
+  cuflash_status status;
+  int b, j;
+
+  for (b = 0; b < B; ++b)
+    for (j = 0; j < cu_k[b + 1] - cu_k[b]; ++j) {
+      const long slot = (long)block_table[b * MAX_PAGES + j / PAGE] * PAGE + j % PAGE;
+      memcpy(k_cache + slot * H * D, k + (long)(cu_k[b] + j) * H * D, row_bytes);
+      memcpy(v_cache + slot * H * D, v + (long)(cu_k[b] + j) * H * D, row_bytes);
+    }
+  args.k = host_tensor(k_cache, CUFLASH_F32, 4, cache_shape);
+  args.v = host_tensor(v_cache, CUFLASH_F32, 4, cache_shape);
+  args.out = host_tensor(paged_out, CUFLASH_F32, 3, q_shape);
+  args.lse = host_tensor(paged_lse, CUFLASH_F32, 2, lse_shape);
+  args.block_table = host_tensor(block_table, CUFLASH_I32, 2, table_shape);
+  status = cuflash_attention_forward(&args, NULL, NULL);
+  CHECK(status == CUFLASH_OK, "varlen, keys in pages: %s: %s", cuflash_status_name(status),
+        cuflash_last_error_message());
+  CHECK(memcmp(paged_out, out, TQ * row_bytes) == 0 && memcmp(paged_lse, lse, H * TQ * sizeof(float)) == 0,
+        "varlen, keys in pages: out/lse differ from the packed call's");
+
+  grad = backward_args_of(&args);
+  grad.dout = args.out;
+  grad.dq = host_tensor(dq, CUFLASH_F32, 3, q_shape);
+  grad.dk = host_tensor(dk, CUFLASH_F32, 4, cache_shape);
+  grad.dv = host_tensor(dv, CUFLASH_F32, 4, cache_shape);
+  CHECK(cuflash_attention_backward(&grad, NULL, NULL) == CUFLASH_INVALID_ARGUMENT &&
+            strstr(cuflash_last_error_message(), "block_table") != NULL,
+        "varlen backward with a block table: '%s'", cuflash_last_error_message());
+  CHECK(isnan(dq[0]) && isnan(dk[0]) && isnan(dv[0]), "the refused backward wrote its gradients");
+  free(k_cache), free(v_cache), free(paged_out), free(paged_lse), free(dq), free(dk), free(dv);
 }
 
 /* Varlen: sequences of 3, 0 and 6 queries over 4, 2 and 6 keys, strided q (a BHSD-like
@@ -246,6 +308,7 @@ static void test_varlen(void) {
       for (i = 0; i < lq; ++i) worst = fmax(worst, fabs(lse[h * TQ + cu_q[b] + i] - want_lse[i]));
     }
   CHECK(worst <= kTolerance, "varlen max-abs error %g", worst);
+  check_varlen_keys_in_pages(&args, k, v, cu_k, out, lse);
   free(q), free(k), free(v), free(out), free(lse);
 }
 
@@ -306,84 +369,6 @@ static void test_paged_kvcache_append(void) {
   CHECK(worst_cache == 0.0, "appended keys not in the cache (max diff %g)", worst_cache);
   CHECK(worst <= kTolerance, "paged kvcache max-abs error %g", worst);
   free(q), free(k_cache), free(v_cache), free(k_new), free(v_new), free(out), free(lse);
-}
-
-/* Varlen queries over keys in pages (flash-attn's paged prefill): sequences of 3, 0 and 6
- * queries over 4, 2 and 7 keys in pages of 4, read through a shuffled block table; causal
- * (bottom-right: the third sequence has fewer queries than keys). The backward refuses the
- * block table. */
-static void test_paged_varlen(void) {
-  enum { TQ = 9, H = 2, D = 8, B = 3, PAGES = 7, PAGE = 4, MAX_PAGES = 2 };
-  int32_t cu_q[B + 1] = {0, 3, 3, 9}, cu_k[B + 1] = {0, 4, 6, 13};
-  int32_t block_table[B * MAX_PAGES] = {6, 2, 0, 5, 3, 1}; /* page 4 is no sequence's */
-  const int64_t q_shape[3] = {TQ, H, D}, cache_shape[4] = {PAGES, PAGE, H, D}, lse_shape[2] = {H, TQ};
-  const int64_t cu_shape[1] = {B + 1}, table_shape[2] = {B, MAX_PAGES};
-  float *q = random_floats(TQ * H * D), *k_cache = random_floats(PAGES * PAGE * H * D);
-  float *v_cache = random_floats(PAGES * PAGE * H * D), *out = filled_floats(TQ * H * D, NAN);
-  float *lse = filled_floats(H * TQ, NAN), *dq = filled_floats(TQ * H * D, NAN);
-  float *dk = filled_floats(PAGES * PAGE * H * D, NAN), *dv = filled_floats(PAGES * PAGE * H * D, NAN);
-  cuflash_forward_args args;
-  cuflash_backward_args grad;
-  cuflash_options options;
-  cuflash_status status;
-  ref_options ref = {1.0 / sqrt((double)D), 1, 0.0};
-  double worst = 0;
-  int b, h, i, j, c;
-
-  memset(&args, 0, sizeof args);
-  args.q = host_tensor(q, CUFLASH_F32, 3, q_shape);
-  args.k = host_tensor(k_cache, CUFLASH_F32, 4, cache_shape);
-  args.v = host_tensor(v_cache, CUFLASH_F32, 4, cache_shape);
-  args.out = host_tensor(out, CUFLASH_F32, 3, q_shape);
-  args.lse = host_tensor(lse, CUFLASH_F32, 2, lse_shape);
-  args.cu_seqlens_q = host_tensor(cu_q, CUFLASH_I32, 1, cu_shape);
-  args.cu_seqlens_k = host_tensor(cu_k, CUFLASH_I32, 1, cu_shape);
-  args.max_seqlen_q = 6;
-  args.max_seqlen_k = 7;
-  args.block_table = host_tensor(block_table, CUFLASH_I32, 2, table_shape);
-  cuflash_options_init(&options);
-  options.causal = 1;
-  status = cuflash_attention_forward(&args, &options, NULL);
-  CHECK(status == CUFLASH_OK, "paged varlen: %s: %s", cuflash_status_name(status), cuflash_last_error_message());
-  for (b = 0; b < B; ++b)
-    for (h = 0; h < H; ++h) {
-      const int lq = cu_q[b + 1] - cu_q[b], lk = cu_k[b + 1] - cu_k[b];
-      float keys[MAX_PAGES * PAGE * D], values[MAX_PAGES * PAGE * D];
-      double want_out[6 * D], want_lse[6];
-      if (lq == 0) continue;
-      for (j = 0; j < lk; ++j)
-        for (c = 0; c < D; ++c) {
-          const long at = (((long)block_table[b * MAX_PAGES + j / PAGE] * PAGE + j % PAGE) * H + h) * D + c;
-          keys[j * D + c] = k_cache[at];
-          values[j * D + c] = v_cache[at];
-        }
-      reference(q + ((long)cu_q[b] * H + h) * D, H * D, keys, D, values, D, lq, lk, D, ref, want_out, want_lse, NULL,
-                0, NULL, NULL, NULL);
-      worst = fmax(worst, max_abs_diff(out + ((long)cu_q[b] * H + h) * D, H * D, want_out, lq, D));
-      for (i = 0; i < lq; ++i) worst = fmax(worst, fabs(lse[h * TQ + cu_q[b] + i] - want_lse[i]));
-    }
-  CHECK(worst <= kTolerance, "paged varlen max-abs error %g", worst);
-
-  memset(&grad, 0, sizeof grad);
-  grad.q = args.q;
-  grad.k = args.k;
-  grad.v = args.v;
-  grad.out = args.out;
-  grad.dout = args.out;
-  grad.lse = args.lse;
-  grad.dq = host_tensor(dq, CUFLASH_F32, 3, q_shape);
-  grad.dk = host_tensor(dk, CUFLASH_F32, 4, cache_shape);
-  grad.dv = host_tensor(dv, CUFLASH_F32, 4, cache_shape);
-  grad.cu_seqlens_q = args.cu_seqlens_q;
-  grad.cu_seqlens_k = args.cu_seqlens_k;
-  grad.max_seqlen_q = args.max_seqlen_q;
-  grad.max_seqlen_k = args.max_seqlen_k;
-  grad.block_table = args.block_table;
-  CHECK(cuflash_attention_backward(&grad, &options, NULL) == CUFLASH_INVALID_ARGUMENT &&
-            strstr(cuflash_last_error_message(), "block_table") != NULL,
-        "paged varlen backward: '%s'", cuflash_last_error_message());
-  CHECK(isnan(dq[0]) && isnan(dk[0]), "the refused backward wrote its gradients");
-  free(q), free(k_cache), free(v_cache), free(out), free(lse), free(dq), free(dk), free(dv);
 }
 
 /* Attention over the first and second halves of the keys, merged, equals attention over all. */
@@ -872,7 +857,6 @@ int main(void) {
   test_dense_forward_backward();
   test_varlen();
   test_paged_kvcache_append();
-  test_paged_varlen();
   test_merge_states();
   test_empty_tensors();
   test_sinks_and_dropout();

@@ -8,6 +8,7 @@
 #include <algorithm>
 #include <cmath>
 #include <cstdint>
+#include <utility>
 #include <vector>
 
 #include "common/attention_check.hpp"
@@ -266,28 +267,30 @@ TEST_P(CpuSinksDropout, BackwardMatchesOracle) {
 
 INSTANTIATE_TEST_SUITE_P(Features, CpuSinksDropout, ::testing::ValuesIn(feature_cases()), CaseSpecName());
 
-// A KV-cache forward that appends: the new keys get a sink's share like any.
-TEST(CpuSinksDropout, KvCacheAppendForward) {
+// Calls that have no backward, causal with sinks and dropout 0.3, forward only.
+void check_causal_forward_with_sinks_and_dropout(CaseSpec s) {
   CUFLASH_TEST_RNG(rng);
-  CaseSpec s = with_sinks(with_dropout(paged_case("append"), 0.3f));
-  s.new_len = 3;
+  s = with_sinks(with_dropout(std::move(s), 0.3f));
   s.options.causal = true;
   AttentionCase c(s, rng.engine());
   HostApiRunner runner(Backend::cpu);
   check_forward(c, runner);
 }
 
-// Varlen queries over keys in pages (forward only, as in flash-attn): the
+// A KV-cache forward that appends: the new keys get a sink's share like any.
+TEST(CpuSinksDropout, KvCacheAppendForward) {
+  CaseSpec s = paged_case("append");
+  s.new_len = 3;
+  check_causal_forward_with_sinks_and_dropout(s);
+}
+
+// Varlen queries over keys in pages (as in flash-attn, no backward): the
 // sinks and the dropout mask are those of the packed call, keys counted from
 // each sequence's start.
 TEST(CpuSinksDropout, PagedVarlenForward) {
-  CUFLASH_TEST_RNG(rng);
-  CaseSpec s = with_sinks(with_dropout(varlen_case("paged_varlen"), 0.3f));
+  CaseSpec s = varlen_case("paged_varlen");
   s.page_size = 8;
-  s.options.causal = true;
-  AttentionCase c(s, rng.engine());
-  HostApiRunner runner(Backend::cpu);
-  check_forward(c, runner);
+  check_causal_forward_with_sinks_and_dropout(s);
 }
 
 // A row that sees no key gets out = 0 and lse = its sink; its gradients are 0.

@@ -91,6 +91,18 @@ def varlen(q, k, v, cu_q, cu_k, dout=None, alibi=None, **options):
     return (out, lse) if dout is None else (out, lse, dq, dk, dv)
 
 
+def paged_varlen(q, k_cache, v_cache, cu_q, cu_k, block_table, alibi=None, **options):
+    """Packed q [Tq, Hq, D] over keys in a paged cache [num_pages, page_size, Hk, D]: sequence b's
+    cu_k[b+1] - cu_k[b] keys are cache positions 0.. of block_table[b] (flash-attn's paged prefill)
+    -> out (zeros past cu_q[-1]), lse [Hq, Tq]."""
+    page_size = k_cache.shape[1]
+    rows, cols = zip(*(cache_positions(b, cu_k[b + 1] - cu_k[b], page_size, block_table)
+                       for b in range(len(cu_k) - 1)))
+    rows, cols = np.concatenate(rows).astype(np.int64), np.concatenate(cols).astype(np.int64)
+    return varlen(q, np.asarray(k_cache)[rows, cols], np.asarray(v_cache)[rows, cols], cu_q, cu_k, alibi=alibi,
+                  **options)
+
+
 def cache_positions(b, length, page_size, block_table):
     """Indices into the cache's first two dims of sequence b's keys 0..length-1."""
     j = np.arange(length)

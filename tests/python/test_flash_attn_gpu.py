@@ -8,7 +8,7 @@ keep pattern, the same rotation):
 3. ``return_attn_probs`` without dropout: (out, softmax_lse, S_dmask);
 4. flash_attn_with_kvcache: rotary_cos/rotary_sin (interleaved or not) with
    appended k/v, cache_leftpad, cache_batch_idx, block_table, num_splits;
-5. paged prefill: flash_attn_varlen_func with block_table;
+5. paged prefill: flash_attn_varlen_func with block_table (the packed call's results, no backward);
 6. attention sinks (``sinks`` / ``learnable_sink``) with their gradient;
 7. bert_padding's unpad_input / pad_input around flash_attn_varlen_func;
 8. a bad block table: an exception that is both a RuntimeError and a ValueError.
@@ -593,11 +593,13 @@ def test_leftpad_reference_matches_shifted_calls_cpu(causal, rotary):
 
 def paged_prefill_setup(device, dtype, page_size=PAGE_SIZE, seed=0):
     """q packed [total_q, H, D]; paged caches [num_pages, page_size, Hk, D]; sequence b's keys are the first
-    lengths_k[b] rows of its pages block_table[b] (cu_seqlens_k counts them, as in flash-attn)."""
+    lengths_k[b] rows of its pages block_table[b] (cu_seqlens_k counts them, as in flash-attn). Causal
+    calls align bottom-right: the first sequence has fewer queries than keys, the second one query."""
     gen = torch.Generator().manual_seed(seed)
     lengths_q, lengths_k = [40, 1, 100], [300, 37, 100]
-    heads, heads_kv, head_dim, pages_per_seq, batch = 4, 2, 64, 2, 3
-    num_pages = batch * pages_per_seq + 1
+    heads, heads_kv, head_dim, batch = 4, 2, 64, 3
+    pages_per_seq = -(-max(lengths_k) // page_size)
+    num_pages = batch * pages_per_seq + 1  # one page no sequence uses
     k_cache = randn(gen, device, dtype, num_pages, page_size, heads_kv, head_dim)
     v_cache = randn(gen, device, dtype, num_pages, page_size, heads_kv, head_dim)
     table = torch.randperm(num_pages, generator=gen)[:batch * pages_per_seq].view(batch, pages_per_seq)
@@ -606,27 +608,97 @@ def paged_prefill_setup(device, dtype, page_size=PAGE_SIZE, seed=0):
     return q, k_cache, v_cache, table.to(torch.int32).to(device), varlen, lengths_q, lengths_k
 
 
-@pytest.mark.parametrize("device", GPU_ONLY)
-@pytest.mark.parametrize("dtype", DTYPES)
-@pytest.mark.parametrize("backend", BACKENDS)
-@pytest.mark.parametrize("causal", [True, False], ids=["causal", "noncausal"])
-def test_paged_prefill_varlen_block_table(causal, backend, dtype, device, error_ledger):
-    """flash_attn_varlen_func(q, k_cache, v_cache, cu_seqlens_q, cu_seqlens_k, ..., block_table=...): forward
-    (flash-attn's paged varlen call has no backward) against float64 attention over the gathered pages."""
-    q, k_cache, v_cache, table, varlen, lengths_q, lengths_k = paged_prefill_setup(device, dtype)
-    out = attend(backend, device, q, k_cache, v_cache, varlen=varlen, causal=causal, block_table=table)
-    assert out.shape == q.shape and out.dtype == dtype
+def packed_keys(k_cache, v_cache, table, lengths_k):
+    """The keys and values of every sequence gathered from its pages and packed, as a varlen call takes them."""
     gathered = [c[table.long()].flatten(1, 2) for c in (k_cache, v_cache)]  # [B, pages * page_size, Hk, D]
     k = torch.cat([gathered[0][b, :n] for b, n in enumerate(lengths_k)])
     v = torch.cat([gathered[1][b, :n] for b, n in enumerate(lengths_k)])
+    return k, v
+
+
+# Page sizes: flash-attn 2's 256, and 16, smaller than the kernels' key tiles (64, 128), so that a tile spans
+# several pages.
+PAGE_SIZES = [pytest.param(256, id="page256"), pytest.param(16, id="page16")]
+
+
+@pytest.mark.parametrize("device", DEVICES)
+@pytest.mark.parametrize("dtype", DTYPES)
+@pytest.mark.parametrize("backend", BACKENDS)
+@pytest.mark.parametrize("page_size", PAGE_SIZES)
+@pytest.mark.parametrize("causal", [True, False], ids=["causal", "noncausal"])
+def test_paged_prefill_varlen_block_table(causal, page_size, backend, dtype, device, error_ledger):
+    """flash_attn_varlen_func(q, k_cache, v_cache, cu_seqlens_q, cu_seqlens_k, ..., block_table=...): forward
+    (flash-attn's paged varlen call has no backward) against float64 attention over the gathered pages."""
+    q, k_cache, v_cache, table, varlen, lengths_q, lengths_k = paged_prefill_setup(device, dtype, page_size)
+    out = attend(backend, device, q, k_cache, v_cache, varlen=varlen, causal=causal, block_table=table)
+    assert out.shape == q.shape and out.dtype == dtype
+    k, v = packed_keys(k_cache, v_cache, table, lengths_k)
     want = varlen_reference(q.double(), k.double(), v.double(), lengths_q, lengths_k, causal=causal)[0]
     check_errors(error_ledger, {"out": (out, want)}, OUT_TOLERANCE[dtype])
 
 
+# Options that the paged call takes from the varlen one: (options, backend cpu and cuda run it).
+PAGED_OPTION_CASES = {
+    "window_softcap_alibi": dict(window_size=(50, 10), softcap=5.0, alibi=True),
+    "causal_sinks_dropout_probs": dict(causal=True, sinks=True, dropout_p=0.3, return_attn_probs=True),
+    "probs_gqa": dict(return_attn_probs=True),
+}
+
+
+@pytest.mark.parametrize("device", DEVICES)
+@pytest.mark.parametrize("dtype", DTYPES)
+@pytest.mark.parametrize("case", list(PAGED_OPTION_CASES))
+def test_paged_prefill_is_the_packed_call(case, dtype, device):
+    """Keys read through block_table change where they come from, nothing else: out, softmax_lse and S_dmask
+    are those of flash_attn_varlen_func on the same keys packed, bit for bit (the same dropout mask too, from
+    the same torch seed), with window, softcap, ALiBi, sinks and dropout."""
+    options = dict(PAGED_OPTION_CASES[case])
+    q, k_cache, v_cache, table, varlen, _, lengths_k = paged_prefill_setup(device, dtype, 16, seed=3)
+    heads = q.shape[1]
+    if options.pop("alibi", False):
+        options["alibi_slopes"] = torch.linspace(0.05, 0.5, heads, device=device)
+    if options.pop("sinks", False):
+        options["sinks"] = torch.linspace(-1.0, 2.0, heads, device=device)
+    k, v = packed_keys(k_cache, v_cache, table, lengths_k)
+    torch.manual_seed(11)
+    paged = cuflash.flash_attn_varlen_func(q, k_cache, v_cache, *varlen, block_table=table, **options)
+    torch.manual_seed(11)
+    packed = cuflash.flash_attn_varlen_func(q, k, v, *varlen, **options)
+    if not options.get("return_attn_probs"):
+        paged, packed = (paged,), (packed,)
+    for name, got, want in zip(("out", "softmax_lse", "S_dmask"), paged, packed):
+        assert torch.equal(got, want), f"{name} differs from the packed call's"
+
+
+@pytest.mark.parametrize("device", DEVICES)
+def test_paged_prefill_has_no_backward(device):
+    """As in flash-attn, a paged varlen call has no backward: a gradient through it raises, naming
+    block_table (the forward itself runs)."""
+    q, k_cache, v_cache, table, varlen, _, _ = paged_prefill_setup(device, torch.bfloat16, 16)
+    q.requires_grad_()
+    out = cuflash.flash_attn_varlen_func(q, k_cache, v_cache, *varlen, causal=True, block_table=table)
+    with pytest.raises(ValueError, match="block_table"):
+        out.sum().backward()
+
+
+def test_paged_prefill_page_size_not_a_power_of_two():
+    """Any page size on backend cpu; backend cuda (KV caches and paged prefill alike) takes powers of two
+    and says so."""
+    q, k_cache, v_cache, table, varlen, lengths_q, lengths_k = paged_prefill_setup("cpu", torch.float32, 48)
+    out = cuflash.flash_attn_varlen_func(q, k_cache, v_cache, *varlen, causal=True, block_table=table)
+    k, v = packed_keys(k_cache, v_cache, table, lengths_k)
+    want = varlen_reference(q.double(), k.double(), v.double(), lengths_q, lengths_k, causal=True)[0]
+    assert rel_l2(out, want) <= 1e-5
+    if HAS_GPU:
+        with pytest.raises(NotImplementedError, match="power of two"):
+            cuflash.flash_attn_varlen_func(*(x.cuda() for x in (q, k_cache, v_cache)), varlen[0].cuda(),
+                                           varlen[1].cuda(), *varlen[2:], causal=True, block_table=table.cuda())
+
+
 @pytest.mark.parametrize("causal", [True, False], ids=["causal", "noncausal"])
 def test_paged_prefill_reference_matches_kvcache_calls_cpu(causal):
-    """Checks the paged prefill reference on CPU, where the varlen call refuses block_table: sequence b
-    alone is a KV-cache call over its pages with cache_seqlens lengths_k[b] (no append)."""
+    """Checks the paged prefill reference on CPU against another call: sequence b alone is a KV-cache call
+    over its pages with cache_seqlens lengths_k[b] (no append)."""
     q, k_cache, v_cache, table, varlen, lengths_q, lengths_k = paged_prefill_setup("cpu", torch.float32,
                                                                                  page_size=16, seed=1)
     # Pages of 16 here, 2 per sequence: 32 keys at most; the sequences are cut to fit.
@@ -779,7 +851,7 @@ def test_bad_block_table_raises_runtime_and_value_error(bad, backend, device):
         torch.cuda.synchronize()  # nothing was launched that could fault later
 
 
-@pytest.mark.parametrize("device", GPU_ONLY)
+@pytest.mark.parametrize("device", DEVICES)
 @pytest.mark.parametrize("bad", BAD_TABLES)
 def test_bad_block_table_in_paged_prefill_raises_runtime_and_value_error(bad, device):
     """The same for flash_attn_varlen_func's block_table (paged prefill)."""
@@ -788,4 +860,5 @@ def test_bad_block_table_in_paged_prefill_raises_runtime_and_value_error(bad, de
     with pytest.raises(RuntimeError) as info:
         cuflash.flash_attn_varlen_func(q, k_cache, v_cache, *varlen, causal=True, block_table=table)
     assert_names_block_table(info)
-    torch.cuda.synchronize()
+    if device == "cuda":
+        torch.cuda.synchronize()  # nothing was launched that could fault later

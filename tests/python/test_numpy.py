@@ -149,6 +149,30 @@ def test_varlen_packed_functions(rng):
     check_close(cuflash.flash_attn_varlen_kvpacked_func(q, kv, cu, cu, 11, 11, causal=True), want, np.float32, "kv")
 
 
+@pytest.mark.parametrize("page_size", [4, 6, 16])
+def test_varlen_keys_in_pages(rng, page_size):
+    """flash_attn_varlen_func with block_table: sequence b's cu_seqlens_k[b+1] - cu_seqlens_k[b] keys are read
+    from its pages (shuffled, one page no sequence uses); causal bottom-right with fewer queries than keys."""
+    lengths_q, lengths_k = [5, 0, 17, 1], [9, 3, 17, 30]
+    pages_per_seq = -(-max(lengths_k) // page_size)
+    num_pages = len(lengths_q) * pages_per_seq + 1
+    q = randn(rng, sum(lengths_q), 4, 32)
+    k_cache, v_cache = randn(rng, num_pages, page_size, 2, 32), randn(rng, num_pages, page_size, 2, 32)
+    table = rng.permutation(num_pages)[:len(lengths_q) * pages_per_seq].reshape(len(lengths_q), -1).astype(np.int32)
+    cu_q, cu_k = (np.concatenate([[0], np.cumsum(n)]).astype(np.int32) for n in (lengths_q, lengths_k))
+    out = cuflash.flash_attn_varlen_func(q, k_cache, v_cache, cu_q, cu_k, max(lengths_q), max(lengths_k),
+                                         causal=True, block_table=table)
+    want_out, want_lse = ref.paged_varlen(q, k_cache, v_cache, cu_q, cu_k, table, causal=True)
+    check_close(out, want_out, np.float32, "paged varlen out")
+    _, lse = cuflash.attention(q, k_cache, v_cache, cu_seqlens_q=cu_q, cu_seqlens_k=cu_k, max_seqlen_q=17,
+                               max_seqlen_k=30, block_table=table, causal=True, return_lse=True, backend="cpu")
+    check_close(lse, want_lse, np.float32, "paged varlen lse")
+    bad = table.copy()
+    bad[3, -1] = num_pages  # sequence 3's last page: its keys up to 29
+    with pytest.raises(ValueError, match="block_table"):
+        cuflash.flash_attn_varlen_func(q, k_cache, v_cache, cu_q, cu_k, 17, 30, block_table=bad)
+
+
 def test_kvcache_contiguous_int_seqlens(rng):
     q = randn(rng, 3, 2, 4, 32)
     k_cache, v_cache = randn(rng, 3, 40, 2, 32), randn(rng, 3, 40, 2, 32)
@@ -261,9 +285,6 @@ def test_errors_are_python_exceptions_with_the_library_message(rng):
 def test_unimplemented_features_say_so(rng):
     q = randn(rng, 1, 4, 2, 32)
     # (Dropout, sinks and return_attn_probs run on the CPU backend: test_sinks_dropout.py.)
-    cu = np.array([0, 4], np.int32)
-    with pytest.raises(NotImplementedError, match="block_table"):
-        cuflash.flash_attn_varlen_func(q[0], q[0], q[0], cu, cu, 4, 4, block_table=np.zeros((1, 1), np.int32))
     cache = randn(rng, 1, 8, 2, 32)
     for name in ("rotary_cos", "cache_leftpad"):  # rotary: torch tensors only
         with pytest.raises(NotImplementedError, match=name):
