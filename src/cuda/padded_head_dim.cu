@@ -5,12 +5,13 @@
 
 #include "common/cuda_check.hpp"
 #include "common/scratch.hpp"
+#include "sm80/head_dims.hpp"
 
 namespace cuflash::detail {
 
 namespace {
 
-constexpr int kPadAlign = 8;  // elements of a 16-byte chunk of f16/bf16
+using sm80::kHeadDimAlign;  // elements of a 16-byte chunk of f16/bf16: what a row is padded to
 
 // Up to four axes: the view's outer axes (right-aligned) and its columns.
 struct Axes {
@@ -61,7 +62,7 @@ Status copy_columns(const TensorView& from, const TensorView& to, std::int64_t c
   return launch_status("copy_columns_kernel");
 }
 
-int padded_dim(int head_dim) { return (head_dim + kPadAlign - 1) / kPadAlign * kPadAlign; }
+int padded_dim(int head_dim) { return (head_dim + kHeadDimAlign - 1) / kHeadDimAlign * kHeadDimAlign; }
 
 // `view` with its last axis `dim` wide, contiguous, at `*next` (advanced).
 TensorView padded_view(const TensorView& view, int dim, char*& next, std::size_t& bytes) {
@@ -85,8 +86,8 @@ TensorView padded_view(const TensorView& view, int dim, char*& next, std::size_t
 bool needs_padded_head_dim(const Problem& problem) {
   // Above the kernels' largest head dim there is nothing to pad for: the
   // kernels refuse the caller's own head dim.
-  return (problem.dtype == DType::f16 || problem.dtype == DType::bf16) && problem.head_dim % kPadAlign != 0 &&
-         problem.head_dim < 256;
+  return (problem.dtype == DType::f16 || problem.dtype == DType::bf16) && problem.head_dim % kHeadDimAlign != 0 &&
+         problem.head_dim < sm80::kMaxHeadDim;
 }
 
 PaddedHeadDim padded_head_dim(const Problem& problem, void* scratch) {

@@ -24,6 +24,7 @@
 #include "common/attention_params.hpp"
 #include "common/kv_cache.cuh"
 #include "common/tensor_core.cuh"
+#include "sm80/head_dims.hpp"
 
 namespace cuflash::detail::sm80 {
 
@@ -48,22 +49,12 @@ class DecodeKvLoader {
     return {idx / kChunksPerKey, idx % kChunksPerKey / kHeadChunks, idx % kHeadChunks};
   }
 
-  // The 16-byte column a chunk reads: its own, or for a column past a
-  // narrower caller head dim the row's first (never past the cache). Those
-  // shared-memory columns then hold copies of real keys and values, which
-  // change nothing: the query's columns there are zeros (load_q_rows), and
-  // the output columns they make are never stored. No predicate, so the
-  // loop's registers are those of the full-width kernel.
-  static __device__ __forceinline__ int column_to_read(int col, int head_dim) {
-    return col * 8 < head_dim ? col : 0;
-  }
-
  public:
   __device__ __forceinline__ DecodeKvLoader(const ForwardParams& p, int b, int hk0) : p_(p), b_(b), hk0_(hk0) {
     if constexpr (kByColumn) {
       const KvCacheParams& cache = p.cache;
       const Chunk own = chunk(threadIdx.x);  // this thread's column, at its first key
-      const int col = column_to_read(own.col, p.head_dim);
+      const int col = chunk_to_read(own.col, p.head_dim);  // sm80/head_dims.hpp: why a clamp, not a predicate
       std::int64_t k_col = (hk0 + own.head) * p.k_strides.head + col * 8 + own.key * p.k_strides.row;
       std::int64_t v_col = (hk0 + own.head) * p.v_strides.head + col * 8 + own.key * p.v_strides.row;
       if (cache.block_table == nullptr) {
@@ -193,7 +184,7 @@ class DecodeKvLoader {
       const int page = j < k_len ? cache_page(p_.cache, b_, j) : -1;
       const bool valid = page >= 0;
       const int slot = cache_slot(p_.cache, j);
-      const int col = column_to_read(x.col, p_.head_dim);
+      const int col = chunk_to_read(x.col, p_.head_dim);
       const T* k_src = valid ? k + cache_offset(p_.k_strides, page, slot, hk0_ + x.head) + col * 8 : k;
       const T* v_src = valid ? v + cache_offset(p_.v_strides, page, slot, hk0_ + x.head) + col * 8 : v;
       const int at = x.smem_offset();

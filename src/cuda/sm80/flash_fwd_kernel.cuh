@@ -41,9 +41,9 @@ struct FwdConfig {
 // ROWS x D tile of global rows [row0, row0+ROWS) -> shared memory; rows at or
 // past `valid_rows` are zero-filled (never read). Columns at or past `cols`
 // (the caller's head dim, a multiple of 8 up to D): zero-filled for Q
-// (kZeroPastCols); for K and V a copy of the row's first columns, which
-// changes nothing (Q's zero columns take them out of S, and the output
-// columns they make are never stored) and costs no predicate in the loop.
+// (kZeroPastCols); for K and V a copy of the row's first columns: the rule
+// of sm80::chunk_to_read (head_dims.hpp), written out here in element offsets
+// (`col_inside ? c * 8 : 0`), the form this kernel was measured with.
 // Where it can, each thread copies one
 // fixed 16-byte column of every (kThreads / chunks-per-row)-th row, so its
 // address advances by a constant: one 64-bit multiply per tile, not per chunk.

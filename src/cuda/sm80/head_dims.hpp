@@ -38,6 +38,14 @@ constexpr int min_head_dim_served(int kernel_dim) {
   return kernel_dim;
 }
 
+// The 16-byte chunk a K/V load reads for chunk `chunk` of a kernel row: its
+// own, or for a chunk past a narrower caller head dim the row's first (never
+// past the caller's row). Those shared-memory columns then hold copies of real
+// keys and values, which change nothing: the query's columns there are zeros,
+// and the output columns they make are never stored. No predicate, so a load
+// loop keeps the registers of the full-width kernel.
+constexpr int chunk_to_read(int chunk, int head_dim) { return chunk * kHeadDimAlign < head_dim ? chunk : 0; }
+
 // For error messages: what the tensor-core kernels take.
 inline std::string head_dim_rule() {
   return "multiples of " + std::to_string(kHeadDimAlign) + " up to " + std::to_string(kMaxHeadDim);

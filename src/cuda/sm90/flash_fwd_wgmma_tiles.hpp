@@ -4,6 +4,8 @@
 // kernel on Hopper too.
 #pragma once
 
+#include "sm80/head_dims.hpp"
+
 namespace cuflash::detail::sm90 {
 
 struct WgmmaFwdTile {
@@ -58,8 +60,8 @@ constexpr TmaFwdTile tma_fwd_tile(int head_dim) {
 // on an H100 (docs/perf/head-dims.md).
 // Head dims up to 32 stay on the sm80 kernel, which has a 32.
 constexpr int tma_head_dim(int head_dim) {
-  if (head_dim <= 32 || head_dim % 8 != 0) return 0;
-  for (int d : {64, 128, 192, 256})
+  if (head_dim <= 32 || head_dim % sm80::kHeadDimAlign != 0) return 0;
+  for (int d : sm80::kHeadDims)
     if (d >= head_dim && tma_fwd_tile(d).block_n > 0) return d;
   return 0;
 }
