@@ -81,15 +81,25 @@ struct ChunkRowStats {
   float minus_delta[kChunk];
 };
 
-// No barrier.
-__device__ __forceinline__ void load_chunk_row_stats(ChunkRowStats& out, const LinearParams& p, const RowStats* stats,
+// The RowStats of the chunk's rows [0, count) for query head h (normalize;
+// nothing without): cp.async, committed.
+__device__ __forceinline__ void load_row_stats_async(RowStats* raw, const LinearParams& p, const RowStats* stats,
                                                      int b, const SequenceSpan& span, int first, int count, int h) {
+  if (!p.normalize) return;
+  static_assert(sizeof(RowStats) == 16, "one cp.async per row");
+  for (int r = threadIdx.x; r < count; r += kChunkThreads)
+    sm80::cp_async_16(raw + r, stats + row_stats_index(p, b, span, first + r, h));
+  sm80::cp_async_commit();
+}
+
+// raw (landed, after a barrier) -> out. No barrier.
+__device__ __forceinline__ void convert_row_stats(ChunkRowStats& out, const LinearParams& p, const RowStats* raw,
+                                                  int count) {
   for (int r = threadIdx.x; r < kChunk; r += kChunkThreads) {
     float inv_den = r < count ? 1.0f : 0.0f, minus_delta = 0.0f;
     if (p.normalize && r < count) {
-      const RowStats s = stats[row_stats_index(p, b, span, first + r, h)];
-      const float dot = s.dot[0] + (p.value_dim > kSlice ? s.dot[1] : 0.0f);
-      inv_den = 1.0f / s.den;
+      const float dot = raw[r].dot[0] + (p.value_dim > kSlice ? raw[r].dot[1] : 0.0f);
+      inv_den = 1.0f / raw[r].den;
       minus_delta = -dot * inv_den;
     }
     out.inv_den[r] = inv_den;
