@@ -92,7 +92,7 @@ __device__ __forceinline__ void row_normalizers(float (&den)[2], const T* a_tile
     part += row_sum[half];
     part += __shfl_xor_sync(0xffffffffu, part, 1);
     part += __shfl_xor_sync(0xffffffffu, part, 2);
-    den[half] = part + 1e-10f;
+    den[half] = part + kLinearNormalizerEps;
   }
 }
 
