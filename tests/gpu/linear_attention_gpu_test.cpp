@@ -296,6 +296,43 @@ TEST(LinearGpuShapes, HeadsDimsAndAlignment) {
       }
 }
 
+// relu with normalize where some queries have no positive entry: φq = 0, the
+// normalizer is eps (1e-10) and dout / den is 1e10 dout, past f16's range.
+// Such a row's output is 0 and it adds nothing to dk, dv or the state's
+// gradient; the tensor-core backward keeps 1/den out of its 16-bit operands
+// (the query rows that meet dout carry it), so f16 gives those zeros too
+// instead of 0 x inf.
+TEST(LinearGpuShapes, ReluQueriesWithNoPositiveEntry) {
+  SKIP_WITHOUT_GPU();
+  CUFLASH_TEST_RNG(rng);
+  for (DType dtype : {DType::f16, DType::bf16}) {
+    SCOPED_TRACE(dtype_name(dtype));
+    LinearSpec s = gpu_spec();
+    s.dtype = dtype;
+    s.map = FeatureMap::relu;
+    s.normalize = true;
+    s.with_state = true;
+    s.lengths = {200, 200};
+    auto with_zero_features = [&](LinearCase& c) {
+      // Rows around the chunk boundaries, of every sequence and query head.
+      const auto& shape = c.q.shape();  // [B, S, Hq, Dk]
+      for (std::int64_t b = 0; b < shape[0]; ++b)
+        for (std::int64_t t : {0, 7, 63, 64, 130, 199})
+          for (std::int64_t h = 0; h < shape[2]; ++h)
+            for (std::int64_t d = 0; d < shape[3]; ++d) {
+              const std::int64_t index = ((b * shape[1] + t) * shape[2] + h) * shape[3] + d;
+              c.q.set(index, -std::abs(c.q.get(index)));
+            }
+    };
+    LinearCase forward(s, rng.engine());
+    with_zero_features(forward);
+    check_forward(forward);
+    LinearCase backward(s, rng.engine());
+    with_zero_features(backward);
+    check_backward(backward);
+  }
+}
+
 // Length 0 passes the initial state on; no batch and no heads write nothing.
 TEST(LinearGpuShapes, EmptyExtents) {
   SKIP_WITHOUT_GPU();

@@ -6,17 +6,19 @@
 // per 64-column slice of Vt, with S' [DR x 64] fp32 carried across the chunks:
 //   out = A S' + mask(A Bᵀ) Vt,   then S' += Bᵀ Vt
 // and the roles below make that one form the forward and the three gradients
-// (docs/linear.md, "Backward"; dnum_t = dout_t / den_t, δ_t = dout_t · o_t):
-//   pass    A       B        Vt       S'                 mask     out
-//   output  φQ_h    φK       V[:,j]   S[:, j]            s <= t   num (÷ den)
-//   dq      dO_h    V        φK[:,i]  S[i, :]ᵀ           s <= t   den·dφQ   (scores - δ_t)
-//   dv      φK      φQ_h/den dO_h[:,j] G[:, j]           t >= s   dV  (Σ over the group)
-//   dk      V       dO_h     φQ_h/den[:,i] G[i, :]ᵀ      t >= s   dφK (Σ over the group; scores - δ_t)
-// (S the state before the chunk, G = dS the gradient of the state after it.)
-// dout is never divided by den in 16 bits: the query rows that meet it carry
-// 1/den_t instead (or the fp32 epilogue does), so that a row whose normalizer
-// is eps (relu of a query with no positive entry: φq = 0, den = 1e-10) keeps
-// its zero weights instead of overflowing f16 into 0 x inf.
+// (docs/linear.md, "Backward"; den_t the normalizer, δ_t = dout_t · o_t, so
+// that dnum_t = dout_t / den_t and dden_t = -δ_t / den_t):
+//   pass    A      B         Vt              S'          mask     scores
+//   output  φQ_h   φK        V[:, j]         S[:, j]     s <= t
+//   dq      dO_h   V         φK[:, i]        S[i, :]ᵀ    s <= t   - δ_t (row)
+//   dv      φK     φQ_h/den  dO_h[:, j]      G[:, j]     t >= s
+//   dk      V      dO_h      φQ_h[:, i]/den  G[i, :]ᵀ    t >= s   - δ_t (column)
+// (S the state before the chunk, G = dS the gradient of the state after it;
+// dq's out is den_t · dφq_t less its -δ_t z term, which its epilogue adds.)
+// dout is never divided by den in 16 bits: the query rows that meet it
+// carry 1/den_t instead (or the fp32 epilogue does), so that a row whose
+// normalizer is eps (relu of a query with no positive entry: φq = 0, den =
+// 1e-10) keeps its zero weights instead of overflowing f16 into 0 x inf.
 #pragma once
 
 #include "linear/linear_chunk_tiles.cuh"
@@ -81,15 +83,25 @@ struct ChunkRowStats {
   float minus_delta[kChunk];
 };
 
-// No barrier.
-__device__ __forceinline__ void load_chunk_row_stats(ChunkRowStats& out, const LinearParams& p, const RowStats* stats,
+// The RowStats of the chunk's rows [0, count) for query head h (normalize;
+// nothing without): cp.async, committed.
+__device__ __forceinline__ void load_row_stats_async(RowStats* raw, const LinearParams& p, const RowStats* stats,
                                                      int b, const SequenceSpan& span, int first, int count, int h) {
+  if (!p.normalize) return;
+  static_assert(sizeof(RowStats) == 16, "one cp.async per row");
+  for (int r = threadIdx.x; r < count; r += kChunkThreads)
+    sm80::cp_async_16(raw + r, stats + row_stats_index(p, b, span, first + r, h));
+  sm80::cp_async_commit();
+}
+
+// raw (landed, after a barrier) -> out. No barrier.
+__device__ __forceinline__ void convert_row_stats(ChunkRowStats& out, const LinearParams& p, const RowStats* raw,
+                                                  int count) {
   for (int r = threadIdx.x; r < kChunk; r += kChunkThreads) {
     float inv_den = r < count ? 1.0f : 0.0f, minus_delta = 0.0f;
     if (p.normalize && r < count) {
-      const RowStats s = stats[row_stats_index(p, b, span, first + r, h)];
-      const float dot = s.dot[0] + (p.value_dim > kSlice ? s.dot[1] : 0.0f);
-      inv_den = 1.0f / s.den;
+      const float dot = raw[r].dot[0] + (p.value_dim > kSlice ? raw[r].dot[1] : 0.0f);
+      inv_den = 1.0f / raw[r].den;
       minus_delta = -dot * inv_den;
     }
     out.inv_den[r] = inv_den;

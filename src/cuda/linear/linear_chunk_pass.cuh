@@ -23,14 +23,25 @@ namespace cuflash::detail::linear {
 
 template <typename T, int DR>
 struct PassSmem {
-  alignas(128) T a[kChunk * DR];
-  alignas(128) T b[kChunk * DR];
-  alignas(128) T vt[kChunk * kSlice];
+  // Two sets of tiles: an item's loads land in one while the previous item
+  // computes on the other (linear_chunk_state.cuh, BlockItems).
+  alignas(128) T a[2][kChunk * DR];
+  alignas(128) T b[2][kChunk * DR];
+  alignas(128) T vt[2][kChunk * kSlice];
   alignas(128) T s[DR * kSlice];  // 16-bit copy of S'
   // The key sum's part (normalize): output and row_stats z over A's columns
   // (Dk), dq z and dk g over the output's 64 columns.
   float vec[DR];
+  RowStats raw_stats[2][kChunk];
   ChunkRowStats stats;  // of the query head whose dout or φq/den is in a tile
+};
+
+// The tiles one item computes on, one of each double-buffered set.
+template <typename T>
+struct ItemTiles {
+  T* a;
+  T* b;
+  T* vt;
 };
 
 // How a pass uses the key sum (and its gradient) with normalize.
@@ -81,7 +92,7 @@ __device__ __forceinline__ void row_normalizers(float (&den)[2], const T* a_tile
     part += row_sum[half];
     part += __shfl_xor_sync(0xffffffffu, part, 1);
     part += __shfl_xor_sync(0xffffffffu, part, 2);
-    den[half] = part + 1e-10f;
+    den[half] = part + kLinearNormalizerEps;
   }
 }
 
@@ -96,14 +107,14 @@ struct ChunkPlace {
 // and out += P Vt, for the warp's 16 rows; row_sum gets P's row sums.
 template <typename T, int DR, Pass kPass>
 __device__ __forceinline__ void accumulate_chunk_pairs(float (&out)[8][4], float (&row_sum)[2],
-                                                       const PassSmem<T, DR>& smem) {
+                                                       const ItemTiles<T>& tiles, const ChunkRowStats& stats) {
   constexpr bool kKeySide = pass_roles(kPass).key_side;
   const int warp = threadIdx.x / 32;
   // n-tile pairs (16 columns) with a kept column: key side from the warp's
   // first row on, query side up to its last.
   const int first_pair = kKeySide ? warp : 0, last_pair = kKeySide ? kChunk / 16 : warp + 1;
   float scores[8][4];
-  chunk_scores<DR>(scores, smem.a, smem.b, first_pair, last_pair);
+  chunk_scores<DR>(scores, tiles.a, tiles.b, first_pair, last_pair);
 #pragma unroll
   for (int nt = 0; nt < 8; ++nt)
 #pragma unroll
@@ -112,13 +123,13 @@ __device__ __forceinline__ void accumulate_chunk_pairs(float (&out)[8][4], float
       const bool in_pairs = nt / 2 >= first_pair && nt / 2 < last_pair;
       const bool kept = in_pairs && (kKeySide ? col >= row : col <= row);
       float x = scores[nt][e];
-      if constexpr (kPass == Pass::dq) x += smem.stats.minus_delta[row];
-      if constexpr (kPass == Pass::dk) x += smem.stats.minus_delta[col];
+      if constexpr (kPass == Pass::dq) x += stats.minus_delta[row];
+      if constexpr (kPass == Pass::dk) x += stats.minus_delta[col];
       x = kept ? x : 0.0f;
       scores[nt][e] = x;
       row_sum[e / 2] += x;
     }
-  accumulate_out<kChunk / 16>(out, smem.vt, first_pair, last_pair, [&](int kt, std::uint32_t(&a)[4]) {
+  accumulate_out<kChunk / 16>(out, tiles.vt, first_pair, last_pair, [&](int kt, std::uint32_t(&a)[4]) {
     a[0] = sm80::pack2<T>(scores[2 * kt][0], scores[2 * kt][1]);
     a[1] = sm80::pack2<T>(scores[2 * kt][2], scores[2 * kt][3]);
     a[2] = sm80::pack2<T>(scores[2 * kt + 1][0], scores[2 * kt + 1][1]);
@@ -127,10 +138,10 @@ __device__ __forceinline__ void accumulate_chunk_pairs(float (&out)[8][4], float
 }
 
 // out += A S' (the 16-bit copy) for the warp's 16 rows.
-template <typename T, int DR>
-__device__ __forceinline__ void accumulate_state_product(float (&out)[8][4], const PassSmem<T, DR>& smem) {
-  accumulate_out<DR / 16>(out, smem.s, 0, DR / 16,
-                          [&](int kt, std::uint32_t(&a)[4]) { load_row_fragment<DR>(a, smem.a, kt); });
+template <int DR, typename T>
+__device__ __forceinline__ void accumulate_state_product(float (&out)[8][4], const T* a_tile, const T* s_tile) {
+  accumulate_out<DR / 16>(out, s_tile, 0, DR / 16,
+                          [&](int kt, std::uint32_t(&a)[4]) { load_row_fragment<DR>(a, a_tile, kt); });
 }
 
 // row_stats' results for the warp's rows of the chunk: den_t (slice 0) and
@@ -167,11 +178,11 @@ __device__ __forceinline__ void store_row_stats(const LinearParams& p, const Chu
 template <typename T, int DR, Pass kPass>
 __device__ __forceinline__ void store_pass_rows(const LinearParams& p, const ChunkWorkspace& w, const ChunkPlace& at,
                                                 int h, const float (&out)[8][4], const float (&row_sum)[2],
-                                                const PassSmem<T, DR>& smem) {
+                                                const T* a_tile, const PassSmem<T, DR>& smem) {
   const int col0 = at.slice * kSlice;
   float den[2] = {1.0f, 1.0f};
   if constexpr (vector_use(kPass) == VectorUse::normalizer)
-    if (p.normalize) row_normalizers<DR>(den, smem.a, smem.vec, row_sum);
+    if (p.normalize) row_normalizers<DR>(den, a_tile, smem.vec, row_sum);
   if constexpr (kPass == Pass::row_stats) {
     store_row_stats<T>(p, w, at, h, out, den);
   } else {
@@ -225,9 +236,10 @@ template <typename T, int DR, Pass kPass>
 __global__ void __launch_bounds__(kChunkThreads, 1) linear_chunk_pass_kernel(LinearParams p, ChunkWorkspace w) {
   constexpr PassRoles kRoles = pass_roles(kPass);
   constexpr VectorUse kVector = vector_use(kPass);
+  constexpr bool kKeySide = kRoles.key_side;
   // B and Vt of the query side are k and v (no statistics); the key side's
   // and dq's tiles meet dout.
-  constexpr bool kWithStats = kRoles.key_side || kPass == Pass::dq;
+  constexpr bool kWithStats = kKeySide || kPass == Pass::dq;
   extern __shared__ __align__(128) unsigned char smem_bytes[];
   auto& smem = *reinterpret_cast<PassSmem<T, DR>*>(smem_bytes);
   const int slices = operand_width(p, kRoles.vt) / kSlice;
@@ -237,8 +249,7 @@ __global__ void __launch_bounds__(kChunkThreads, 1) linear_chunk_pass_kernel(Lin
   at.hk = blockIdx.y;
   at.b = blockIdx.z;
   at.span = sequence_span(p, at.b);
-  const int block_first = block * kBlockRows;
-  if (block_first >= at.span.length) return;
+  if (block * kBlockRows >= at.span.length) return;
 
   const float* record = block_record(p, w, at.b, at.span, block, at.hk);
   float state[DR / 64][8][4];
@@ -253,92 +264,116 @@ __global__ void __launch_bounds__(kChunkThreads, 1) linear_chunk_pass_kernel(Lin
   }
   // (The loop's first barrier orders these stores before their readers.)
 
-  for (int step = 0; step < kBlockChunks; ++step) {
-    const int chunk = kRoles.key_side ? kBlockChunks - 1 - step : step;
-    at.first = block_first + chunk * kChunk;
-    if (at.first >= at.span.length) continue;
-    at.count = min(kChunk, at.span.length - at.first);
+  // Per-head tiles: A of the query side, B and Vt (and the statistics) of the
+  // key side. A step's tiles: B and Vt of the query side, A of the key side.
+  // Non-causal a pass needs only A (out = A S'): the key side one item per chunk.
+  const bool per_head_tiles = !kKeySide || p.causal;
+  const bool step_tiles = kKeySide || p.causal;
+  const BlockItems items(block, at.span, per_head_tiles ? p.group : 1, kKeySide);
+  auto tiles_of = [&](int item) {
+    const int head_set = item % 2, step_set = items.step(item) % 2;
+    return kKeySide ? ItemTiles<T>{smem.a[step_set], smem.b[head_set], smem.vt[head_set]}
+                    : ItemTiles<T>{smem.a[head_set], smem.b[step_set], smem.vt[step_set]};
+  };
+  auto issue = [&](int item) {
+    const ItemTiles<T> tiles = tiles_of(item);
+    const int first = items.first_row(item), count = min(kChunk, at.span.length - first);
+    const int h = at.hk * p.group + items.head(item);
+    const int col0 = at.slice * kSlice;
+    if (items.head(item) == 0 && step_tiles) {
+      if (kKeySide) {
+        load_operand_async<DR>(tiles.a, p, kRoles.a, at.b, at.span, first, count, at.hk, 0);
+      } else {
+        load_operand_async<DR>(tiles.b, p, kRoles.b, at.b, at.span, first, count, at.hk, 0);
+        load_operand_async<kSlice>(tiles.vt, p, kRoles.vt, at.b, at.span, first, count, at.hk, col0);
+      }
+    }
+    if (!per_head_tiles) return;
+    if (kKeySide) {
+      load_operand_async<DR>(tiles.b, p, kRoles.b, at.b, at.span, first, count, h, 0);
+      load_operand_async<kSlice>(tiles.vt, p, kRoles.vt, at.b, at.span, first, count, h, col0);
+    } else {
+      load_operand_async<DR>(tiles.a, p, kRoles.a, at.b, at.span, first, count, h, 0);
+    }
+    if (kWithStats) load_row_stats_async(smem.raw_stats[item % 2], p, w.row_stats, at.b, at.span, first, count, h);
+  };
 
-    if constexpr (!kRoles.key_side) {
+  float out[8][4];      // key side: summed over the step's heads
+  float row_sum[2];
+  float vec_add = 0.0f;  // the step's share of the key sum (column threadIdx.x), joined at its end
+  issue(0);
+  for (int item = 0; item < items.count(); ++item) {
+    const ItemTiles<T> tiles = tiles_of(item);
+    const int g = items.head(item);
+    const bool step_begins = g == 0, step_ends = g == items.heads - 1;
+    const int h = at.hk * p.group + g;
+    at.first = items.first_row(item);
+    at.count = min(kChunk, at.span.length - at.first);
+    sm80::cp_async_wait<0>();
+    __syncthreads();  // the item's tiles landed; the previous item's readers are done with the other set
+    if (item + 1 < items.count()) issue(item + 1);
+    if (kWithStats && per_head_tiles) {
+      convert_row_stats(smem.stats, p, smem.raw_stats[item % 2], at.count);
+      __syncthreads();
+    }
+    if (step_begins && step_tiles) {
+      if (kKeySide) {
+        transform_operand<DR>(tiles.a, p, kRoles.a, at.count, smem.stats);
+      } else {
+        transform_operand<DR>(tiles.b, p, kRoles.b, at.count, smem.stats);
+        transform_operand<kSlice>(tiles.vt, p, kRoles.vt, at.count, smem.stats);
+      }
+    }
+    if (per_head_tiles) {
+      if (kKeySide) {
+        transform_operand<DR>(tiles.b, p, kRoles.b, at.count, smem.stats);
+        transform_operand<kSlice>(tiles.vt, p, kRoles.vt, at.count, smem.stats);
+      } else {
+        transform_operand<DR>(tiles.a, p, kRoles.a, at.count, smem.stats);
+      }
+    }
+    __syncthreads();
+    if (!kKeySide || step_begins) {
+#pragma unroll
+      for (int nt = 0; nt < 8; ++nt)
+#pragma unroll
+        for (int e = 0; e < 4; ++e) out[nt][e] = 0.0f;
+      row_sum[0] = row_sum[1] = 0.0f;
+    }
+    if (p.causal) accumulate_chunk_pairs<T, DR, kPass>(out, row_sum, tiles, smem.stats);
+    if constexpr (kKeySide) {
       if (p.causal) {
-        __syncthreads();  // the previous chunk's readers are done with b and vt
-        load_operand_async<DR>(smem.b, p, kRoles.b, at.b, at.span, at.first, at.count, at.hk, 0);
-        load_operand_async<kSlice>(smem.vt, p, kRoles.vt, at.b, at.span, at.first, at.count, at.hk,
-                                   at.slice * kSlice);
-        sm80::cp_async_wait<0>();
-        __syncthreads();
-        transform_operand<DR>(smem.b, p, kRoles.b, at.count, smem.stats);
-        transform_operand<kSlice>(smem.vt, p, kRoles.vt, at.count, smem.stats);
+        // The fp32 S' takes this head's rows now; the copy (the rows after
+        // the chunk) is refreshed at the step's end.
+        accumulate_state<DR>(state, tiles.b, tiles.vt);
+        if constexpr (kVector == VectorUse::rank_one)
+          if (p.normalize && threadIdx.x < kSlice)
+            vec_add += column_sum<kSlice>(tiles.vt, threadIdx.x, at.count,
+                                          [&](int r) { return smem.stats.minus_delta[r]; });
       }
-      for (int g = 0; g < p.group; ++g) {
-        const int h = at.hk * p.group + g;
-        __syncthreads();  // the previous head's readers are done with a and stats
-        load_operand_async<DR>(smem.a, p, kRoles.a, at.b, at.span, at.first, at.count, h, 0);
-        if constexpr (kWithStats) load_chunk_row_stats(smem.stats, p, w.row_stats, at.b, at.span, at.first, at.count, h);
-        sm80::cp_async_wait<0>();
-        __syncthreads();
-        transform_operand<DR>(smem.a, p, kRoles.a, at.count, smem.stats);
-        __syncthreads();
-        float out[8][4] = {};
-        float row_sum[2] = {0.0f, 0.0f};
-        if (p.causal) accumulate_chunk_pairs<T, DR, kPass>(out, row_sum, smem);
-        accumulate_state_product(out, smem);
-        store_pass_rows<T, DR, kPass>(p, w, at, h, out, row_sum, smem);
-      }
-      if (!p.causal) continue;
-      // The chunk joins the state: S' += Bᵀ Vt (fp32), and the key sum; then the 16-bit copy.
-      accumulate_state<DR>(state, smem.b, smem.vt);
-      float vec_add = 0.0f;
+      if (!step_ends) continue;
+      accumulate_state_product<DR>(out, tiles.a, smem.s);
+      store_pass_rows<T, DR, kPass>(p, w, at, at.hk, out, row_sum, tiles.a, smem);
+    } else {
+      accumulate_state_product<DR>(out, tiles.a, smem.s);
+      store_pass_rows<T, DR, kPass>(p, w, at, h, out, row_sum, tiles.a, smem);
+      if (!step_ends || !p.causal) continue;
+      // The chunk joins the state: S' += Bᵀ Vt (fp32) and the key sum.
+      accumulate_state<DR>(state, tiles.b, tiles.vt);
       if constexpr (kVector == VectorUse::normalizer) {
         if (p.normalize && threadIdx.x < DR)
-          vec_add = column_sum<DR>(smem.b, threadIdx.x, at.count, [](int) { return 1.0f; });
-      } else {
+          vec_add = column_sum<DR>(tiles.b, threadIdx.x, at.count, [](int) { return 1.0f; });
+      } else if constexpr (kVector == VectorUse::rank_one) {
         if (p.normalize && threadIdx.x < kSlice)
-          vec_add = column_sum<kSlice>(smem.vt, threadIdx.x, at.count, [](int) { return 1.0f; });
+          vec_add = column_sum<kSlice>(tiles.vt, threadIdx.x, at.count, [](int) { return 1.0f; });
       }
-      __syncthreads();  // every warp is done reading s and vec
-      store_state_copy<DR>(state, smem.s);
-      if (p.normalize && threadIdx.x < (kVector == VectorUse::normalizer ? DR : kSlice)) smem.vec[threadIdx.x] += vec_add;
-    } else {
-      __syncthreads();  // the previous chunk's readers are done with a
-      load_operand_async<DR>(smem.a, p, kRoles.a, at.b, at.span, at.first, at.count, at.hk, 0);
-      sm80::cp_async_wait<0>();
-      __syncthreads();
-      transform_operand<DR>(smem.a, p, kRoles.a, at.count, smem.stats);
-      float out[8][4] = {};
-      float row_sum[2] = {0.0f, 0.0f};
-      float vec_add = 0.0f;  // dk: column threadIdx.x of Σ_h Σ_t -δ_t φq_t/den_t, joins g after the rows
-      if (p.causal) {
-        for (int g = 0; g < p.group; ++g) {
-          const int h = at.hk * p.group + g;
-          __syncthreads();  // the previous head's readers are done with b, vt and stats (and a is transformed)
-          load_operand_async<DR>(smem.b, p, kRoles.b, at.b, at.span, at.first, at.count, h, 0);
-          load_operand_async<kSlice>(smem.vt, p, kRoles.vt, at.b, at.span, at.first, at.count, h,
-                                     at.slice * kSlice);
-          load_chunk_row_stats(smem.stats, p, w.row_stats, at.b, at.span, at.first, at.count, h);
-          sm80::cp_async_wait<0>();
-          __syncthreads();
-          transform_operand<DR>(smem.b, p, kRoles.b, at.count, smem.stats);
-          transform_operand<kSlice>(smem.vt, p, kRoles.vt, at.count, smem.stats);
-          __syncthreads();
-          accumulate_chunk_pairs<T, DR, kPass>(out, row_sum, smem);
-          // S' holds the rows after this chunk until its copy is refreshed below.
-          accumulate_state<DR>(state, smem.b, smem.vt);
-          if constexpr (kVector == VectorUse::rank_one)
-            if (p.normalize && threadIdx.x < kSlice)
-              vec_add += column_sum<kSlice>(smem.vt, threadIdx.x, at.count,
-                                            [&](int r) { return smem.stats.minus_delta[r]; });
-        }
-      }
-      __syncthreads();  // a is transformed
-      accumulate_state_product(out, smem);
-      store_pass_rows<T, DR, kPass>(p, w, at, at.hk, out, row_sum, smem);
-      if (!p.causal) continue;
-      __syncthreads();  // every warp is done reading s and vec
-      store_state_copy<DR>(state, smem.s);
-      if constexpr (kVector == VectorUse::rank_one)
-        if (p.normalize && threadIdx.x < kSlice) smem.vec[threadIdx.x] += vec_add;
     }
+    if (!p.causal) continue;
+    __syncthreads();  // every warp is done reading s and vec
+    store_state_copy<DR>(state, smem.s);
+    constexpr int kVectorWidth = kVector == VectorUse::normalizer ? DR : kSlice;
+    if (kVector != VectorUse::none && p.normalize && threadIdx.x < kVectorWidth) smem.vec[threadIdx.x] += vec_add;
+    vec_add = 0.0f;
   }
 }
 

@@ -44,15 +44,41 @@ __device__ __forceinline__ float column_sum(const T* tile, int col, int count, W
   return sum;
 }
 
+// The (chunk, head) items of a block in the order a kernel runs them: chunk
+// steps in order (reverse: from the block's last chunk), `heads` items per
+// step. Item i's tiles load into buffer set i % 2 while item i - 1 computes
+// on the other (a step's tiles into set step % 2).
+struct BlockItems {
+  int block_first;
+  int chunks;  // chunks of the block that hold rows of the sequence
+  int heads;
+  bool reverse;
+
+  __device__ __forceinline__ BlockItems(int block, const SequenceSpan& span, int heads_per_step, bool in_reverse)
+      : block_first(block * kBlockRows),
+        chunks(min(kBlockChunks, (span.length - block * kBlockRows + kChunk - 1) / kChunk)),
+        heads(heads_per_step),
+        reverse(in_reverse) {}
+  __device__ __forceinline__ int count() const { return chunks * heads; }
+  __device__ __forceinline__ int step(int item) const { return item / heads; }
+  __device__ __forceinline__ int head(int item) const { return item % heads; }
+  // First row of the item's chunk in the sequence.
+  __device__ __forceinline__ int first_row(int item) const {
+    return block_first + (reverse ? chunks - 1 - step(item) : step(item)) * kChunk;
+  }
+};
+
 template <typename T, int DK>
 struct BlockSumSmem {
-  alignas(128) T b[kChunk * DK];
-  alignas(128) T vt[kChunk * kSlice];
+  alignas(128) T b[2][kChunk * DK];
+  alignas(128) T vt[2][kChunk * kSlice];
+  RowStats raw_stats[2][kChunk];
   ChunkRowStats stats;
 };
 
 // kPass: Pass::output (the states) or Pass::dv (the gradient states); its
 // roles' B and Vt are summed, B of Dk columns and Vt a 64-column slice of Dv.
+// An item's loads fly while the previous item computes.
 template <typename T, int DK, Pass kPass>
 __global__ void __launch_bounds__(kChunkThreads) linear_block_sum_kernel(LinearParams p, ChunkWorkspace w) {
   constexpr PassRoles kRoles = pass_roles(kPass);
@@ -63,35 +89,39 @@ __global__ void __launch_bounds__(kChunkThreads) linear_block_sum_kernel(LinearP
   const int block = blockIdx.x / slices, slice = blockIdx.x % slices;
   const int hk = blockIdx.y, b = blockIdx.z;
   const SequenceSpan span = sequence_span(p, b);
-  const int block_first = block * kBlockRows;
-  if (block_first >= span.length) return;
+  if (block * kBlockRows >= span.length) return;
   // The key side's B and Vt are per query head: its group's rows all join the sum.
-  const int heads = kRoles.key_side ? p.group : 1;
+  const BlockItems items(block, span, kRoles.key_side ? p.group : 1, false);
+  auto head_of = [&](int item) { return kRoles.key_side ? hk * p.group + items.head(item) : hk; };
+  auto issue = [&](int item) {
+    const int first = items.first_row(item), count = min(kChunk, span.length - first), buffer = item % 2;
+    load_operand_async<DK>(smem.b[buffer], p, kRoles.b, b, span, first, count, head_of(item), 0);
+    load_operand_async<kSlice>(smem.vt[buffer], p, kRoles.vt, b, span, first, count, head_of(item), slice * kSlice);
+    if (kRoles.key_side)
+      load_row_stats_async(smem.raw_stats[buffer], p, w.row_stats, b, span, first, count, head_of(item));
+  };
 
   float acc[DK / 64][8][4] = {};
   const bool sums_column = p.normalize && slice == 0 && threadIdx.x < DK;
   float column_part = 0.0f;  // column threadIdx.x of the weighted column sums of B
-  for (int c = 0; c < kBlockChunks; ++c) {
-    const int first = block_first + c * kChunk;
-    if (first >= span.length) break;
-    const int count = min(kChunk, span.length - first);
-    for (int g = 0; g < heads; ++g) {
-      const int head = kRoles.key_side ? hk * p.group + g : hk;
-      load_operand_async<DK>(smem.b, p, kRoles.b, b, span, first, count, head, 0);
-      load_operand_async<kSlice>(smem.vt, p, kRoles.vt, b, span, first, count, head, slice * kSlice);
-      if (kRoles.key_side) load_chunk_row_stats(smem.stats, p, w.row_stats, b, span, first, count, head);
-      sm80::cp_async_wait<0>();
+  issue(0);
+  for (int item = 0; item < items.count(); ++item) {
+    const int count = min(kChunk, span.length - items.first_row(item)), buffer = item % 2;
+    sm80::cp_async_wait<0>();
+    __syncthreads();  // the item's tiles landed; the previous item's readers are done with the other set
+    if (item + 1 < items.count()) issue(item + 1);
+    if (kRoles.key_side) {
+      convert_row_stats(smem.stats, p, smem.raw_stats[buffer], count);
       __syncthreads();
-      transform_operand<DK>(smem.b, p, kRoles.b, count, smem.stats);
-      transform_operand<kSlice>(smem.vt, p, kRoles.vt, count, smem.stats);
-      __syncthreads();
-      if (sums_column)
-        column_part += column_sum<DK>(smem.b, threadIdx.x, count, [&](int r) {
-          return kRoles.key_side ? smem.stats.minus_delta[r] : 1.0f;
-        });
-      accumulate_state<DK>(acc, smem.b, smem.vt);
-      __syncthreads();  // before the next tiles overwrite these
     }
+    transform_operand<DK>(smem.b[buffer], p, kRoles.b, count, smem.stats);
+    transform_operand<kSlice>(smem.vt[buffer], p, kRoles.vt, count, smem.stats);
+    __syncthreads();
+    if (sums_column)
+      column_part += column_sum<DK>(smem.b[buffer], threadIdx.x, count, [&](int r) {
+        return kRoles.key_side ? smem.stats.minus_delta[r] : 1.0f;
+      });
+    accumulate_state<DK>(acc, smem.b[buffer], smem.vt[buffer]);
   }
   float* record = w.records + (block_slot(p, b, span, block) * p.heads_kv + hk) * record_floats(p);
   for_each_state_pair<DK>(acc, [&](float lo, float hi, int row, int col) {

@@ -5,6 +5,8 @@
 
 #include <cstdint>
 
+#include "cuflash/linear_attention.hpp"
+
 #ifdef __CUDACC__
 #define CUFLASH_LINEAR_HD __host__ __device__ __forceinline__
 #else

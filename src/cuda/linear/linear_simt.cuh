@@ -124,7 +124,7 @@ __global__ void __launch_bounds__(kSimtThreads) linear_simt_forward_kernel(Linea
       if (p.normalize) {
         float part = 0.0f;
         for (int i = threadIdx.x; i < dk; i += kSimtThreads) part += phi_q[i] * z[i];
-        den = block_sum(part, reduce) + 1e-10f;
+        den = block_sum(part, reduce) + kLinearNormalizerEps;
       }
       T* out_row = row_pointer<T>(p.out, b, span, t, h);
       for (int j = threadIdx.x; j < dv; j += kSimtThreads) {
@@ -191,7 +191,7 @@ __global__ void __launch_bounds__(kSimtThreads) linear_simt_backward_kernel(Line
         if (p.normalize) {
           float part = 0.0f;
           for (int i = threadIdx.x; i < dk; i += kSimtThreads) part += phi_q[i] * z[i];
-          den = block_sum(part, reduce) + 1e-10f;
+          den = block_sum(part, reduce) + kLinearNormalizerEps;
           dden = -block_sum(num_dot_dout, reduce) / (den * den);
         }
         const std::int64_t row = packed_row(p, b, span, t);
