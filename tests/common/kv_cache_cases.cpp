@@ -97,24 +97,19 @@ std::vector<CaseSpec> kv_cache_option_cases() {
   // of the head or all of it, 20 columns (halves of 10: no 16-byte chunk
   // boundary), queries at their own positions (causal, windowed) or all at
   // the cached length (neither), more queries than appended keys.
-  s = kv_cache_case("paged16_rotary_neox_append3", 16, 3, 3);
-  s.rotary_dim = 32;
-  add(s);
-  s = kv_cache_case("contiguous_rotary_interleaved_not_causal", 0, 2, 2);
-  s.rotary_dim = 32;
-  s.rotary_interleaved = true;
+  auto rotary = [](std::string label, int page_size, int q_len, int new_len, int rotary_dim, bool interleaved) {
+    CaseSpec r = kv_cache_case(std::move(label), page_size, q_len, new_len);
+    r.rotary_dim = rotary_dim;
+    r.rotary_interleaved = interleaved;
+    return r;
+  };
+  add(rotary("paged16_rotary_neox_append3", 16, 3, 3, 32, false));
+  s = rotary("contiguous_rotary_interleaved_not_causal", 0, 2, 2, 32, true);
   s.options.causal = false;
   add(s);
-  s = kv_cache_case("paged64_rotary_neox_whole_head_prefill5", 64, 5, 5);
-  s.rotary_dim = 64;
-  add(s);
-  s = kv_cache_case("contiguous_rotary_neox_dim20_append2", 0, 2, 2);
-  s.rotary_dim = 20;
-  add(s);
-  s = kv_cache_case("paged16_rotary_interleaved_q4_append2", 16, 4, 2);
-  s.rotary_dim = 16;
-  s.rotary_interleaved = true;
-  add(s);
+  add(rotary("paged64_rotary_neox_whole_head_prefill5", 64, 5, 5, 64, false));
+  add(rotary("contiguous_rotary_neox_dim20_append2", 0, 2, 2, 20, false));
+  add(rotary("paged16_rotary_interleaved_q4_append2", 16, 4, 2, 16, true));
   // Both: keys rotated at their cache rows, not counted from the leftpad.
   s = kv_cache_case("contiguous_leftpad_rotary_interleaved_window", 0, 3, 3, {37, 4, 70});
   s.leftpad = {5, 4, 33};

@@ -537,37 +537,25 @@ TEST_F(BadPaged, BackwardRejectsAppend) {
   expect_invalid_backward(args, {"kv_cache.k_new: appends are forward-only"});
 }
 
-// A contiguous cache of capacity 64 (B=2, Sq=40) with 5 keys to append, a
-// leftpad and a GPT-NeoX rotary embedding of 32 of the 64 columns, that each
-// test breaks in one place.
-class BadCacheOptions : public BadInput {
+// BadPaged's cache seen as a contiguous one, [B=2, capacity 64, Hk, D], with
+// its 5 keys to append, a leftpad and a GPT-NeoX rotary embedding of 32 of the
+// 64 columns, that each test breaks in one place.
+class BadCacheOptions : public BadPaged {
  protected:
-  static constexpr int kCapacity = 64, kNew = 5, kRotaryPairs = 16;
-  std::vector<float> cache_k = filled(kBatch * kCapacity * kHeadsKv * kDim, kSentinel);
-  std::vector<float> cache_v = filled(kBatch * kCapacity * kHeadsKv * kDim, kSentinel);
-  std::vector<float> new_k = filled(kBatch * kNew * kHeadsKv * kDim, 0.5f);
-  std::vector<float> new_v = filled(kBatch * kNew * kHeadsKv * kDim, 0.5f);
-  std::vector<std::int32_t> seqlens = {20, 50};
+  static constexpr int kCapacity = kPages * kPageSize / kBatch, kRotaryPairs = 16;
   std::vector<std::int32_t> leftpad = {3, 50};
   std::vector<float> cos = filled(2 * kCapacity * kRotaryPairs, 0.5f);  // room for 128 rows
   std::vector<float> sin = filled(2 * kCapacity * kRotaryPairs, 0.5f);
 
   ForwardArgs cache_args(int rotary_rows = kCapacity) {
-    ForwardArgs args = forward_args();
+    ForwardArgs args = paged_args();
     args.k = make_view(cache_k.data(), DType::f32, {kBatch, kCapacity, kHeadsKv, kDim});
     args.v = make_view(cache_v.data(), DType::f32, {kBatch, kCapacity, kHeadsKv, kDim});
-    args.kv_cache.seqlens_k = make_view(seqlens.data(), DType::i32, {kBatch});
+    args.kv_cache.block_table = {};
     args.kv_cache.leftpad = make_view(leftpad.data(), DType::i32, {kBatch});
-    args.kv_cache.k_new = make_view(new_k.data(), DType::f32, {kBatch, kNew, kHeadsKv, kDim});
-    args.kv_cache.v_new = make_view(new_v.data(), DType::f32, {kBatch, kNew, kHeadsKv, kDim});
     args.kv_cache.rotary_cos = make_view(cos.data(), DType::f32, {rotary_rows, kRotaryPairs});
     args.kv_cache.rotary_sin = make_view(sin.data(), DType::f32, {rotary_rows, kRotaryPairs});
     return args;
-  }
-
-  void expect_cache_untouched() {
-    EXPECT_TRUE(untouched(cache_k)) << "the K cache was written";
-    EXPECT_TRUE(untouched(cache_v)) << "the V cache was written";
   }
 };
 
@@ -577,11 +565,8 @@ TEST_F(BadCacheOptions, ValidCallSucceedsAndAppends) {
 }
 
 TEST_F(BadCacheOptions, LeftpadWithAPagedCache) {
-  std::vector<std::int32_t> block_table = {0, 1};
-  ForwardArgs args = cache_args();
-  args.k = make_view(cache_k.data(), DType::f32, {kBatch * 2, kCapacity / 2, kHeadsKv, kDim});
-  args.v = make_view(cache_v.data(), DType::f32, {kBatch * 2, kCapacity / 2, kHeadsKv, kDim});
-  args.kv_cache.block_table = make_view(block_table.data(), DType::i32, {kBatch, 1});
+  ForwardArgs args = paged_args();
+  args.kv_cache.leftpad = make_view(leftpad.data(), DType::i32, {kBatch});
   expect_invalid_forward(args, {"kv_cache.leftpad: not with a paged cache (kv_cache.block_table)"});
   expect_cache_untouched();
 }
