@@ -6,25 +6,19 @@
 // the append writes are backend cpu's bit for bit (both rotate in fp32
 // without fused multiply-adds and round once); bad leftpads are refused by
 // name with nothing written, or, unchecked, stay in bounds; auto runs these
-// calls on cuda (cudnn refuses them); and a compute-sanitizer subset.
+// calls on cuda (cudnn refuses them). (Their compute-sanitizer cases are in
+// decode_gpu_test.cpp's Sanitize list.)
 #include <gtest/gtest.h>
 
-#include <ostream>
 #include <string>
 #include <vector>
 
 #include "common/decode_cases.hpp"
 #include "common/kv_cache_checks.hpp"
 #include "device_runner.hpp"
-#include "gpu_cases.hpp"
 
 namespace cuflash::test {
 namespace {
-
-CaseSpec in_dtype(CaseSpec s, DType dtype) {
-  s.dtype = dtype;
-  return s;
-}
 
 // ----- a leftpad's rows ---------------------------------------------------------------------
 
@@ -59,51 +53,39 @@ TEST(CudaKvLeftpad, PaddingRowsReachNothingAndStayUnwritten) {
 
 // ----- the rotated append -------------------------------------------------------------------
 
-struct RotaryCase {
-  std::string label;
-  int page_size, rotary_dim;
-  bool interleaved;
-  DType dtype;
-};
-
-void PrintTo(const RotaryCase& c, std::ostream* os) { *os << c.label; }
-
-class CudaKvRotary : public ::testing::TestWithParam<RotaryCase> {};
-
-// The same case on backend cpu and backend cuda: the caches afterwards (the
+// The same case on backend cpu and backend cuda, for GPT-NeoX and GPT-J pairs
+// over whole 16-byte chunks and over part of one: the caches afterwards (the
 // rotated keys in their slots) are equal bit for bit, and both outputs match
 // the oracle.
-TEST_P(CudaKvRotary, AppendedKeysAreBackendCpusBitForBit) {
+TEST(CudaKvRotary, AppendedKeysAreBackendCpusBitForBit) {
   SKIP_WITHOUT_GPU();
   CUFLASH_TEST_RNG(rng);
-  const RotaryCase& r = GetParam();
-  CaseSpec s = decode_case("rotary_" + r.label, r.page_size, 4, 4, {300, 0, 1000}, 8, 2, 128);
-  s.rotary_dim = r.rotary_dim;
-  s.rotary_interleaved = r.interleaved;
-  s.dtype = r.dtype;
-  AttentionCase on_gpu(s, rng.engine());
-  AttentionCase on_cpu = on_gpu;
-  DeviceRunner gpu;
-  HostApiRunner cpu(Backend::cpu);
-  {
-    SCOPED_TRACE("cuda");
+  const struct {
+    const char* label;
+    int page_size, rotary_dim;
+    bool interleaved;
+    DType dtype;
+  } variants[] = {{"paged16_neox64_bf16", 16, 64, false, DType::bf16},
+                  {"paged16_interleaved128_f16", 16, 128, true, DType::f16},
+                  {"contiguous_neox40_f16", 0, 40, false, DType::f16},
+                  {"contiguous_interleaved20_bf16", 0, 20, true, DType::bf16}};
+  for (const auto& variant : variants) {
+    SCOPED_TRACE(variant.label);
+    CaseSpec s = decode_case(std::string("rotary_") + variant.label, variant.page_size, 4, 4, {300, 0, 1000}, 8, 2,
+                             128);
+    s.rotary_dim = variant.rotary_dim;
+    s.rotary_interleaved = variant.interleaved;
+    s.dtype = variant.dtype;
+    AttentionCase on_gpu(s, rng.engine());
+    AttentionCase on_cpu = on_gpu;
+    DeviceRunner gpu;
+    HostApiRunner cpu(Backend::cpu);
     check_forward_gpu(on_gpu, gpu);
-  }
-  {
-    SCOPED_TRACE("cpu");
     check_forward(on_cpu, cpu);
+    EXPECT_TRUE(same_bytes(on_gpu.k, on_cpu.k)) << "the K caches differ between backends cuda and cpu";
+    EXPECT_TRUE(same_bytes(on_gpu.v, on_cpu.v)) << "the V caches differ between backends cuda and cpu";
   }
-  EXPECT_TRUE(same_bytes(on_gpu.k, on_cpu.k)) << "the K caches differ between backends cuda and cpu";
-  EXPECT_TRUE(same_bytes(on_gpu.v, on_cpu.v)) << "the V caches differ between backends cuda and cpu";
 }
-
-INSTANTIATE_TEST_SUITE_P(
-    Rotary, CudaKvRotary,
-    ::testing::Values(RotaryCase{"paged16_neox64_bf16", 16, 64, false, DType::bf16},
-                      RotaryCase{"paged16_interleaved128_f16", 16, 128, true, DType::f16},
-                      RotaryCase{"contiguous_neox40_f16", 0, 40, false, DType::f16},
-                      RotaryCase{"contiguous_interleaved20_bf16", 0, 20, true, DType::bf16}),
-    [](const ::testing::TestParamInfo<RotaryCase>& info) { return info.param.label; });
 
 // ----- bad leftpads ---------------------------------------------------------------------------
 
@@ -166,48 +148,14 @@ TEST(CudaKvOptionsAuto, LeftpadAndRotaryRunOnCuda) {
   leftpad.leftpad = {10, 5, 0};
   CaseSpec rotary = decode_case("auto_rotary_append", 16, 1, 1, {300, 0, 77}, 8, 2, 128);
   rotary.rotary_dim = 128;
-  for (const CaseSpec& s : {leftpad, rotary}) {
-    SCOPED_TRACE(s.label);
-    AttentionCase c(in_dtype(s, DType::f16), rng.engine());
+  for (CaseSpec* s : {&leftpad, &rotary}) {
+    SCOPED_TRACE(s->label);
+    s->dtype = DType::f16;
+    AttentionCase c(*s, rng.engine());
     DeviceRunner runner(Backend::automatic);
     check_forward_gpu(c, runner);
   }
 }
-
-// ----- the compute-sanitizer subset ---------------------------------------------------------
-
-// The rotated Q load and append (NeoX with whole chunks and with 20 columns,
-// interleaved, a head dim loaded row by row), a leftpad split over several
-// CTAs, eight kv heads (the wide CTA where the GPU's size picks it); small caches.
-class CudaKvOptions : public ::testing::TestWithParam<CaseSpec> {};
-
-TEST_P(CudaKvOptions, MatchesOracle) {
-  SKIP_WITHOUT_GPU();
-  CUFLASH_TEST_RNG(rng);
-  AttentionCase c(GetParam(), rng.engine());
-  DeviceRunner runner;
-  check_forward_gpu(c, runner);
-}
-
-std::vector<CaseSpec> sanitize_cases() {
-  CaseSpec neox = decode_case("leftpad_rotary_neox_spec4", 0, 4, 4, {40, 0, 70}, 8, 2, 128);
-  neox.leftpad = {17, 0, 64};
-  neox.rotary_dim = 64;
-  CaseSpec neox20 = decode_case("rotary_neox20_d64", 16, 1, 1, {40, 0, 17}, 4, 2, 64);
-  neox20.rotary_dim = 20;
-  CaseSpec interleaved = decode_case("rotary_interleaved_d96_paged1", 1, 2, 2, {30, 0}, 4, 2, 96);
-  interleaved.rotary_dim = 96;
-  interleaved.rotary_interleaved = true;
-  CaseSpec split = decode_case("leftpad_split", 0, 1, 1, {2000}, 8, 2, 128);
-  split.leftpad = {700};
-  CaseSpec hk8 = decode_case("hk8_leftpad_rotary", 0, 1, 1, {40, 3, 17}, 16, 8, 128);
-  hk8.leftpad = {9, 3, 0};
-  hk8.rotary_dim = 128;
-  return {in_dtype(neox, DType::bf16), in_dtype(neox20, DType::f16), in_dtype(interleaved, DType::bf16),
-          in_dtype(split, DType::f16), in_dtype(hk8, DType::bf16)};
-}
-
-INSTANTIATE_TEST_SUITE_P(Sanitize, CudaKvOptions, ::testing::ValuesIn(sanitize_cases()), CaseSpecName());
 
 }  // namespace
 }  // namespace cuflash::test
