@@ -9,7 +9,8 @@
 //            or paged: [num_pages, page_size, Hk, D] with block_table int32
 //            [B, max_pages]; seqlens_k int32 [B] keys already cached;
 //            optional k_new, v_new [B, new_len, Hk, D] written into the cache
-//            at positions seqlens_k[b].. before attending.
+//            at positions seqlens_k[b].. before attending; optional
+//            leftpad int32 [B] and a rotary embedding (KvCache below).
 //   varlen with keys in pages (flash-attn's paged prefill), forward only:
 //            q [total_q, Hq, D] with cu_seqlens_q/k as varlen, k, v a paged
 //            cache [num_pages, page_size, Hk, D] with kv_cache.block_table
@@ -54,8 +55,32 @@ struct KvCache {
   TensorView block_table;  // int32 [B, max_pages]; empty for a contiguous cache
   TensorView k_new;        // optional [B, new_len, Hk, D], appended (forward only)
   TensorView v_new;
+  // Optional int32 [B] (flash-attn's cache_leftpad): the cache row where
+  // sequence b's keys start; rows before leftpad[b] are no key of it, so it
+  // sees rows leftpad[b] <= j < seqlens_k[b] + new_len. Masks and ALiBi keep
+  // their bottom-right alignment on those rows (in cache rows: key j is
+  // aligned with query i when j = i + seqlens_k[b] + new_len - q_len, as
+  // without leftpad). 0 <= leftpad[b] <= seqlens_k[b]. Contiguous caches only
+  // (as in flash-attn): not with block_table.
+  TensorView leftpad;
+  // Optional rotary embedding of q and k_new (flash-attn's rotary_cos /
+  // rotary_sin), given together and only with k_new: [seqlen_ro, rotary_dim / 2]
+  // in q's dtype, rotary_dim <= head_dim, seqlen_ro at least the cache's
+  // capacity. Appended row n of sequence b is rotated at position
+  // seqlens_k[b] + n and written into the cache rotated; query row i at
+  // seqlens_k[b] + i when the call is causal or has a window, else at
+  // seqlens_k[b]. Columns c < rotary_dim pair with c + rotary_dim / 2
+  // (GPT-NeoX halves) or, with rotary_interleaved, c ^ 1 (GPT-J pairs);
+  // columns >= rotary_dim are not rotated. Computed in fp32, rounded once to
+  // the dtype (docs/semantics.md, "Rotary embedding").
+  TensorView rotary_cos;
+  TensorView rotary_sin;
+  bool rotary_interleaved = false;
 
-  bool given() const { return !seqlens_k.empty() || !block_table.empty() || !k_new.empty() || !v_new.empty(); }
+  bool given() const {
+    return !seqlens_k.empty() || !block_table.empty() || !k_new.empty() || !v_new.empty() || !leftpad.empty() ||
+           !rotary_cos.empty() || !rotary_sin.empty();
+  }
 };
 
 struct ForwardArgs {
@@ -88,7 +113,7 @@ struct BackwardArgs {
   //   -sum over (b, i) of exp(sinks[h] - lse) * dot(dout_i, out_i).
   TensorView dsinks;
   VarlenBatch varlen;
-  KvCache kv_cache;         // k_new/v_new must be empty: appends are forward-only; none with varlen
+  KvCache kv_cache;         // k_new/v_new and rotary_cos/rotary_sin empty: appends are forward-only; none with varlen
 };
 
 Status attention_forward(const ForwardArgs& args, const AttentionOptions& options = {},

@@ -13,7 +13,8 @@
  *   kvcache: q [B, Sq, Hq, D], k/v cache [B, capacity, Hk, D] or paged
  *            [num_pages, page_size, Hk, D] with block_table i32 [B, max_pages];
  *            seqlens_k i32 [B] = keys already cached; optional k_new/v_new
- *            [B, new_len, Hk, D] appended into the cache at seqlens_k[b].. first.
+ *            [B, new_len, Hk, D] appended into the cache at seqlens_k[b].. first;
+ *            optional leftpad i32 [B] and rotary cos/sin (cuflash_forward_args).
  *   varlen with keys in pages (paged prefill, forward only): q, cu_seqlens_q/k
  *            as varlen, k/v paged [num_pages, page_size, Hk, D] with block_table;
  *            cu_seqlens_k counts each sequence's keys (no seqlens_k, no append).
@@ -22,7 +23,11 @@
  * without elements may have a NULL data pointer.
  *
  * Structs are plain data: zero-initialise them (or call the *_init helpers),
- * then fill what the call needs. A tensor with rank 0 means "not given". */
+ * then fill what the call needs. A tensor with rank 0 means "not given".
+ * New fields are appended at the end of a struct, where zero means "off", so
+ * that a caller that zero-initialises its structs keeps its meaning when
+ * recompiled against a newer header (the structs carry no size: a binary
+ * built against an older header must be rebuilt with the library). */
 #ifndef CUFLASH_CUFLASH_C_H_
 #define CUFLASH_CUFLASH_C_H_
 
@@ -134,6 +139,15 @@ typedef struct cuflash_forward_args {
   /* optional debug output f32 [B, Hq, max_seqlen_q, max_kv]: the probabilities,
    * entries dropout dropped negated (flash-attn's S_dmask); backend cpu only */
   cuflash_tensor attn_probs;
+  /* KV cache, optional (rank 0 / 0: off):
+   * leftpad i32 [B], flash-attn's cache_leftpad: the cache row where sequence
+   * b's keys start (rows before it are none of its keys); contiguous caches only.
+   * rotary_cos/rotary_sin [seqlen_ro, rotary_dim / 2] like q: a rotary
+   * embedding of q and k_new (needs k_new), GPT-NeoX halves, or GPT-J pairs
+   * with rotary_interleaved = 1. Semantics: include/cuflash/attention.hpp (KvCache). */
+  cuflash_tensor leftpad;
+  cuflash_tensor rotary_cos, rotary_sin;
+  int32_t rotary_interleaved;
 } cuflash_forward_args;
 
 typedef struct cuflash_backward_args {
@@ -146,6 +160,7 @@ typedef struct cuflash_backward_args {
   cuflash_tensor seqlens_k, block_table; /* no appends in backward; no block_table with varlen */
   cuflash_tensor sinks;  /* as given to the forward */
   cuflash_tensor dsinks; /* optional output f32 [Hq], with sinks: their gradient */
+  cuflash_tensor leftpad; /* KV cache: as given to the forward */
 } cuflash_backward_args;
 
 /* out_* [B, S, H, D]; lse_* f32 [B, H, S]. out/lse may be exactly out_a/lse_a. */
@@ -246,7 +261,8 @@ CUFLASH_C_API cuflash_status cuflash_attention_backward(const cuflash_backward_a
                                                         const cuflash_run_context* context);
 /* flash-attn's flash_attn_with_kvcache as one call: a KV-cache forward.
  * k_new/v_new and block_table may be NULL or rank 0; lse and alibi_slopes too.
- * (Sinks and attn_probs: through cuflash_attention_forward's args.) */
+ * (Sinks, attn_probs, a leftpad and a rotary embedding: through
+ * cuflash_attention_forward's args.) */
 CUFLASH_C_API cuflash_status cuflash_attention_with_kvcache(
     const cuflash_tensor* q, const cuflash_tensor* k_cache, const cuflash_tensor* v_cache,
     const cuflash_tensor* k_new, const cuflash_tensor* v_new, const cuflash_tensor* seqlens_k,

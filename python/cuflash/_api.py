@@ -68,13 +68,15 @@ def _dropout_p(dropout_p):
 def _forward(q, k, v, *, alibi_slopes=None, cu_seqlens_q=None, cu_seqlens_k=None, max_seqlen_q=0,
              max_seqlen_k=0, seqlens_k=None, block_table=None, k_new=None, v_new=None, softmax_scale=None,
              causal=False, window=(-1, -1), softcap=0.0, deterministic=False, check_index_contents=None,
-             backend="auto", sinks=None, dropout_p=0.0, dropout_seed=None, dropout_offset=None, attn_probs=False):
+             backend="auto", sinks=None, dropout_p=0.0, dropout_seed=None, dropout_offset=None, attn_probs=False,
+             cache_leftpad=None, rotary_cos=None, rotary_sin=None, rotary_interleaved=False):
     """(out, lse) in q's framework, or (out, lse, attn_probs) with attn_probs. The shared path of
     attention() and the flash-attn functions."""
     check = _check_index_contents if check_index_contents is None else bool(check_index_contents)
     tensor = _Tensor
     dropout_p = _dropout_p(dropout_p)
-    plain = sinks is None and not dropout_p and not attn_probs
+    plain = (sinks is None and not dropout_p and not attn_probs and cache_leftpad is None and rotary_cos is None
+             and rotary_sin is None)
     if (plain and tensor is not None and type(q) is tensor and type(k) is tensor and type(v) is tensor and q.dim() == 4
             and alibi_slopes is None and cu_seqlens_q is None and cu_seqlens_k is None and seqlens_k is None
             and block_table is None and k_new is None and v_new is None and not _is_compiling()):
@@ -95,13 +97,21 @@ def _forward(q, k, v, *, alibi_slopes=None, cu_seqlens_q=None, cu_seqlens_k=None
     if appends and (k_new is None or v_new is None):
         raise InvalidArgumentError("k_new and v_new: give both or neither")
     _args.optional_array(sinks, "sinks")
+    _args.optional_array(cache_leftpad, "cache_leftpad")
+    rotary = rotary_cos is not None or rotary_sin is not None
+    if rotary:
+        _args.optional_array(rotary_cos, "rotary_cos")
+        _args.optional_array(rotary_sin, "rotary_sin")
+        if not appends:  # the calls without an append (torch's fwd operator) take no rotary tables
+            raise InvalidArgumentError("rotary_cos/rotary_sin: need k_new/v_new (q and the appended keys are rotated "
+                                       "at their cache positions, as in flash-attn)")
     if appends and dropout_p:
         raise InvalidArgumentError("dropout_p: a KV-cache call that appends k_new/v_new is inference (no dropout, as "
                                    "in flash-attn's flash_attn_with_kvcache)")
     if _is_torch(q):
         extras = dict(alibi_slopes=alibi_slopes, cu_seqlens_q=cu_seqlens_q, cu_seqlens_k=cu_seqlens_k,
                       max_seqlen_q=max_seqlen_q, max_seqlen_k=max_seqlen_k, seqlens_k=seqlens_k,
-                      block_table=block_table)
+                      block_table=block_table, cache_leftpad=cache_leftpad)
         for name in ("alibi_slopes", "cu_seqlens_q", "cu_seqlens_k", "seqlens_k", "block_table"):
             _args.optional_array(extras[name], name)
         key = (softmax_scale, bool(causal), window[0], window[1], softcap, bool(deterministic), check, backend,
@@ -109,13 +119,15 @@ def _forward(q, k, v, *, alibi_slopes=None, cu_seqlens_q=None, cu_seqlens_k=None
         if appends:
             if seqlens_k is None:
                 raise InvalidArgumentError("seqlens_k: required when appending k_new/v_new")
+            cache_options = dict(cache_leftpad=cache_leftpad, rotary_cos=rotary_cos, rotary_sin=rotary_sin,
+                                 rotary_interleaved=bool(rotary_interleaved))
             if _eager(q) or attn_probs:
                 return _torch_eager.append_and_attend(q, k, v, k_new, v_new, key, alibi_slopes=alibi_slopes,
                                                       seqlens_k=seqlens_k, block_table=block_table, sinks=sinks,
-                                                      attn_probs=attn_probs)
+                                                      attn_probs=attn_probs, **cache_options)
             scale, causal, left, right, softcap, _, check, backend, _ = _args.option_values(*key)
             return _torch_ops.fwd_kvcache(q, k, v, k_new, v_new, seqlens_k, block_table, alibi_slopes, scale, causal,
-                                          left, right, softcap, check, backend, sinks)
+                                          left, right, softcap, check, backend, sinks, **cache_options)
         if _eager(q):
             rng = _args.dropout_rng(dropout_p, dropout_seed, dropout_offset, q)
             return _torch_eager.attention_eager(q, k, v, key, sinks=sinks, rng=rng, attn_probs=attn_probs, **extras)
@@ -133,7 +145,7 @@ def _forward(q, k, v, *, alibi_slopes=None, cu_seqlens_q=None, cu_seqlens_k=None
         scale, causal, left, right, softcap, deterministic, check, backend, dropout_p = _args.option_values(*key)
         return _torch_ops.fwd(q, k, v, alibi_slopes, cu_seqlens_q, cu_seqlens_k, max_seqlen_q, max_seqlen_k,
                               seqlens_k, block_table, scale, causal, left, right, softcap, deterministic, check,
-                              backend, sinks, dropout_p, rng_tensor)
+                              backend, sinks, dropout_p, rng_tensor, cache_leftpad)
     for name, x in (("alibi_slopes", alibi_slopes), ("cu_seqlens_q", cu_seqlens_q), ("cu_seqlens_k", cu_seqlens_k),
                     ("seqlens_k", seqlens_k), ("block_table", block_table), ("k_new", k_new), ("v_new", v_new)):
         _args.optional_array(x, name)
@@ -156,9 +168,11 @@ def _forward(q, k, v, *, alibi_slopes=None, cu_seqlens_q=None, cu_seqlens_k=None
     if attn_probs:
         probs = space.empty(_args.attn_probs_shape(q, k, cu_seqlens_q, max_seqlen_q, max_seqlen_k, seqlens_k,
                                                    block_table), "float32")
-    space.before(q, k, v, alibi_slopes, cu_seqlens_q, cu_seqlens_k, seqlens_k, block_table, k_new, v_new, sinks)
+    space.before(q, k, v, alibi_slopes, cu_seqlens_q, cu_seqlens_k, seqlens_k, block_table, k_new, v_new, sinks,
+                 cache_leftpad, rotary_cos, rotary_sin)
     _ext.forward(q, k, v, out, lse, options, space.stream, None, alibi_slopes, cu_seqlens_q, cu_seqlens_k,
-                 max_seqlen_q, max_seqlen_k, seqlens_k, block_table, k_new, v_new, sinks, probs, seed, offset)
+                 max_seqlen_q, max_seqlen_k, seqlens_k, block_table, k_new, v_new, sinks, probs, seed, offset,
+                 cache_leftpad, rotary_cos, rotary_sin, bool(rotary_interleaved))
     space.after()
     if probs is not None:
         return space.finish(out), space.finish(lse), space.finish(probs)
@@ -169,7 +183,8 @@ def attention(q, k, v, *, softmax_scale=None, causal=False, window_size=(-1, -1)
               alibi_slopes=None, cu_seqlens_q=None, cu_seqlens_k=None, max_seqlen_q=None, max_seqlen_k=None,
               seqlens_k=None, block_table=None, k_new=None, v_new=None, deterministic=False,
               check_index_contents=None, backend="auto", return_lse=False, sinks=None, dropout_p=0.0,
-              dropout_seed=None, dropout_offset=None, return_attn_probs=False):
+              dropout_seed=None, dropout_offset=None, return_attn_probs=False, cache_leftpad=None, rotary_cos=None,
+              rotary_sin=None, rotary_interleaved=False):
     """Exact softmax attention: ``cuflash::attention_forward`` with every option.
 
     Layouts (strides are free but for the last dimension, which must be contiguous):
@@ -182,6 +197,13 @@ def attention(q, k, v, *, softmax_scale=None, causal=False, window_size=(-1, -1)
       ``seqlens_k`` int32 ``[B]`` holds how many keys each sequence has cached;
       ``k_new``/``v_new`` ``[B, new_len, Hk, D]`` are written into the cache at
       ``seqlens_k[b]..`` first (the cache is updated in place);
+      ``cache_leftpad`` int32 ``[B]`` (contiguous caches): sequence b's keys are
+      cache rows ``cache_leftpad[b] <= j < seqlens_k[b] + new_len`` (masks and
+      ALiBi align as without it); ``rotary_cos``/``rotary_sin``
+      ``[seqlen_ro, rotary_dim / 2]`` (q's dtype, with ``k_new``): q and the new
+      keys are rotated, GPT-NeoX halves or, with ``rotary_interleaved``, GPT-J
+      pairs; key n at ``seqlens_k[b] + n``, query i at ``seqlens_k[b] + i`` when
+      causal or windowed, else at ``seqlens_k[b]`` (flash-attn's rule).
     - varlen with keys in pages (paged prefill, forward only): q and
       ``cu_seqlens_q/k`` as varlen, k/v a paged cache with ``block_table``
       (no ``seqlens_k``): ``cu_seqlens_k`` counts each sequence's keys, key j of
@@ -219,7 +241,9 @@ def attention(q, k, v, *, softmax_scale=None, causal=False, window_size=(-1, -1)
                       block_table=block_table, k_new=k_new, v_new=v_new, softmax_scale=softmax_scale,
                       causal=causal, window=_args.window(window_size), softcap=softcap, deterministic=deterministic,
                       check_index_contents=check_index_contents, backend=backend, sinks=sinks, dropout_p=dropout_p,
-                      dropout_seed=dropout_seed, dropout_offset=dropout_offset, attn_probs=return_attn_probs)
+                      dropout_seed=dropout_seed, dropout_offset=dropout_offset, attn_probs=return_attn_probs,
+                      cache_leftpad=cache_leftpad, rotary_cos=rotary_cos, rotary_sin=rotary_sin,
+                      rotary_interleaved=rotary_interleaved)
     if return_attn_probs:
         return result if return_lse else (result[0], result[2])
     return result if return_lse else result[0]
@@ -229,11 +253,11 @@ def attention_backward(dout, q, k, v, out, lse, *, softmax_scale=None, causal=Fa
                        softcap=0.0, alibi_slopes=None, cu_seqlens_q=None, cu_seqlens_k=None, max_seqlen_q=None,
                        max_seqlen_k=None, seqlens_k=None, block_table=None, deterministic=False,
                        check_index_contents=None, backend="auto", sinks=None, dropout_p=0.0, dropout_seed=0,
-                       dropout_offset=0):
+                       dropout_offset=0, cache_leftpad=None):
     """``cuflash::attention_backward``: ``(dq, dk, dv)`` from the forward's out and lse.
 
-    Same layouts and options as :func:`attention` (no appends, no block_table with
-    cu_seqlens: a varlen call over keys in pages has no backward); dq is like q,
+    Same layouts and options as :func:`attention` (no appends, so no rotary embedding;
+    no block_table with cu_seqlens: a varlen call over keys in pages has no backward); dq is like q,
     dk/dv like k/v (for GQA summed over each group of query heads). With
     ``sinks``: ``(dq, dk, dv, dsinks)``. With dropout, give the forward's
     ``dropout_p``, ``dropout_seed`` and ``dropout_offset``: the mask is redrawn.
@@ -252,26 +276,28 @@ def attention_backward(dout, q, k, v, out, lse, *, softmax_scale=None, causal=Fa
     for name, x in (("dout", dout), ("k", k), ("v", v), ("out", out), ("lse", lse)):
         _args.array(x, name)
     for name, x in (("alibi_slopes", alibi_slopes), ("cu_seqlens_q", cu_seqlens_q), ("cu_seqlens_k", cu_seqlens_k),
-                    ("seqlens_k", seqlens_k), ("block_table", block_table), ("sinks", sinks)):
+                    ("seqlens_k", seqlens_k), ("block_table", block_table), ("sinks", sinks),
+                    ("cache_leftpad", cache_leftpad)):
         _args.optional_array(x, name)
     if _is_torch(q):
         key = (softmax_scale, bool(causal), left, right, softcap, bool(deterministic), check, backend, dropout_p)
         if _eager(q):
             return _torch_eager.backward(dout, q, k, v, out, lse, key, alibi_slopes, cu_seqlens_q, cu_seqlens_k,
                                          max_q, max_k, seqlens_k, block_table, sinks=sinks, rng=rng,
-                                         want_dsinks=sinks is not None)
+                                         want_dsinks=sinks is not None, cache_leftpad=cache_leftpad)
         scale, causal, left, right, softcap, deterministic, check, backend, dropout_p = _args.option_values(*key)
         grads = _torch_ops.bwd(dout, q, k, v, out, lse, alibi_slopes, cu_seqlens_q, cu_seqlens_k, max_q, max_k,
                                seqlens_k, block_table, scale, causal, left, right, softcap, deterministic, check,
-                               backend, sinks, dropout_p, _torch_call.rng_tensor(rng))
+                               backend, sinks, dropout_p, _torch_call.rng_tensor(rng), cache_leftpad)
         return grads if sinks is not None else grads[:3]
     options = _args.options(softmax_scale, causal, left, right, softcap, deterministic, check, backend, dropout_p)
     space = Space(q)
     dq, dk, dv = space.empty(q.shape), space.empty(k.shape), space.empty(v.shape)
     dsinks = None if sinks is None else space.empty(sinks.shape, "float32")
-    space.before(dout, q, k, v, out, lse, alibi_slopes, cu_seqlens_q, cu_seqlens_k, seqlens_k, block_table, sinks)
+    space.before(dout, q, k, v, out, lse, alibi_slopes, cu_seqlens_q, cu_seqlens_k, seqlens_k, block_table, sinks,
+                 cache_leftpad)
     _ext.backward(dout, q, k, v, out, lse, dq, dk, dv, options, space.stream, None, alibi_slopes, cu_seqlens_q,
-                  cu_seqlens_k, max_q, max_k, seqlens_k, block_table, sinks, dsinks, rng[0], rng[1])
+                  cu_seqlens_k, max_q, max_k, seqlens_k, block_table, sinks, dsinks, rng[0], rng[1], cache_leftpad)
     space.after()
     grads = space.finish(dq), space.finish(dk), space.finish(dv)
     return grads if dsinks is None else grads + (space.finish(dsinks),)

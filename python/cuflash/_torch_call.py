@@ -82,11 +82,11 @@ def _call_options(options_key, index_tensors, q):
 
 def forward(q, k, v, options_key, alibi_slopes=None, cu_seqlens_q=None, cu_seqlens_k=None, max_seqlen_q=0,
             max_seqlen_k=0, seqlens_k=None, block_table=None, k_new=None, v_new=None, sinks=None, rng=(0, 0),
-            attn_probs=False):
+            attn_probs=False, cache_leftpad=None, rotary_cos=None, rotary_sin=None, rotary_interleaved=False):
     """(out, lse) of one forward call, or (out, lse, attn_probs) when asked; options_key is the tuple of
     _args.options' arguments, rng the call's dropout (seed, offset)."""
     varlen = cu_seqlens_q is not None
-    indexed = varlen or seqlens_k is not None or block_table is not None
+    indexed = varlen or seqlens_k is not None or block_table is not None or cache_leftpad is not None
     options = _call_options(options_key, indexed, q)
     # Packed rows after the last sequence belong to none and are not written: zeros, not garbage.
     out = torch.zeros(q.shape, dtype=q.dtype, device=q.device) if varlen else torch.empty_like(
@@ -99,17 +99,17 @@ def forward(q, k, v, options_key, alibi_slopes=None, cu_seqlens_q=None, cu_seqle
     _ext.forward(_capsule(q), _capsule(k), _capsule(v), _capsule(out), _capsule(lse), options, _stream(q),
                  _workspace_for(q), _dl(alibi_slopes), _dl(cu_seqlens_q), _dl(cu_seqlens_k), max_seqlen_q,
                  max_seqlen_k, _dl(seqlens_k), _dl(block_table), _dl(k_new), _dl(v_new), _dl(sinks), _dl(probs),
-                 rng[0], rng[1])
+                 rng[0], rng[1], _dl(cache_leftpad), _dl(rotary_cos), _dl(rotary_sin), bool(rotary_interleaved))
     return (out, lse) if probs is None else (out, lse, probs)
 
 
 def backward(dout, q, k, v, out, lse, options_key, alibi_slopes=None, cu_seqlens_q=None, cu_seqlens_k=None,
              max_seqlen_q=0, max_seqlen_k=0, seqlens_k=None, block_table=None, sinks=None, rng=(0, 0),
-             want_dsinks=False):
+             want_dsinks=False, cache_leftpad=None):
     """(dq, dk, dv) from the forward's out and lse; (dq, dk, dv, dsinks) with want_dsinks (and sinks)."""
     if dout.stride(-1) != 1:  # e.g. the expanded ones of out.sum()
         dout = dout.contiguous()
-    indexed = cu_seqlens_q is not None or seqlens_k is not None or block_table is not None
+    indexed = cu_seqlens_q is not None or seqlens_k is not None or block_table is not None or cache_leftpad is not None
     options = _call_options(options_key, indexed, q)
     dq = torch.empty_like(q, memory_format=torch.contiguous_format)
     dk = torch.empty_like(k, memory_format=torch.contiguous_format)
@@ -118,7 +118,7 @@ def backward(dout, q, k, v, out, lse, options_key, alibi_slopes=None, cu_seqlens
     _ext.backward(_capsule(dout), _capsule(q), _capsule(k), _capsule(v), _capsule(out), _capsule(lse), _capsule(dq),
                   _capsule(dk), _capsule(dv), options, _stream(q), _workspace_for(q), _dl(alibi_slopes),
                   _dl(cu_seqlens_q), _dl(cu_seqlens_k), max_seqlen_q, max_seqlen_k, _dl(seqlens_k), _dl(block_table),
-                  _dl(sinks), _dl(dsinks), rng[0], rng[1])
+                  _dl(sinks), _dl(dsinks), rng[0], rng[1], _dl(cache_leftpad))
     return (dq, dk, dv) if dsinks is None else (dq, dk, dv, dsinks)
 
 
@@ -170,7 +170,8 @@ def attention_eager(q, k, v, options_key, sinks=None, rng=(0, 0), attn_probs=Fal
 
 
 def append_and_attend(q, k_cache, v_cache, k_new, v_new, options_key, **extras):
-    """KV-cache forward that first writes k_new/v_new into the caches (in place; not differentiable)."""
+    """KV-cache forward that first writes k_new/v_new (k_new rotated, with rotary_cos/rotary_sin) into the
+    caches (in place; not differentiable)."""
     if extras.get("sinks") is not None:
         extras["sinks"] = extras["sinks"].detach()
     result = forward(q, k_cache, v_cache, options_key, k_new=k_new, v_new=v_new, **extras)

@@ -96,7 +96,7 @@ if LOADED:
 
     def attention_eager(q, k, v, options_key, alibi_slopes=None, cu_seqlens_q=None, cu_seqlens_k=None,
                         max_seqlen_q=0, max_seqlen_k=0, seqlens_k=None, block_table=None, sinks=None, rng=(0, 0),
-                        attn_probs=False):
+                        attn_probs=False, cache_leftpad=None):
         """(out, lse), differentiable in q, k, v and sinks when autograd asks for it (the C++ node).
         attn_probs, a debug output that is not an operator's, takes the Python path: (out, lse, attn_probs)."""
         if attn_probs:
@@ -104,39 +104,44 @@ if LOADED:
                                                cu_seqlens_q=cu_seqlens_q, cu_seqlens_k=cu_seqlens_k,
                                                max_seqlen_q=max_seqlen_q, max_seqlen_k=max_seqlen_k,
                                                seqlens_k=seqlens_k, block_table=block_table, sinks=sinks, rng=rng,
-                                               attn_probs=True)
+                                               attn_probs=True, cache_leftpad=cache_leftpad)
         scale, causal, left, right, softcap, deterministic, check, backend, dropout_p = _args.op_options(options_key)
         try:
             return _fwd(q, k, v, alibi_slopes, cu_seqlens_q, cu_seqlens_k, max_seqlen_q, max_seqlen_k, seqlens_k,
                         block_table, scale, causal, left, right, softcap, deterministic, check, backend, sinks,
-                        dropout_p, _rng(dropout_p, rng))
+                        dropout_p, _rng(dropout_p, rng), cache_leftpad)
         except ValueError as error:
             raise InvalidArgumentError(str(error)) from None
 
     def append_and_attend(q, k_cache, v_cache, k_new, v_new, options_key, alibi_slopes=None, seqlens_k=None,
-                          block_table=None, sinks=None, attn_probs=False):
-        """KV-cache forward that first writes k_new/v_new into the caches (in place; not differentiable).
-        The operator bumps the caches' version counters. attn_probs takes the Python path."""
+                          block_table=None, sinks=None, attn_probs=False, cache_leftpad=None, rotary_cos=None,
+                          rotary_sin=None, rotary_interleaved=False):
+        """KV-cache forward that first writes k_new/v_new (k_new rotated, with rotary_cos/rotary_sin) into the
+        caches (in place; not differentiable). The operator bumps the caches' version counters. attn_probs
+        takes the Python path."""
         if attn_probs:
             return _torch_call.append_and_attend(q, k_cache, v_cache, k_new, v_new, options_key,
                                                  alibi_slopes=alibi_slopes, seqlens_k=seqlens_k,
-                                                 block_table=block_table, sinks=sinks, attn_probs=True)
+                                                 block_table=block_table, sinks=sinks, attn_probs=True,
+                                                 cache_leftpad=cache_leftpad, rotary_cos=rotary_cos,
+                                                 rotary_sin=rotary_sin, rotary_interleaved=rotary_interleaved)
         scale, causal, left, right, softcap, _, check, backend, _ = _args.op_options(options_key)
         try:
             return _fwd_kvcache(q, k_cache, v_cache, k_new, v_new, seqlens_k, block_table, alibi_slopes, scale,
-                                causal, left, right, softcap, check, backend, sinks)
+                                causal, left, right, softcap, check, backend, sinks, cache_leftpad, rotary_cos,
+                                rotary_sin, bool(rotary_interleaved))
         except ValueError as error:
             raise InvalidArgumentError(str(error)) from None
 
     def backward(dout, q, k, v, out, lse, options_key, alibi_slopes=None, cu_seqlens_q=None, cu_seqlens_k=None,
                  max_seqlen_q=0, max_seqlen_k=0, seqlens_k=None, block_table=None, sinks=None, rng=(0, 0),
-                 want_dsinks=False):
+                 want_dsinks=False, cache_leftpad=None):
         """(dq, dk, dv) from the forward's out and lse; (dq, dk, dv, dsinks) with want_dsinks (and sinks)."""
         scale, causal, left, right, softcap, deterministic, check, backend, dropout_p = _args.op_options(options_key)
         try:
             grads = _bwd(dout, q, k, v, out, lse, alibi_slopes, cu_seqlens_q, cu_seqlens_k, max_seqlen_q,
                          max_seqlen_k, seqlens_k, block_table, scale, causal, left, right, softcap, deterministic,
-                         check, backend, sinks, dropout_p, _rng(dropout_p, rng))
+                         check, backend, sinks, dropout_p, _rng(dropout_p, rng), cache_leftpad)
         except ValueError as error:
             raise InvalidArgumentError(str(error)) from None
         return grads if want_dsinks and sinks is not None else grads[:3]

@@ -11,7 +11,8 @@ so torch.compile keeps them whole in its graph:
 - ``fwd``: dense, varlen or KV-cache attention without append -> (out, lse);
   differentiable through ``bwd``.
 - ``fwd_kvcache``: KV-cache attention that first appends k_new/v_new into the
-  cache (mutates k_cache and v_cache) -> (out, lse); not differentiable, as in
+  cache (mutates k_cache and v_cache), with an optional leftpad and rotary
+  embedding of q and k_new -> (out, lse); not differentiable, as in
   flash-attn.
 - ``bwd``: (dq, dk, dv, dsinks) from dout, q, k, v, out, lse (dsinks empty
   without sinks).
@@ -53,19 +54,20 @@ def fwd(
     cu_seqlens_k: Optional[Tensor], max_seqlen_q: int, max_seqlen_k: int, seqlens_k: Optional[Tensor],
     block_table: Optional[Tensor], softmax_scale: Optional[float], causal: bool, window_left: int, window_right: int,
     softcap: float, deterministic: bool, check_index_contents: bool, backend: str, sinks: Optional[Tensor] = None,
-    dropout_p: float = 0.0, dropout_rng: Optional[Tensor] = None,
+    dropout_p: float = 0.0, dropout_rng: Optional[Tensor] = None, cache_leftpad: Optional[Tensor] = None,
 ) -> Tuple[Tensor, Tensor]:
     key = _key(softmax_scale, causal, window_left, window_right, softcap, deterministic, check_index_contents, backend,
                dropout_p)
     return _torch_call.forward(q.detach(), k.detach(), v.detach(), key, alibi_slopes, cu_seqlens_q, cu_seqlens_k,
                                max_seqlen_q, max_seqlen_k, seqlens_k, block_table,
-                               sinks=None if sinks is None else sinks.detach(), rng=_rng(dropout_rng))
+                               sinks=None if sinks is None else sinks.detach(), rng=_rng(dropout_rng),
+                               cache_leftpad=cache_leftpad)
 
 
 @fwd.register_fake
 def _fwd_fake(q, k, v, alibi_slopes, cu_seqlens_q, cu_seqlens_k, max_seqlen_q, max_seqlen_k, seqlens_k,
               block_table, softmax_scale, causal, window_left, window_right, softcap, deterministic,
-              check_index_contents, backend, sinks=None, dropout_p=0.0, dropout_rng=None):
+              check_index_contents, backend, sinks=None, dropout_p=0.0, dropout_rng=None, cache_leftpad=None):
     varlen = cu_seqlens_q is not None
     return q.new_empty(q.shape), q.new_empty(_torch_call.lse_shape(q, varlen), dtype=torch.float32)
 
@@ -77,13 +79,14 @@ def bwd(
     seqlens_k: Optional[Tensor], block_table: Optional[Tensor], softmax_scale: Optional[float], causal: bool,
     window_left: int, window_right: int, softcap: float, deterministic: bool, check_index_contents: bool,
     backend: str, sinks: Optional[Tensor] = None, dropout_p: float = 0.0, dropout_rng: Optional[Tensor] = None,
+    cache_leftpad: Optional[Tensor] = None,
 ) -> Tuple[Tensor, Tensor, Tensor, Tensor]:
     """(dq, dk, dv, dsinks); dsinks is empty ([0]) without sinks."""
     key = _key(softmax_scale, causal, window_left, window_right, softcap, deterministic, check_index_contents, backend,
                dropout_p)
     grads = _torch_call.backward(dout, q, k, v, out, lse, key, alibi_slopes, cu_seqlens_q, cu_seqlens_k,
                                  max_seqlen_q, max_seqlen_k, seqlens_k, block_table, sinks=sinks,
-                                 rng=_rng(dropout_rng), want_dsinks=sinks is not None)
+                                 rng=_rng(dropout_rng), want_dsinks=sinks is not None, cache_leftpad=cache_leftpad)
     if sinks is None:
         grads = grads + (q.new_empty((0,), dtype=torch.float32),)
     return grads
@@ -92,7 +95,7 @@ def bwd(
 @bwd.register_fake
 def _bwd_fake(dout, q, k, v, out, lse, alibi_slopes, cu_seqlens_q, cu_seqlens_k, max_seqlen_q, max_seqlen_k,
               seqlens_k, block_table, softmax_scale, causal, window_left, window_right, softcap, deterministic,
-              check_index_contents, backend, sinks=None, dropout_p=0.0, dropout_rng=None):
+              check_index_contents, backend, sinks=None, dropout_p=0.0, dropout_rng=None, cache_leftpad=None):
     dsinks = q.new_empty((0,) if sinks is None else sinks.shape, dtype=torch.float32)
     return q.new_empty(q.shape), k.new_empty(k.shape), v.new_empty(v.shape), dsinks
 
@@ -100,9 +103,9 @@ def _bwd_fake(dout, q, k, v, out, lse, alibi_slopes, cu_seqlens_q, cu_seqlens_k,
 # fwd's arguments after q, k, v that bwd takes too, in order.
 _SHARED = ("alibi_slopes", "cu_seqlens_q", "cu_seqlens_k", "max_seqlen_q", "max_seqlen_k", "seqlens_k",
            "block_table", "softmax_scale", "causal", "window_left", "window_right", "softcap", "deterministic",
-           "check_index_contents", "backend", "sinks", "dropout_p", "dropout_rng")
+           "check_index_contents", "backend", "sinks", "dropout_p", "dropout_rng", "cache_leftpad")
 _SHARED_TENSORS = ("alibi_slopes", "cu_seqlens_q", "cu_seqlens_k", "seqlens_k", "block_table", "sinks",
-                   "dropout_rng")
+                   "dropout_rng", "cache_leftpad")
 
 
 def _setup_context(ctx, inputs, output):
@@ -132,17 +135,20 @@ def fwd_kvcache(
     q: Tensor, k_cache: Tensor, v_cache: Tensor, k_new: Tensor, v_new: Tensor, seqlens_k: Tensor,
     block_table: Optional[Tensor], alibi_slopes: Optional[Tensor], softmax_scale: Optional[float], causal: bool,
     window_left: int, window_right: int, softcap: float, check_index_contents: bool, backend: str,
-    sinks: Optional[Tensor] = None,
+    sinks: Optional[Tensor] = None, cache_leftpad: Optional[Tensor] = None, rotary_cos: Optional[Tensor] = None,
+    rotary_sin: Optional[Tensor] = None, rotary_interleaved: bool = False,
 ) -> Tuple[Tensor, Tensor]:
     key = _key(softmax_scale, causal, window_left, window_right, softcap, False, check_index_contents, backend)
     # The op's mutation is declared in its schema: no version bump of our own here.
     return _torch_call.forward(q, k_cache, v_cache, key, alibi_slopes, seqlens_k=seqlens_k, block_table=block_table,
-                               k_new=k_new, v_new=v_new, sinks=sinks)
+                               k_new=k_new, v_new=v_new, sinks=sinks, cache_leftpad=cache_leftpad,
+                               rotary_cos=rotary_cos, rotary_sin=rotary_sin, rotary_interleaved=rotary_interleaved)
 
 
 @fwd_kvcache.register_fake
 def _fwd_kvcache_fake(q, k_cache, v_cache, k_new, v_new, seqlens_k, block_table, alibi_slopes, softmax_scale,
-                      causal, window_left, window_right, softcap, check_index_contents, backend, sinks=None):
+                      causal, window_left, window_right, softcap, check_index_contents, backend, sinks=None,
+                      cache_leftpad=None, rotary_cos=None, rotary_sin=None, rotary_interleaved=False):
     return q.new_empty(q.shape), q.new_empty(_torch_call.lse_shape(q, False), dtype=torch.float32)
 
 

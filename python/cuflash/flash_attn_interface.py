@@ -8,16 +8,16 @@ sinks (``sinks=``, or flash-attn 3's name ``learnable_sink=``: float32
 softmax_lse, S_dmask)``, S_dmask the probabilities with dropped entries
 negated, also without dropout) run on backends cpu and cuda (dropout with a
 KV cache on backend cpu only); cudnn refuses them (NotImplementedError naming
-the feature). Not there yet: ``cache_leftpad``.
-``flash_attn_varlen_func``'s ``block_table`` (paged prefill: packed queries
-over keys in a paged cache) runs its forward on backends cpu and cuda; as in
-flash-attn it has no backward (a gradient through it raises, naming
-``block_table``).
-``cache_batch_idx`` reads a contiguous cache as a paged view of itself.
-``rotary_cos``/``rotary_sin`` in ``flash_attn_with_kvcache`` (torch tensors)
-rotate q and the appended k with torch operations before the call
-(``cuflash.rotary``), not yet inside the kernels. ``num_splits`` is accepted
-and ignored (cuflash chooses).
+the feature). ``flash_attn_with_kvcache``'s ``cache_leftpad`` and
+``rotary_cos``/``rotary_sin`` (q and the appended k rotated inside the call)
+run on backends cpu and cuda too. ``flash_attn_varlen_func``'s
+``block_table`` (paged prefill: packed queries over keys in a paged cache)
+runs its forward on backends cpu and cuda; as in flash-attn it has no
+backward (a gradient through it raises, naming ``block_table``).
+``cache_batch_idx`` reads a contiguous cache as a paged view of itself, so
+``cache_leftpad`` with ``cache_batch_idx`` raises NotImplementedError
+(flash-attn refuses a leftpad with paged caches; cuflash's view is one).
+``num_splits`` is accepted and ignored (cuflash chooses).
 
 Inputs are any DLPack tensors (torch, CuPy, JAX on a GPU; numpy on the CPU
 backend); outputs come in the same framework. With torch the functions are
@@ -168,30 +168,6 @@ def _int32_lengths(like, batch, value):
     return Space(like).full_int32((batch,), int(value))
 
 
-def _rotate_for_cache(q, k, k_cache, block_table, cache_seqlens, cos, sin, interleaved, positional_queries):
-    """q and k_new rotated as flash-attn's kvcache call does: k at cache_seqlens[b] + j; q at
-    cache_seqlens[b] + i when causal or windowed, else every query at cache_seqlens[b]."""
-    if not (_is_torch(q) and all(x is None or _is_torch(x) for x in (cos, sin))):
-        raise NotImplementedError("rotary_cos/rotary_sin: supported for torch tensors")
-    if cos is None or sin is None:
-        raise InvalidArgumentError("rotary_cos and rotary_sin: give both or neither")
-    if k is None:
-        raise InvalidArgumentError("rotary_cos/rotary_sin: need k and v to append (the rotation is applied to "
-                                   "the new keys at their cache positions)")
-    _args.ranked(cos, "rotary_cos", (2,), "[seqlen_ro, rotary_dim / 2]")
-    capacity = k_cache.shape[1] if block_table is None else block_table.shape[1] * k_cache.shape[1]
-    if cos.shape != sin.shape or cos.shape[0] < capacity:
-        raise InvalidArgumentError(f"rotary_cos/rotary_sin: expected equal shapes [seqlen_ro >= {capacity} (the "
-                                   f"cache's capacity), rotary_dim / 2], got {tuple(cos.shape)} and {tuple(sin.shape)}")
-    from .rotary import rotate_at
-
-    start = cache_seqlens.long()[:, None]  # [batch, 1]
-    k_positions = start + _torch.arange(k.shape[1], device=k.device)
-    q_steps = _torch.arange(q.shape[1], device=q.device) if positional_queries else _torch.zeros(
-        q.shape[1], dtype=_torch.long, device=q.device)
-    return rotate_at(q, cos, sin, start + q_steps, interleaved), rotate_at(k, cos, sin, k_positions, interleaved)
-
-
 def _element_strides(x):
     if _is_torch(x):
         return x.stride()
@@ -248,12 +224,18 @@ def flash_attn_with_kvcache(q, k_cache, v_cache, k=None, v=None, rotary_cos=None
     already cached; None means the whole cache. k/v ``(batch, seqlen_new,
     nheads_k, headdim)``, if given, are written into the cache in place at
     ``cache_seqlens[b]..`` and attended to; ``cache_seqlens`` is not updated.
-    ``sinks`` (``learnable_sink``): attention sinks, float32 ``(nheads,)``.
+    ``cache_leftpad`` (int32 ``(batch,)``, contiguous caches): sequence b's keys
+    start at cache row ``cache_leftpad[b]``; the rows before it are none of its
+    keys. ``rotary_cos``/``rotary_sin`` ``(seqlen_ro, rotary_dim / 2)`` (with
+    k/v): q and the new keys are rotated inside the call, GPT-J pairs with
+    ``rotary_interleaved`` (the default) else GPT-NeoX halves; the new key n of
+    sequence b at position ``cache_seqlens[b] + n`` (and written rotated), query
+    i at ``cache_seqlens[b] + i`` when causal or windowed, else at
+    ``cache_seqlens[b]``. ``sinks`` (``learnable_sink``): attention sinks,
+    float32 ``(nheads,)``.
     Returns out, or ``(out, softmax_lse)`` with ``return_softmax_lse``.
     Not differentiable.
     """
-    if cache_leftpad is not None:
-        raise NotImplementedError("cache_leftpad: not supported yet")
     if (k is None) != (v is None):
         raise InvalidArgumentError("k and v: give both or neither")
     _args.ranked(q, "q", (4,), "[batch, seqlen_q, heads_q, head_dim]")
@@ -271,13 +253,17 @@ def flash_attn_with_kvcache(q, k_cache, v_cache, k=None, v=None, rotary_cos=None
     if isinstance(cache_seqlens, int):
         cache_seqlens = _int32_lengths(q, batch, _args.integer(cache_seqlens, "cache_seqlens"))
     if cache_batch_idx is not None:
+        if cache_leftpad is not None:
+            # cuflash reads cache_batch_idx as a paged view of the cache, and takes a leftpad with contiguous
+            # caches only (flash-attn refuses it with paged ones).
+            raise NotImplementedError("cache_leftpad with cache_batch_idx: not supported yet; index the caches "
+                                      "(k_cache[cache_batch_idx]) or drop the leftpad")
         k_cache, v_cache, block_table = _batch_idx_as_pages(k_cache, v_cache, block_table, cache_batch_idx)
-    if rotary_cos is not None or rotary_sin is not None:
-        q, k = _rotate_for_cache(q, k, k_cache, block_table, cache_seqlens, rotary_cos, rotary_sin,
-                                 rotary_interleaved, causal or tuple(window_size) != (-1, -1))
     out, lse = _forward(q, k_cache, v_cache, alibi_slopes=alibi_slopes, seqlens_k=cache_seqlens,
                         block_table=block_table, k_new=k, v_new=v, softmax_scale=softmax_scale, causal=causal,
                         window=(int(window_size[0]), int(window_size[1])), softcap=softcap,
-                        sinks=_sinks(sinks, learnable_sink))
+                        sinks=_sinks(sinks, learnable_sink), cache_leftpad=_last_dim_contiguous(cache_leftpad),
+                        rotary_cos=_last_dim_contiguous(rotary_cos), rotary_sin=_last_dim_contiguous(rotary_sin),
+                        rotary_interleaved=rotary_interleaved)
     return (out, lse) if return_softmax_lse else out
 

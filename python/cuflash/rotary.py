@@ -9,10 +9,11 @@ are ``seqlen_offsets[b] + t`` for token t of sequence b. The arithmetic is in
 float32 whatever x's dtype, as flash-attn's kernel does; the result is
 rounded once to x's dtype.
 
-``flash_attn_with_kvcache`` uses :func:`rotate_at` for its ``rotary_cos`` /
-``rotary_sin`` arguments. These are torch operations (gathers and
-multiply-adds on x's device, no host synchronization, so they capture in CUDA
-graphs), not yet fused into cuflash's kernels.
+These are torch operations (gathers and multiply-adds on x's device, no host
+synchronization, so they capture in CUDA graphs). ``flash_attn_with_kvcache``
+does not use them: its ``rotary_cos`` / ``rotary_sin`` go to the library, which
+rotates q and the appended keys inside the call by the same rule
+(src/core/rotary.hpp, docs/semantics.md).
 """
 
 from ._args import InvalidArgumentError

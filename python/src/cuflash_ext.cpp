@@ -95,7 +95,7 @@ DType to_dtype(const nb::dlpack::dtype& dtype, const char* name, bool index_tens
 
 bool is_index_tensor(const std::string& name) {
   return name == "cu_seqlens" || name == "cu_seqlens_q" || name == "cu_seqlens_k" || name == "seqlens_k" ||
-         name == "block_table";
+         name == "block_table" || name == "cache_leftpad";
 }
 
 // A DLPack array as a view of the same memory; an absent (None) array as an
@@ -204,13 +204,15 @@ using OptArray = std::optional<Array>;
 // The varlen and KV-cache index views of ForwardArgs or BackwardArgs.
 template <typename Args>
 void set_batch_indices(const OptArray& cu_seqlens_q, const OptArray& cu_seqlens_k, int max_seqlen_q,
-                       int max_seqlen_k, const OptArray& seqlens_k, const OptArray& block_table, Args* args) {
+                       int max_seqlen_k, const OptArray& seqlens_k, const OptArray& block_table,
+                       const OptArray& cache_leftpad, Args* args) {
   args->varlen.cu_seqlens_q = to_view(cu_seqlens_q, "cu_seqlens_q");
   args->varlen.cu_seqlens_k = to_view(cu_seqlens_k, "cu_seqlens_k");
   args->varlen.max_seqlen_q = max_seqlen_q;
   args->varlen.max_seqlen_k = max_seqlen_k;
   args->kv_cache.seqlens_k = to_view(seqlens_k, "seqlens_k");
   args->kv_cache.block_table = to_view(block_table, "block_table");
+  args->kv_cache.leftpad = to_view(cache_leftpad, "cache_leftpad");
 }
 
 using RingCallTuple = std::tuple<int, int, int, int, bool, int, int, std::optional<std::int64_t>>;
@@ -250,7 +252,8 @@ void forward(const Array& q, const Array& k, const Array& v, const Array& out, c
              const OptArray& alibi_slopes, const OptArray& cu_seqlens_q, const OptArray& cu_seqlens_k,
              int max_seqlen_q, int max_seqlen_k, const OptArray& seqlens_k, const OptArray& block_table,
              const OptArray& k_new, const OptArray& v_new, const OptArray& sinks, const OptArray& attn_probs,
-             std::uint64_t dropout_seed, std::uint64_t dropout_offset) {
+             std::uint64_t dropout_seed, std::uint64_t dropout_offset, const OptArray& cache_leftpad,
+             const OptArray& rotary_cos, const OptArray& rotary_sin, bool rotary_interleaved) {
   const AttentionOptions options = with_dropout_rng(shared_options, dropout_seed, dropout_offset);
   cuflash::ForwardArgs args;
   args.q = to_view(q, "q");
@@ -259,9 +262,13 @@ void forward(const Array& q, const Array& k, const Array& v, const Array& out, c
   args.out = to_view(out, "out");
   args.lse = to_view(lse, "lse");
   args.alibi_slopes = to_view(alibi_slopes, "alibi_slopes");
-  set_batch_indices(cu_seqlens_q, cu_seqlens_k, max_seqlen_q, max_seqlen_k, seqlens_k, block_table, &args);
+  set_batch_indices(cu_seqlens_q, cu_seqlens_k, max_seqlen_q, max_seqlen_k, seqlens_k, block_table, cache_leftpad,
+                    &args);
   args.kv_cache.k_new = to_view(k_new, "k_new");
   args.kv_cache.v_new = to_view(v_new, "v_new");
+  args.kv_cache.rotary_cos = to_view(rotary_cos, "rotary_cos");
+  args.kv_cache.rotary_sin = to_view(rotary_sin, "rotary_sin");
+  args.kv_cache.rotary_interleaved = rotary_interleaved;
   args.sinks = to_view(sinks, "sinks");
   args.attn_probs = to_view(attn_probs, "attn_probs");
   PythonWorkspace scratch(workspace);
@@ -278,7 +285,7 @@ void backward(const Array& dout, const Array& q, const Array& k, const Array& v,
               std::uintptr_t stream, nb::handle workspace, const OptArray& alibi_slopes, const OptArray& cu_seqlens_q,
               const OptArray& cu_seqlens_k, int max_seqlen_q, int max_seqlen_k, const OptArray& seqlens_k,
               const OptArray& block_table, const OptArray& sinks, const OptArray& dsinks, std::uint64_t dropout_seed,
-              std::uint64_t dropout_offset) {
+              std::uint64_t dropout_offset, const OptArray& cache_leftpad) {
   const AttentionOptions options = with_dropout_rng(shared_options, dropout_seed, dropout_offset);
   cuflash::BackwardArgs args;
   args.dout = to_view(dout, "dout");
@@ -291,7 +298,8 @@ void backward(const Array& dout, const Array& q, const Array& k, const Array& v,
   args.dk = to_view(dk, "dk");
   args.dv = to_view(dv, "dv");
   args.alibi_slopes = to_view(alibi_slopes, "alibi_slopes");
-  set_batch_indices(cu_seqlens_q, cu_seqlens_k, max_seqlen_q, max_seqlen_k, seqlens_k, block_table, &args);
+  set_batch_indices(cu_seqlens_q, cu_seqlens_k, max_seqlen_q, max_seqlen_k, seqlens_k, block_table, cache_leftpad,
+                    &args);
   args.sinks = to_view(sinks, "sinks");
   args.dsinks = to_view(dsinks, "dsinks");
   PythonWorkspace scratch(workspace);
@@ -482,7 +490,8 @@ NB_MODULE(_ext, m) {
         "cu_seqlens_k"_a.none() = nb::none(), "max_seqlen_q"_a = 0, "max_seqlen_k"_a = 0,
         "seqlens_k"_a.none() = nb::none(), "block_table"_a.none() = nb::none(), "k_new"_a.none() = nb::none(),
         "v_new"_a.none() = nb::none(), "sinks"_a.none() = nb::none(), "attn_probs"_a.none() = nb::none(),
-        "dropout_seed"_a = 0, "dropout_offset"_a = 0,
+        "dropout_seed"_a = 0, "dropout_offset"_a = 0, "cache_leftpad"_a.none() = nb::none(),
+        "rotary_cos"_a.none() = nb::none(), "rotary_sin"_a.none() = nb::none(), "rotary_interleaved"_a = false,
         "cuflash::attention_forward on views of the given arrays; writes out (and lse, attn_probs, and the cache on "
         "append).");
   m.def("backward", &backward, "dout"_a, "q"_a, "k"_a, "v"_a, "out"_a, "lse"_a, "dq"_a, "dk"_a, "dv"_a, "options"_a,
@@ -490,6 +499,7 @@ NB_MODULE(_ext, m) {
         "cu_seqlens_q"_a.none() = nb::none(), "cu_seqlens_k"_a.none() = nb::none(), "max_seqlen_q"_a = 0,
         "max_seqlen_k"_a = 0, "seqlens_k"_a.none() = nb::none(), "block_table"_a.none() = nb::none(),
         "sinks"_a.none() = nb::none(), "dsinks"_a.none() = nb::none(), "dropout_seed"_a = 0, "dropout_offset"_a = 0,
+        "cache_leftpad"_a.none() = nb::none(),
         "cuflash::attention_backward on views of the given arrays; writes dq, dk, dv (and dsinks).");
   nb::class_<cuflash::LinearAttentionOptions>(m, "LinearOptions",
                                               "cuflash::LinearAttentionOptions: a linear-attention call's options.")

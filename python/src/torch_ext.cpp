@@ -17,7 +17,10 @@
 // fwd and bwd take attention sinks (Tensor? sinks: float32 [Hq], differentiable
 // through fwd's node) and dropout (float dropout_p, Tensor? dropout_rng: the
 // call's (seed, offset) as an int64 [2] tensor, read modulo 2**64; the backward
-// gets the forward's and redraws the same mask); fwd_kvcache takes sinks. The
+// gets the forward's and redraws the same mask) and a KV cache's leftpad (Tensor?
+// cache_leftpad, saved by fwd's node for bwd); fwd_kvcache takes sinks, the
+// leftpad and the rotary embedding of q and k_new (Tensor? rotary_cos,
+// rotary_sin, bool rotary_interleaved). The
 // debug probabilities (attn_probs) are no operator's output: cuflash/_torch_ext.py
 // sends calls that ask for them to the Python path.
 //   cuflash::merge_states (out, lse) of two partial attentions
@@ -239,13 +242,15 @@ cuflash::AttentionOptions make_options(std::optional<double> softmax_scale, bool
 
 template <typename Args>
 void set_indices(const OptTensor& cu_seqlens_q, const OptTensor& cu_seqlens_k, int64_t max_seqlen_q,
-                 int64_t max_seqlen_k, const OptTensor& seqlens_k, const OptTensor& block_table, Args* args) {
+                 int64_t max_seqlen_k, const OptTensor& seqlens_k, const OptTensor& block_table,
+                 const OptTensor& cache_leftpad, Args* args) {
   args->varlen.cu_seqlens_q = to_view(cu_seqlens_q, "cu_seqlens_q", true);
   args->varlen.cu_seqlens_k = to_view(cu_seqlens_k, "cu_seqlens_k", true);
   args->varlen.max_seqlen_q = to_int(max_seqlen_q, "max_seqlen_q");
   args->varlen.max_seqlen_k = to_int(max_seqlen_k, "max_seqlen_k");
   args->kv_cache.seqlens_k = to_view(seqlens_k, "seqlens_k", true);
   args->kv_cache.block_table = to_view(block_table, "block_table", true);
+  args->kv_cache.leftpad = to_view(cache_leftpad, "cache_leftpad", true);
 }
 
 bool given(const OptTensor& t) { return t && t->defined(); }
@@ -275,9 +280,11 @@ std::tuple<Tensor, Tensor> run_forward(const Tensor& q, const Tensor& k, const T
                                        std::optional<double> softmax_scale, bool causal, int64_t window_left,
                                        int64_t window_right, double softcap, bool deterministic,
                                        bool check_index_contents, std::string_view backend, const OptTensor& sinks,
-                                       double dropout_p, const OptTensor& dropout_rng) {
+                                       double dropout_p, const OptTensor& dropout_rng, const OptTensor& cache_leftpad,
+                                       const OptTensor& rotary_cos = std::nullopt,
+                                       const OptTensor& rotary_sin = std::nullopt, bool rotary_interleaved = false) {
   const bool varlen = given(cu_seqlens_q);
-  const bool indexed = varlen || given(seqlens_k) || given(block_table);
+  const bool indexed = varlen || given(seqlens_k) || given(block_table) || given(cache_leftpad);
   void* stream = current_stream(q);
   const cuflash::AttentionOptions options =
       make_options(softmax_scale, causal, window_left, window_right, softcap, deterministic, check_index_contents,
@@ -290,9 +297,12 @@ std::tuple<Tensor, Tensor> run_forward(const Tensor& q, const Tensor& k, const T
   args.out = to_view(out, "out");
   args.lse = to_view(lse, "lse");
   args.alibi_slopes = to_view(alibi_slopes, "alibi_slopes");
-  set_indices(cu_seqlens_q, cu_seqlens_k, max_seqlen_q, max_seqlen_k, seqlens_k, block_table, &args);
+  set_indices(cu_seqlens_q, cu_seqlens_k, max_seqlen_q, max_seqlen_k, seqlens_k, block_table, cache_leftpad, &args);
   args.kv_cache.k_new = to_view(k_new, "k_new");
   args.kv_cache.v_new = to_view(v_new, "v_new");
+  args.kv_cache.rotary_cos = to_view(rotary_cos, "rotary_cos");
+  args.kv_cache.rotary_sin = to_view(rotary_sin, "rotary_sin");
+  args.kv_cache.rotary_interleaved = rotary_interleaved;
   args.sinks = to_view(sinks, "sinks");
   Workspace workspace(q);
   const Status status = cuflash::attention_forward(args, options, workspace.context(stream));
@@ -306,10 +316,10 @@ std::tuple<Tensor, Tensor> fwd_kernel(const Tensor& q, const Tensor& k, const Te
                                       const OptTensor& block_table, std::optional<double> softmax_scale, bool causal,
                                       int64_t window_left, int64_t window_right, double softcap, bool deterministic,
                                       bool check_index_contents, c10::string_view backend, const OptTensor& sinks,
-                                      double dropout_p, const OptTensor& dropout_rng) {
+                                      double dropout_p, const OptTensor& dropout_rng, const OptTensor& cache_leftpad) {
   return run_forward(q, k, v, alibi_slopes, cu_seqlens_q, cu_seqlens_k, max_seqlen_q, max_seqlen_k, seqlens_k,
                      block_table, std::nullopt, std::nullopt, softmax_scale, causal, window_left, window_right, softcap,
-                     deterministic, check_index_contents, backend, sinks, dropout_p, dropout_rng);
+                     deterministic, check_index_contents, backend, sinks, dropout_p, dropout_rng, cache_leftpad);
 }
 
 std::tuple<Tensor, Tensor> fwd_kvcache_kernel(const Tensor& q, Tensor& k_cache, Tensor& v_cache, const Tensor& k_new,
@@ -317,10 +327,12 @@ std::tuple<Tensor, Tensor> fwd_kvcache_kernel(const Tensor& q, Tensor& k_cache, 
                                               const OptTensor& block_table, const OptTensor& alibi_slopes,
                                               std::optional<double> softmax_scale, bool causal, int64_t window_left,
                                               int64_t window_right, double softcap, bool check_index_contents,
-                                              c10::string_view backend, const OptTensor& sinks) {
+                                              c10::string_view backend, const OptTensor& sinks,
+                                              const OptTensor& cache_leftpad, const OptTensor& rotary_cos,
+                                              const OptTensor& rotary_sin, bool rotary_interleaved) {
   return run_forward(q, k_cache, v_cache, alibi_slopes, std::nullopt, std::nullopt, 0, 0, seqlens_k, block_table, k_new,
                      v_new, softmax_scale, causal, window_left, window_right, softcap, false, check_index_contents,
-                     backend, sinks, 0.0, std::nullopt);
+                     backend, sinks, 0.0, std::nullopt, cache_leftpad, rotary_cos, rotary_sin, rotary_interleaved);
 }
 
 // (dq, dk, dv, dsinks): dsinks float32 like sinks, or of no element without sinks.
@@ -330,10 +342,10 @@ std::tuple<Tensor, Tensor, Tensor, Tensor> bwd_kernel(
     int64_t max_seqlen_k, const OptTensor& seqlens_k, const OptTensor& block_table, std::optional<double> softmax_scale,
     bool causal, int64_t window_left, int64_t window_right, double softcap, bool deterministic,
     bool check_index_contents, c10::string_view backend, const OptTensor& sinks, double dropout_p,
-    const OptTensor& dropout_rng) {
+    const OptTensor& dropout_rng, const OptTensor& cache_leftpad) {
   // e.g. the expanded ones of out.sum(): the library wants the last dimension contiguous
   const Tensor dout = dout_given.dim() > 0 && dout_given.stride(-1) != 1 ? dout_given.contiguous() : dout_given;
-  const bool indexed = given(cu_seqlens_q) || given(seqlens_k) || given(block_table);
+  const bool indexed = given(cu_seqlens_q) || given(seqlens_k) || given(block_table) || given(cache_leftpad);
   void* stream = current_stream(q);
   const cuflash::AttentionOptions options =
       make_options(softmax_scale, causal, window_left, window_right, softcap, deterministic, check_index_contents,
@@ -354,7 +366,7 @@ std::tuple<Tensor, Tensor, Tensor, Tensor> bwd_kernel(
   args.dk = to_view(dk, "dk");
   args.dv = to_view(dv, "dv");
   args.alibi_slopes = to_view(alibi_slopes, "alibi_slopes");
-  set_indices(cu_seqlens_q, cu_seqlens_k, max_seqlen_q, max_seqlen_k, seqlens_k, block_table, &args);
+  set_indices(cu_seqlens_q, cu_seqlens_k, max_seqlen_q, max_seqlen_k, seqlens_k, block_table, cache_leftpad, &args);
   if (given(sinks)) {
     args.sinks = to_view(sinks, "sinks");
     args.dsinks = to_view(dsinks, "dsinks");
@@ -402,14 +414,15 @@ std::tuple<Tensor, Tensor> fwd_meta(const Tensor& q, const Tensor&, const Tensor
                                     const OptTensor& cu_seqlens_q, const OptTensor&, c10::SymInt, c10::SymInt,
                                     const OptTensor&, const OptTensor&, std::optional<double>, bool, c10::SymInt,
                                     c10::SymInt, double, bool, bool, c10::string_view, const OptTensor&, double,
-                                    const OptTensor&) {
+                                    const OptTensor&, const OptTensor&) {
   return meta_outputs(q, given(cu_seqlens_q));
 }
 
 std::tuple<Tensor, Tensor> fwd_kvcache_meta(const Tensor& q, Tensor&, Tensor&, const Tensor&, const Tensor&,
                                             const Tensor&, const OptTensor&, const OptTensor&, std::optional<double>,
                                             bool, c10::SymInt, c10::SymInt, double, bool, c10::string_view,
-                                            const OptTensor&) {
+                                            const OptTensor&, const OptTensor&, const OptTensor&, const OptTensor&,
+                                            bool) {
   return meta_outputs(q, false);
 }
 
@@ -418,7 +431,8 @@ std::tuple<Tensor, Tensor, Tensor, Tensor> bwd_meta(const Tensor&, const Tensor&
                                                     const OptTensor&, c10::SymInt, c10::SymInt, const OptTensor&,
                                                     const OptTensor&, std::optional<double>, bool, c10::SymInt,
                                                     c10::SymInt, double, bool, bool, c10::string_view,
-                                                    const OptTensor& sinks, double, const OptTensor&) {
+                                                    const OptTensor& sinks, double, const OptTensor&,
+                                                    const OptTensor&) {
   Tensor dsinks = given(sinks) ? at::empty_symint(sinks->sym_sizes(), sinks->options().dtype(at::kFloat))
                                : at::empty({0}, q.options().dtype(at::kFloat));
   return {at::empty_symint(q.sym_sizes(), q.options()), at::empty_symint(k.sym_sizes(), k.options()),
@@ -437,16 +451,17 @@ using FwdSignature = std::tuple<Tensor, Tensor>(const Tensor&, const Tensor&, co
                                                 const OptTensor&, const OptTensor&, c10::SymInt, c10::SymInt,
                                                 const OptTensor&, const OptTensor&, std::optional<double>, bool,
                                                 c10::SymInt, c10::SymInt, double, bool, bool, c10::string_view,
-                                                const OptTensor&, double, const OptTensor&);
+                                                const OptTensor&, double, const OptTensor&, const OptTensor&);
 using BwdSignature = std::tuple<Tensor, Tensor, Tensor, Tensor>(
     const Tensor&, const Tensor&, const Tensor&, const Tensor&, const Tensor&, const Tensor&, const OptTensor&,
     const OptTensor&, const OptTensor&, c10::SymInt, c10::SymInt, const OptTensor&, const OptTensor&,
     std::optional<double>, bool, c10::SymInt, c10::SymInt, double, bool, bool, c10::string_view, const OptTensor&,
-    double, const OptTensor&);
+    double, const OptTensor&, const OptTensor&);
 using KvcacheSignature = std::tuple<Tensor, Tensor>(const Tensor&, Tensor&, Tensor&, const Tensor&, const Tensor&,
                                                     const Tensor&, const OptTensor&, const OptTensor&,
                                                     std::optional<double>, bool, c10::SymInt, c10::SymInt, double,
-                                                    bool, c10::string_view, const OptTensor&);
+                                                    bool, c10::string_view, const OptTensor&, const OptTensor&,
+                                                    const OptTensor&, const OptTensor&, bool);
 
 const c10::TypedOperatorHandle<FwdSignature>& fwd_op() {
   static const auto op =
@@ -478,15 +493,17 @@ struct Attention : torch::autograd::Function<Attention> {
       const c10::SymInt& max_seqlen_q, const c10::SymInt& max_seqlen_k, const OptTensor& seqlens_k,
       const OptTensor& block_table, std::optional<double> softmax_scale, bool causal, const c10::SymInt& window_left,
       const c10::SymInt& window_right, double softcap, bool deterministic, bool check_index_contents,
-      c10::string_view backend, const OptTensor& sinks, double dropout_p, const OptTensor& dropout_rng) {
+      c10::string_view backend, const OptTensor& sinks, double dropout_p, const OptTensor& dropout_rng,
+      const OptTensor& cache_leftpad) {
     at::AutoDispatchBelowADInplaceOrView below;
     auto [out, lse] = fwd_op().call(q, k, v, alibi_slopes, cu_seqlens_q, cu_seqlens_k, max_seqlen_q, max_seqlen_k,
                                     seqlens_k, block_table, softmax_scale, causal, window_left, window_right, softcap,
-                                    deterministic, check_index_contents, backend, sinks, dropout_p, dropout_rng);
+                                    deterministic, check_index_contents, backend, sinks, dropout_p, dropout_rng,
+                                    cache_leftpad);
     ctx->save_for_backward({q, k, v, out, lse, alibi_slopes.value_or(Tensor()), cu_seqlens_q.value_or(Tensor()),
                             cu_seqlens_k.value_or(Tensor()), seqlens_k.value_or(Tensor()),
                             block_table.value_or(Tensor()), sinks.value_or(Tensor()),
-                            dropout_rng.value_or(Tensor())});
+                            dropout_rng.value_or(Tensor()), cache_leftpad.value_or(Tensor())});
     ctx->saved_data["options"] = c10::ivalue::Tuple::create(
         {max_seqlen_q, max_seqlen_k, softmax_scale, causal, window_left, window_right, softcap, deterministic,
          check_index_contents, std::string(backend), dropout_p});
@@ -505,7 +522,7 @@ struct Attention : torch::autograd::Function<Attention> {
         dout, saved[0], saved[1], saved[2], out, saved[4], optional(saved[5]), optional(saved[6]), optional(saved[7]),
         o[0].toSymInt(), o[1].toSymInt(), optional(saved[8]), optional(saved[9]), o[2].toOptional<double>(),
         o[3].toBool(), o[4].toSymInt(), o[5].toSymInt(), o[6].toDouble(), o[7].toBool(), o[8].toBool(),
-        o[9].toStringRef(), sinks, o[10].toDouble(), optional(saved[11]));
+        o[9].toStringRef(), sinks, o[10].toDouble(), optional(saved[11]), optional(saved[12]));
     torch::autograd::variable_list result(kInputs);  // one per forward argument; q, k, v and sinks have one
     result[0] = dq;
     result[1] = dk;
@@ -514,7 +531,7 @@ struct Attention : torch::autograd::Function<Attention> {
     return result;
   }
 
-  static constexpr std::size_t kInputs = 21;  // fwd's arguments
+  static constexpr std::size_t kInputs = 22;  // fwd's arguments
   static constexpr std::size_t kSinks = 18;   // where sinks is among them
 };
 
@@ -527,18 +544,20 @@ std::tuple<Tensor, Tensor> fwd_autograd(const Tensor& q, const Tensor& k, const 
                                         const OptTensor& block_table, std::optional<double> softmax_scale, bool causal,
                                         c10::SymInt window_left, c10::SymInt window_right, double softcap,
                                         bool deterministic, bool check_index_contents, c10::string_view backend,
-                                        const OptTensor& sinks, double dropout_p, const OptTensor& dropout_rng) {
+                                        const OptTensor& sinks, double dropout_p, const OptTensor& dropout_rng,
+                                        const OptTensor& cache_leftpad) {
   if (!(at::GradMode::is_enabled() &&
         (q.requires_grad() || k.requires_grad() || v.requires_grad() || requires_grad(sinks)))) {
     // No gradient asked for: no node (what the Python path's attention_eager skips too).
     at::AutoDispatchBelowADInplaceOrView below;
     return fwd_op().call(q, k, v, alibi_slopes, cu_seqlens_q, cu_seqlens_k, max_seqlen_q, max_seqlen_k, seqlens_k,
                          block_table, softmax_scale, causal, window_left, window_right, softcap, deterministic,
-                         check_index_contents, backend, sinks, dropout_p, dropout_rng);
+                         check_index_contents, backend, sinks, dropout_p, dropout_rng, cache_leftpad);
   }
   auto outputs = Attention::apply(q, k, v, alibi_slopes, cu_seqlens_q, cu_seqlens_k, max_seqlen_q, max_seqlen_k,
                                   seqlens_k, block_table, softmax_scale, causal, window_left, window_right, softcap,
-                                  deterministic, check_index_contents, backend, sinks, dropout_p, dropout_rng);
+                                  deterministic, check_index_contents, backend, sinks, dropout_p, dropout_rng,
+                                  cache_leftpad);
   return {outputs[0], outputs[1]};
 }
 
@@ -550,13 +569,15 @@ std::tuple<Tensor, Tensor> fwd_kvcache_inplace(const Tensor& q, Tensor& k_cache,
                                                std::optional<double> softmax_scale, bool causal,
                                                c10::SymInt window_left, c10::SymInt window_right, double softcap,
                                                bool check_index_contents, c10::string_view backend,
-                                               const OptTensor& sinks) {
+                                               const OptTensor& sinks, const OptTensor& cache_leftpad,
+                                               const OptTensor& rotary_cos, const OptTensor& rotary_sin,
+                                               bool rotary_interleaved) {
   std::tuple<Tensor, Tensor> result;
   {
     at::AutoDispatchBelowADInplaceOrView below;
     result = kvcache_op().call(q, k_cache, v_cache, k_new, v_new, seqlens_k, block_table, alibi_slopes,
                                softmax_scale, causal, window_left, window_right, softcap, check_index_contents,
-                               backend, sinks);
+                               backend, sinks, cache_leftpad, rotary_cos, rotary_sin, rotary_interleaved);
   }
   // Inference tensors have no version counter (their keys skip this kernel, but another
   // argument's may bring it here); the Python path writes them without a bump too.
@@ -573,19 +594,20 @@ TORCH_LIBRARY(cuflash, m) {
       "fwd(Tensor q, Tensor k, Tensor v, Tensor? alibi_slopes, Tensor? cu_seqlens_q, Tensor? cu_seqlens_k, "
       "SymInt max_seqlen_q, SymInt max_seqlen_k, Tensor? seqlens_k, Tensor? block_table, float? softmax_scale, "
       "bool causal, SymInt window_left, SymInt window_right, float softcap, bool deterministic, "
-      "bool check_index_contents, str backend, Tensor? sinks=None, float dropout_p=0., Tensor? dropout_rng=None) "
-      "-> (Tensor, Tensor)");
+      "bool check_index_contents, str backend, Tensor? sinks=None, float dropout_p=0., Tensor? dropout_rng=None, "
+      "Tensor? cache_leftpad=None) -> (Tensor, Tensor)");
   m.def(
       "bwd(Tensor dout, Tensor q, Tensor k, Tensor v, Tensor out, Tensor lse, Tensor? alibi_slopes, "
       "Tensor? cu_seqlens_q, Tensor? cu_seqlens_k, SymInt max_seqlen_q, SymInt max_seqlen_k, Tensor? seqlens_k, "
       "Tensor? block_table, float? softmax_scale, bool causal, SymInt window_left, SymInt window_right, "
       "float softcap, bool deterministic, bool check_index_contents, str backend, Tensor? sinks=None, "
-      "float dropout_p=0., Tensor? dropout_rng=None) -> (Tensor, Tensor, Tensor, Tensor)");
+      "float dropout_p=0., Tensor? dropout_rng=None, Tensor? cache_leftpad=None) -> (Tensor, Tensor, Tensor, Tensor)");
   m.def(
       "fwd_kvcache(Tensor q, Tensor(a0!) k_cache, Tensor(a1!) v_cache, Tensor k_new, Tensor v_new, "
       "Tensor seqlens_k, Tensor? block_table, Tensor? alibi_slopes, float? softmax_scale, bool causal, "
       "SymInt window_left, SymInt window_right, float softcap, bool check_index_contents, str backend, "
-      "Tensor? sinks=None) -> (Tensor, Tensor)");
+      "Tensor? sinks=None, Tensor? cache_leftpad=None, Tensor? rotary_cos=None, Tensor? rotary_sin=None, "
+      "bool rotary_interleaved=False) -> (Tensor, Tensor)");
   m.def("merge_states(Tensor out_a, Tensor lse_a, Tensor out_b, Tensor lse_b, str backend) -> (Tensor, Tensor)");
 }
 

@@ -46,10 +46,13 @@ struct GpuFeatures {
   bool sinks = false;
   bool attn_probs = false;
   bool dropout = false;
+  bool cache_leftpad = false;  // kv_cache.leftpad
+  bool rotary = false;         // kv_cache.rotary_cos/rotary_sin
 };
 
 // The features only backend cpu has so far on some GPU backend (attention
-// sinks, the debug probabilities and dropout on cudnn): `unsupported`, naming the feature and
+// sinks, the debug probabilities, dropout, a KV cache's leftpad and rotary
+// embedding on cudnn): `unsupported`, naming the feature and
 // `backend`, when the problem uses one that `runs` does not list. GPU
 // backends call it first in supports(), so that auto never picks them for
 // such a call and nothing falls back silently.
@@ -63,6 +66,12 @@ inline Status refuse_cpu_only_features(const Problem& problem, const char* backe
   if (!problem.attn_probs.empty() && !runs.attn_probs)
     return Status::unsupported("attn_probs: " + name + " does not write the debug probabilities (backends cpu and "
                                "cuda do)");
+  if (problem.has_leftpad && !runs.cache_leftpad)
+    return Status::unsupported("kv_cache.leftpad (cache_leftpad): " + name + " has no left-padded KV caches "
+                               "(backends cpu and cuda have them)");
+  if (problem.rotary_dim > 0 && !runs.rotary)
+    return Status::unsupported("kv_cache.rotary_cos/rotary_sin: " + name + " has no rotary embedding (backends cpu "
+                               "and cuda have it)");
   return {};
 }
 

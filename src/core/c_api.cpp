@@ -134,6 +134,7 @@ Status to_batch_indices(const Args& in, VarlenBatch* varlen, KvCache* cache) {
   varlen->max_seqlen_q = in.max_seqlen_q;
   varlen->max_seqlen_k = in.max_seqlen_k;
   CUFLASH_TRY(to_view(in.seqlens_k, "kv_cache.seqlens_k", &cache->seqlens_k));
+  CUFLASH_TRY(to_view(in.leftpad, "kv_cache.leftpad", &cache->leftpad));
   return to_view(in.block_table, "kv_cache.block_table", &cache->block_table);
 }
 
@@ -148,6 +149,9 @@ Status to_forward(const cuflash_forward_args& in, ForwardArgs* out) {
   CUFLASH_TRY(to_view(in.k_new, "kv_cache.k_new", &out->kv_cache.k_new));
   CUFLASH_TRY(to_view(in.sinks, "sinks", &out->sinks));
   CUFLASH_TRY(to_view(in.attn_probs, "attn_probs", &out->attn_probs));
+  CUFLASH_TRY(to_view(in.rotary_cos, "kv_cache.rotary_cos", &out->kv_cache.rotary_cos));
+  CUFLASH_TRY(to_view(in.rotary_sin, "kv_cache.rotary_sin", &out->kv_cache.rotary_sin));
+  out->kv_cache.rotary_interleaved = in.rotary_interleaved != 0;
   return to_view(in.v_new, "kv_cache.v_new", &out->kv_cache.v_new);
 }
 

@@ -39,6 +39,10 @@ struct Problem {
   int max_pages = 0;       // paged: block_table columns
   int cache_capacity = 0;  // keys one sequence can hold
   int new_len = 0;         // rows of k_new/v_new per sequence (0: no append)
+  bool has_leftpad = false;  // kv_cache.leftpad given: sequence b's keys start at cache row leftpad[b]
+  // Rotary embedding of q and k_new (rotary.hpp): rotary_dim columns, 0 = none.
+  int rotary_dim = 0;
+  bool rotary_interleaved = false;
 
   // Resolved options.
   float softmax_scale = 0.0f;
@@ -69,12 +73,15 @@ struct Problem {
   TensorView attn_probs;                  // forward debug output (S_dmask)
   TensorView cu_seqlens_q, cu_seqlens_k;  // varlen
   TensorView seqlens_k, block_table;      // KV cache (block_table also for paged_varlen())
+  TensorView leftpad;                     // KV cache: int32 [B], with has_leftpad
+  TensorView rotary_cos, rotary_sin;      // KV cache: [seqlen_ro, rotary_dim / 2], q's dtype
 
   // Host copies of the index tensors (for host tensors, and for GPU ones when
   // their contents were checked). Empty when the layout does not use them.
   std::vector<std::int32_t> host_cu_seqlens_q, host_cu_seqlens_k;
   std::vector<std::int32_t> host_seqlens_k;    // cached keys, before the append
   std::vector<std::int32_t> host_block_table;  // [batch * max_pages], row-major
+  std::vector<std::int32_t> host_leftpad;      // [batch], with has_leftpad
   bool host_indices_valid = false;
 
   // Per-sequence lengths; need host_indices_valid for varlen and KV cache.
@@ -87,10 +94,18 @@ struct Problem {
     if (layout == Layout::kv_cache) return host_seqlens_k[b] + new_len;
     return max_kv_len;
   }
+  // The keys sequence b sees before any mask are [kv_first(b), kv_len(b)):
+  // in a KV cache with leftpad its keys start at cache row leftpad[b], and
+  // key positions stay cache rows (so masks and ALiBi align as without it).
+  // Needs host_indices_valid with leftpad.
+  int kv_first(int b) const { return has_leftpad ? host_leftpad[b] : 0; }
   int group_size() const { return heads_q / heads_kv; }
   // Packed queries (varlen) over keys in a paged cache: k/v are [num_pages,
   // page_size, Hk, D], read through block_table; forward only.
   bool paged_varlen() const { return layout == Layout::varlen && paged; }
+  // Rotary: whether query row i is rotated at seqlens_k[b] + i (a causal or
+  // windowed call) rather than at seqlens_k[b] (rotary.hpp).
+  bool rotary_positional_queries() const { return window_left >= 0 || window_right >= 0; }
 };
 
 // Merge of two partial attentions, checked.

@@ -243,6 +243,16 @@ Status check_kv_cache_layout(const KvCache& cache, bool forward, Problem* p) {
     p->cache_capacity = p->page_size;
   }
   p->seqlens_k = cache.seqlens_k;
+  if (!cache.leftpad.empty()) {
+    if (p->paged)
+      return Status::invalid("kv_cache.leftpad: not with a paged cache (kv_cache.block_table); flash-attn refuses "
+                             "the two together too: give a contiguous cache, or start the block table at the "
+                             "sequence's first page");
+    CUFLASH_TRY(check_index_layout(cache.leftpad, "kv_cache.leftpad", 1, "[batch]", p->device));
+    CUFLASH_TRY(check_dims(cache.leftpad, "kv_cache.leftpad", {{"batch", p->batch}}, "from q"));
+    p->has_leftpad = true;
+    p->leftpad = cache.leftpad;
+  }
 
   if (cache.k_new.empty() != cache.v_new.empty())
     return Status::invalid(cache.k_new.empty() ? "kv_cache.k_new: required with v_new but not given"
@@ -319,6 +329,7 @@ Status check_append_slots_distinct(const Problem& p) {
 Status check_kv_cache_contents(const KvCache& cache, void* stream, Problem* p) {
   CUFLASH_TRY(copy_index_tensor(cache.seqlens_k, "kv_cache.seqlens_k", stream, &p->host_seqlens_k));
   if (p->paged) CUFLASH_TRY(copy_index_tensor(cache.block_table, "kv_cache.block_table", stream, &p->host_block_table));
+  if (p->has_leftpad) CUFLASH_TRY(copy_index_tensor(cache.leftpad, "kv_cache.leftpad", stream, &p->host_leftpad));
   const std::string capacity_text = p->paged ? str(p->max_pages) + " pages x page_size " + str(p->page_size)
                                              : "the cache's dim 1";
   int longest = 0;
@@ -333,6 +344,11 @@ Status check_kv_cache_contents(const KvCache& cache, void* stream, Problem* p) {
       return Status::invalid("kv_cache.k_new: appending " + str(p->new_len) + " keys to sequence " + str(b) + " (holding " +
                              str(cached) + ") overflows its capacity of " + str(p->cache_capacity) + " keys (" +
                              capacity_text + ")");
+    if (p->has_leftpad && (p->host_leftpad[b] < 0 || p->host_leftpad[b] > cached))
+      return Status::invalid("kv_cache.leftpad: leftpad[" + str(b) + "] = " + str(p->host_leftpad[b]) +
+                             (p->host_leftpad[b] < 0 ? " is negative"
+                                                     : " exceeds seqlens_k[" + str(b) + "] = " + str(cached) +
+                                                           " (a sequence's keys start within its cached keys)"));
     const int kv_len = cached + p->new_len;
     longest = std::max(longest, kv_len);
     if (p->paged) CUFLASH_TRY(check_pages_in_cache(*p, b, kv_len));
@@ -350,6 +366,50 @@ Status check_kv_cache(const KvCache& cache, const AttentionOptions& options, boo
     return {};
   }
   return check_kv_cache_contents(cache, stream, p);
+}
+
+// The rotary embedding of q and k_new; after resolve_options (whether queries
+// are rotated at their own positions depends on the mask).
+Status check_rotary(const KvCache& cache, bool forward, Problem* p) {
+  if (cache.rotary_cos.empty() && cache.rotary_sin.empty()) return {};
+  if (cache.rotary_cos.empty() || cache.rotary_sin.empty())
+    return Status::invalid(cache.rotary_cos.empty() ? "kv_cache.rotary_cos: required with rotary_sin but not given"
+                                                    : "kv_cache.rotary_sin: required with rotary_cos but not given");
+  if (!forward)
+    return Status::invalid("kv_cache.rotary_cos: the rotary embedding is part of a forward's append; a backward "
+                           "takes q and the cache as the forward attended to them (rotated)");
+  if (cache.k_new.empty())
+    return Status::invalid("kv_cache.rotary_cos: needs kv_cache.k_new/v_new (q and the appended keys are rotated "
+                           "at their cache positions, as in flash-attn)");
+  constexpr const char* kDoc = "[seqlen_ro, rotary_dim / 2]";
+  for (const auto& [name, view] : {std::pair{"kv_cache.rotary_cos", cache.rotary_cos},
+                                   std::pair{"kv_cache.rotary_sin", cache.rotary_sin}}) {
+    CUFLASH_TRY(check_layout(view, name, 2, kDoc, true));
+    CUFLASH_TRY(check_dtype(view, name, p->dtype, "like q"));
+    CUFLASH_TRY(check_device(view, name, p->device));
+  }
+  const TensorView& cos = cache.rotary_cos;
+  CUFLASH_TRY(check_dims(cache.rotary_sin, "kv_cache.rotary_sin",
+                         {{"seqlen_ro", cos.shape[0]}, {"rotary_dim / 2", cos.shape[1]}}, "like rotary_cos"));
+  if (2 * cos.shape[1] > p->head_dim)
+    return Status::invalid("kv_cache.rotary_cos: rotary_dim = 2 x " + str(cos.shape[1]) + " = " +
+                           str(2 * cos.shape[1]) + " exceeds head_dim " + str(p->head_dim));
+  // Every position a row is rotated at: keys below the capacity, and with
+  // positional queries the last query past the last appended key.
+  const bool positional = p->rotary_positional_queries();
+  const std::int64_t rows_needed =
+      static_cast<std::int64_t>(p->cache_capacity) + (positional ? std::max(0, p->max_q_len - p->new_len) : 0);
+  if (cos.shape[0] < rows_needed)
+    return Status::invalid("kv_cache.rotary_cos: expected at least " + str(rows_needed) + " rows (seqlen_ro >= " +
+                           (rows_needed > p->cache_capacity ? "the cache's capacity + q_len - new_len, the last "
+                                                              "query's position + 1"
+                                                            : "the cache's capacity") +
+                           "), got shape " + shape_string(cos));
+  p->rotary_dim = static_cast<int>(2 * cos.shape[1]);
+  p->rotary_interleaved = cache.rotary_interleaved;
+  p->rotary_cos = cache.rotary_cos;
+  p->rotary_sin = cache.rotary_sin;
+  return {};
 }
 
 Status resolve_options(const AttentionOptions& options, Problem* p) {
@@ -431,13 +491,16 @@ Status check_common(const TensorView& q, const TensorView& k, const TensorView& 
     p->has_sinks = true;
     p->sinks = sinks;
   }
-  return resolve_options(options, p);
+  CUFLASH_TRY(resolve_options(options, p));
+  return p->layout == Layout::kv_cache ? check_rotary(cache, forward, p) : Status{};
 }
 
 std::vector<NamedView> index_views(const Problem& p) {
   return {{"varlen.cu_seqlens_q", p.cu_seqlens_q}, {"varlen.cu_seqlens_k", p.cu_seqlens_k},
           {"kv_cache.seqlens_k", p.seqlens_k},     {"kv_cache.block_table", p.block_table},
-          {"alibi_slopes", p.alibi_slopes},        {"sinks", p.sinks}};
+          {"kv_cache.leftpad", p.leftpad},         {"kv_cache.rotary_cos", p.rotary_cos},
+          {"kv_cache.rotary_sin", p.rotary_sin},   {"alibi_slopes", p.alibi_slopes},
+          {"sinks", p.sinks}};
 }
 
 }  // namespace

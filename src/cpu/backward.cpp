@@ -123,14 +123,15 @@ class BackwardRunner {
 
  private:
   void run_sequence(int b, int head_kv, BackwardScratch& scratch) const {
+    const int kv_first = problem_.kv_first(b);
     const int kv_len = problem_.kv_len(b);
     const int key_count = (kv_len + kKeyTile - 1) / kKeyTile * kKeyTile;
-    load_key_rows(address_, problem_.k, b, head_kv, 0, key_count, kv_len, problem_.head_dim, dim_,
+    load_key_rows(address_, problem_.k, b, head_kv, 0, key_count, kv_first, kv_len, problem_.head_dim, dim_,
                   scratch.keys.data());
-    load_key_tiles_transposed(address_, problem_.k, b, head_kv, 0, key_count, kv_len, problem_.head_dim, dim_,
-                              kKeyTile, scratch.row.data(), scratch.keys_transposed.data());
-    load_key_tiles_transposed(address_, problem_.v, b, head_kv, 0, key_count, kv_len, problem_.head_dim, dim_,
-                              kKeyTile, scratch.row.data(), scratch.values_transposed.data());
+    load_key_tiles_transposed(address_, problem_.k, b, head_kv, 0, key_count, kv_first, kv_len, problem_.head_dim,
+                              dim_, kKeyTile, scratch.row.data(), scratch.keys_transposed.data());
+    load_key_tiles_transposed(address_, problem_.v, b, head_kv, 0, key_count, kv_first, kv_len, problem_.head_dim,
+                              dim_, kKeyTile, scratch.row.data(), scratch.values_transposed.data());
     for (int key = 0; key < kv_len; ++key)
       scratch.gradient_row_of_key[key] = problem_.layout == Layout::kv_cache ? address_.cache_slot(b, key) : key;
 
@@ -152,7 +153,8 @@ class BackwardRunner {
 
     KeyRange block{kv_len, -1};
     for (int r = 0; r < row_count; ++r) {
-      const KeyRange keys = model_.visible_keys(model_.query_position(first_row + r, q_len, kv_len), kv_len);
+      const KeyRange keys =
+          model_.visible_keys(model_.query_position(first_row + r, q_len, kv_len), problem_.kv_first(b), kv_len);
       if (keys.empty()) continue;
       block.first = std::min(block.first, keys.first);
       block.last = std::max(block.last, keys.last);
@@ -238,8 +240,8 @@ class BackwardRunner {
     }
     const std::int64_t position = model_.query_position(row, q_len, kv_len);
     float* softcap_tanh = model_.has_softcap() ? scratch.softcap_tanh.data() : nullptr;
-    model_.finish_scores(probabilities, key_count, first_key, position, model_.visible_keys(position, kv_len),
-                         slope_log2e, softcap_tanh);
+    model_.finish_scores(probabilities, key_count, first_key, position,
+                         model_.visible_keys(position, problem_.kv_first(b), kv_len), slope_log2e, softcap_tanh);
     const float delta = scratch.row_delta[r];
     const float scale = problem_.softmax_scale;
     exp2_shifted(probabilities, key_count, lse_log2);

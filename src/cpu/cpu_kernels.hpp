@@ -213,8 +213,10 @@ class ScoreModel {
            (problem_.has_diagonal_offset ? problem_.diagonal_offset : static_cast<std::int64_t>(kv_len) - q_len);
   }
 
-  KeyRange visible_keys(std::int64_t position, int kv_len) const {
-    KeyRange range{0, static_cast<std::int64_t>(kv_len) - 1};
+  // Keys a query at `position` sees among its sequence's keys [kv_first, kv_len)
+  // (Problem::kv_first, kv_len).
+  KeyRange visible_keys(std::int64_t position, int kv_first, int kv_len) const {
+    KeyRange range{kv_first, static_cast<std::int64_t>(kv_len) - 1};
     if (problem_.window_left >= 0) range.first = std::max<std::int64_t>(range.first, position - problem_.window_left);
     if (problem_.window_right >= 0) range.last = std::min<std::int64_t>(range.last, position + problem_.window_right);
     return range;

@@ -54,6 +54,45 @@ std::vector<double> load_row(const TensorView& t, std::int64_t outer, std::int64
   return row;
 }
 
+// `value` as a tensor of `dtype` holds it (through float: the call rotates in fp32).
+double round_to_dtype(double value, DType dtype) {
+  const float single = static_cast<float>(value);
+  switch (dtype) {
+    case DType::f16: return detail::f16_to_float(detail::float_to_f16(single));
+    case DType::bf16: return detail::bf16_to_float(detail::float_to_bf16(single));
+    case DType::f32:
+    case DType::i32: break;
+  }
+  return single;
+}
+
+// The rotary embedding (docs/semantics.md): the first rotary_dim columns of
+// `row` rotated by the angles of row `position` of cos/sin, exactly, then
+// rounded to the dtype the call stores the rotated q and keys in.
+// GPT-NeoX: column c pairs with c +- rotary_dim / 2, angle column c mod
+// rotary_dim / 2; GPT-J (interleaved): with c xor 1, angle column c / 2.
+void rotate(const Problem& p, int position, std::vector<double>& row) {
+  const int half = p.rotary_dim / 2;
+  const std::vector<double> x = row;
+  for (int c = 0; c < p.rotary_dim; ++c) {
+    const bool first = p.rotary_interleaved ? c % 2 == 0 : c < half;
+    const int partner = p.rotary_interleaved ? c ^ 1 : (first ? c + half : c - half);
+    const int angle = p.rotary_interleaved ? c / 2 : c % half;
+    const TensorView& cos_view = p.rotary_cos;
+    const TensorView& sin_view = p.rotary_sin;
+    const double cos = load_element_f64(cos_view, position * cos_view.strides[0] + angle * cos_view.strides[1]);
+    const double sin = load_element_f64(sin_view, position * sin_view.strides[0] + angle * sin_view.strides[1]);
+    row[c] = round_to_dtype(first ? x[c] * cos - x[partner] * sin : x[c] * cos + x[partner] * sin, p.dtype);
+  }
+}
+
+// Rotary positions: appended key n at cached + n; query i at cached + i in a
+// causal or windowed call, else at cached.
+int rotary_query_row(const Problem& p, int b, int i) {
+  const bool positional = p.window_left >= 0 || p.window_right >= 0;
+  return p.host_seqlens_k[b] + (positional ? i : 0);
+}
+
 // Where key j of sequence b lives: which tensor, and the (outer, pos) of its row.
 struct KeyLocation {
   bool from_new = false;  // k_new/v_new rather than k/v
@@ -122,20 +161,25 @@ HeadRows load_head(const Problem& p, int b, int h, bool with_dout) {
   const int hk = h / p.group_size();
   for (int i = 0; i < p.q_len(b); ++i) {
     rows.q.push_back(load_row(p.q, query_outer(p, b), query_pos(p, b, i), h, p.head_dim));
+    if (p.rotary_dim > 0) rotate(p, rotary_query_row(p, b, i), rows.q.back());
     if (with_dout) rows.dout.push_back(load_row(p.dout, query_outer(p, b), query_pos(p, b, i), h, p.head_dim));
   }
   for (int j = 0; j < p.kv_len(b); ++j) {
     const KeyLocation loc = locate_key(p, b, j);
     rows.k.push_back(load_row(loc.from_new ? p.k_new : p.k, loc.outer, loc.pos, hk, p.head_dim));
+    if (loc.from_new && p.rotary_dim > 0) rotate(p, j, rows.k.back());  // key j is cache row j
     rows.v.push_back(load_row(loc.from_new ? p.v_new : p.v, loc.outer, loc.pos, hk, p.head_dim));
   }
   return rows;
 }
 
-bool visible(const Problem& p, int i, int j, std::int64_t offset) {
+// A KV cache's leftpad: cache rows before it are no key of sequence b.
+int first_key(const Problem& p, int b) { return p.has_leftpad ? p.host_leftpad[b] : 0; }
+
+bool visible(const Problem& p, int b, int i, int j, std::int64_t offset) {
   const bool right_ok = p.window_right < 0 || j <= i + offset + p.window_right;
   const bool left_ok = p.window_left < 0 || j >= i + offset - p.window_left;
-  return right_ok && left_ok;
+  return right_ok && left_ok && j >= first_key(p, b);
 }
 
 // Softmax of one query row over all keys of its sequence (and the sink).
@@ -169,7 +213,7 @@ RowSoftmax row_softmax(const Problem& p, const HeadRows& rows, int b, int h, int
   const double sink = sink_of(p, h);
   double max_score = sink;
   for (int j = 0; j < kv_len; ++j) {
-    if (!visible(p, i, j, offset)) continue;
+    if (!visible(p, b, i, j, offset)) continue;
     r.seen[j] = 1;
     r.raw[j] = static_cast<double>(p.softmax_scale) * dot(rows.q[i], rows.k[j]);
     double s = r.raw[j];
@@ -239,6 +283,18 @@ Status forward_float64(const ForwardArgs& args, const AttentionOptions& options,
         result->lse[lse_index(p, b, h, i)] = r.lse;
       }
     }
+  }
+  if (p.rotary_dim > 0) {
+    // k_new as the append writes it: row n of sequence b rotated at cache row seqlens_k[b] + n.
+    result->k_appended.assign(logical_numel(p.k_new), kNaN);
+    for (int b = 0; b < p.batch; ++b)
+      for (int n = 0; n < p.new_len; ++n)
+        for (int hk = 0; hk < p.heads_kv; ++hk) {
+          std::vector<double> row = load_row(p.k_new, b, n, hk, p.head_dim);
+          rotate(p, p.host_seqlens_k[b] + n, row);
+          const std::int64_t base = logical_offset(p.k_new, b, n, hk);
+          for (int d = 0; d < p.head_dim; ++d) result->k_appended[base + d] = row[d];
+        }
   }
   return Status::success();
 }

@@ -15,6 +15,10 @@ struct ForwardResult {
   // With args.attn_probs given: its logical shape [B, Hq, max_seqlen_q, max_kv],
   // the probabilities with dropped entries negated, 0 outside the sequences.
   std::vector<double> attn_probs;
+  // With a rotary embedding (kv_cache.rotary_cos/sin): k_new's logical shape,
+  // its rows as the append writes them into the cache (rotated, rounded to the
+  // cache's dtype). Empty otherwise: the append copies k_new as it is.
+  std::vector<double> k_appended;
 };
 
 struct BackwardResult {
@@ -27,6 +31,7 @@ struct BackwardResult {
 // Host tensors of any supported dtype and strides. Validates like the API.
 // Sinks and dropout as the API defines them (dropout's mask is the one
 // definition in src/core/philox.hpp). A KV-cache append is applied virtually: the cache is not modified.
+// A KV cache's leftpad and rotary embedding as the API defines them, computed here on their own.
 Status forward_float64(const ForwardArgs& args, const AttentionOptions& options, ForwardResult* result);
 // Recomputes everything from q, k, v, dout (args.out and args.lse are ignored;
 // args.dq/dk/dv must still be given, as shape templates, and are not written).

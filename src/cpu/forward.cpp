@@ -14,6 +14,7 @@
 
 #include "cpu_kernels.hpp"
 #include "parallel_for.hpp"
+#include "rotary_rows.hpp"
 #include "tensor_access.hpp"
 
 namespace cuflash::detail::cpu {
@@ -29,13 +30,14 @@ struct WorkItem {
 
 // Per-worker buffers, allocated before the workers start.
 struct ForwardScratch {
-  ForwardScratch(int dim, int key_tiles)
+  ForwardScratch(int dim, int key_tiles, int rotary_floats)
       : queries(kQueryBlock * dim),
         probabilities(kQueryBlock * kKeyTile),
         accumulator(kQueryBlock * dim),
         row(dim),
         keys_transposed(static_cast<std::size_t>(key_tiles) * dim * kKeyTile),
-        values(static_cast<std::size_t>(key_tiles) * kKeyTile * dim) {}
+        values(static_cast<std::size_t>(key_tiles) * kKeyTile * dim),
+        rotary(rotary_floats) {}
 
   std::vector<float> queries;          // [kQueryBlock][dim], times ScoreModel::query_scale
   std::vector<float> probabilities;    // [kQueryBlock][kKeyTile]: scores, then exp2'd in place
@@ -43,19 +45,30 @@ struct ForwardScratch {
   std::vector<float> row;              // [dim]: one row on its way to or from storage
   std::vector<float> keys_transposed;  // the item's key tiles, each [dim][kKeyTile]
   std::vector<float> values;           // the item's values, [key][dim]
+  std::vector<float> rotary;           // RotaryRows' scratch (one position's cos and sin)
   float running_max[kQueryBlock] = {};  // base 2
   float running_sum[kQueryBlock] = {};
 };
 
-// Copies k_new/v_new into cache positions seqlens_k[b].. of every sequence.
+// Copies k_new/v_new into cache positions seqlens_k[b].. of every sequence;
+// with a rotary embedding, k_new's rows rotated (and rounded once).
 void append_to_cache(const Problem& problem) {
   const RowAddress address(problem);
+  const RotaryRows rotary(problem);
+  std::vector<float> row_values(rotary.enabled() ? problem.head_dim : 0), scratch(rotary.scratch_floats());
   for (int b = 0; b < problem.batch; ++b) {
     const int cached = problem.host_seqlens_k[b];
     for (int row = 0; row < problem.new_len; ++row) {
       for (int head_kv = 0; head_kv < problem.heads_kv; ++head_kv) {
-        copy_row(problem.k_new, address.appended(problem.k_new, b, row, head_kv), problem.k,
-                 address.key(problem.k, b, cached + row, head_kv), problem.head_dim);
+        const std::int64_t new_row = address.appended(problem.k_new, b, row, head_kv);
+        const std::int64_t cache_row = address.key(problem.k, b, cached + row, head_kv);
+        if (rotary.enabled()) {
+          load_row(problem.k_new, new_row, problem.head_dim, row_values.data());
+          rotary.rotate_appended_key(row_values.data(), b, row, scratch.data());
+          store_row(problem.k, cache_row, problem.head_dim, row_values.data());
+        } else {
+          copy_row(problem.k_new, new_row, problem.k, cache_row, problem.head_dim);
+        }
         copy_row(problem.v_new, address.appended(problem.v_new, b, row, head_kv), problem.v,
                  address.key(problem.v, b, cached + row, head_kv), problem.head_dim);
       }
@@ -63,11 +76,13 @@ void append_to_cache(const Problem& problem) {
   }
 }
 
-// Keys any of rows [first_row, end_row) may see, as one inclusive range.
-KeyRange rows_keys(const ScoreModel& model, int first_row, int end_row, int q_len, int kv_len) {
+// Keys any of rows [first_row, end_row) of sequence b may see, as one inclusive range.
+KeyRange rows_keys(const Problem& problem, const ScoreModel& model, int b, int first_row, int end_row) {
+  const int q_len = problem.q_len(b);
+  const int kv_len = problem.kv_len(b);
   KeyRange all{kv_len, -1};
   for (int row = first_row; row < end_row; ++row) {
-    const KeyRange keys = model.visible_keys(model.query_position(row, q_len, kv_len), kv_len);
+    const KeyRange keys = model.visible_keys(model.query_position(row, q_len, kv_len), problem.kv_first(b), kv_len);
     if (keys.empty()) continue;
     all.first = std::min(all.first, keys.first);
     all.last = std::max(all.last, keys.last);
@@ -75,11 +90,11 @@ KeyRange rows_keys(const ScoreModel& model, int first_row, int end_row, int q_le
   return all;
 }
 
-std::int64_t rows_cost(const ScoreModel& model, int first_row, int end_row, int q_len, int kv_len) {
+std::int64_t rows_cost(const Problem& problem, const ScoreModel& model, int b, int first_row, int end_row) {
   std::int64_t cost = 0;
   for (int first = first_row; first < end_row; first += kQueryBlock) {
     const int end = std::min(end_row, first + kQueryBlock);
-    const KeyRange keys = rows_keys(model, first, end, q_len, kv_len);
+    const KeyRange keys = rows_keys(problem, model, b, first, end);
     cost += (keys.empty() ? 0 : keys.last - keys.first + 1) * (end - first) + (end - first);
   }
   return cost;
@@ -97,10 +112,9 @@ std::vector<WorkItem> list_work_items(const Problem& problem, const ScoreModel& 
   std::vector<WorkItem> items;
   for (int b = 0; b < problem.batch; ++b) {
     const int q_len = problem.q_len(b);
-    const int kv_len = problem.kv_len(b);
     for (int first_row = 0; first_row < q_len; first_row += rows_per_item) {
       const int end_row = static_cast<int>(std::min<std::int64_t>(q_len, static_cast<std::int64_t>(first_row) + rows_per_item));
-      const std::int64_t cost = rows_cost(model, first_row, end_row, q_len, kv_len);
+      const std::int64_t cost = rows_cost(problem, model, b, first_row, end_row);
       for (int head_kv = 0; head_kv < problem.heads_kv; ++head_kv)
         items.push_back({b, head_kv, first_row, end_row, cost});
     }
@@ -118,23 +132,29 @@ int max_key_tiles(const Problem& problem) {
 class ForwardRunner {
  public:
   explicit ForwardRunner(const Problem& problem)
-      : problem_(problem), address_(problem), model_(problem), dim_(padded_dim(problem.head_dim)) {}
+      : problem_(problem),
+        address_(problem),
+        model_(problem),
+        rotary_(problem),
+        dim_(padded_dim(problem.head_dim)) {}
 
   int dim() const { return dim_; }
   const ScoreModel& model() const { return model_; }
+  const RotaryRows& rotary() const { return rotary_; }
 
   void run(const WorkItem& item, ForwardScratch& scratch) const {
-    const int q_len = problem_.q_len(item.batch_index);
+    const int kv_first = problem_.kv_first(item.batch_index);
     const int kv_len = problem_.kv_len(item.batch_index);
-    const KeyRange keys = rows_keys(model_, item.first_row, item.end_row, q_len, kv_len);
+    const KeyRange keys = rows_keys(problem_, model_, item.batch_index, item.first_row, item.end_row);
     // Tiles sit at multiples of kKeyTile, whatever the first visible key.
     const int first_tile = keys.empty() ? 0 : static_cast<int>(keys.first / kKeyTile);
     if (!keys.empty()) {
       const int first_key = first_tile * kKeyTile;
       const int key_count = (static_cast<int>(keys.last / kKeyTile) + 1 - first_tile) * kKeyTile;
-      load_key_tiles_transposed(address_, problem_.k, item.batch_index, item.head_kv, first_key, key_count, kv_len,
-                                problem_.head_dim, dim_, kKeyTile, scratch.row.data(), scratch.keys_transposed.data());
-      load_key_rows(address_, problem_.v, item.batch_index, item.head_kv, first_key, key_count, kv_len,
+      load_key_tiles_transposed(address_, problem_.k, item.batch_index, item.head_kv, first_key, key_count, kv_first,
+                                kv_len, problem_.head_dim, dim_, kKeyTile, scratch.row.data(),
+                                scratch.keys_transposed.data());
+      load_key_rows(address_, problem_.v, item.batch_index, item.head_kv, first_key, key_count, kv_first, kv_len,
                     problem_.head_dim, dim_, scratch.values.data());
     }
     const int group = problem_.group_size();
@@ -148,6 +168,7 @@ class ForwardRunner {
   void run_block(int b, int head, int first_row, int row_count, int first_loaded_tile,
                  ForwardScratch& scratch) const {
     const int q_len = problem_.q_len(b);
+    const int kv_first = problem_.kv_first(b);
     const int kv_len = problem_.kv_len(b);
     const int rows_padded = round_up4(row_count);
     const float slope_log2e = model_.alibi_slope_log2e(b, head);
@@ -160,7 +181,7 @@ class ForwardRunner {
     std::fill_n(scratch.running_max, kQueryBlock, sink);
     std::fill_n(scratch.running_sum, kQueryBlock, sink == kNegInf ? 0.0f : 1.0f);
 
-    const KeyRange keys = rows_keys(model_, first_row, first_row + row_count, q_len, kv_len);
+    const KeyRange keys = rows_keys(problem_, model_, b, first_row, first_row + row_count);
     if (!keys.empty()) {
       for (int tile = static_cast<int>(keys.first / kKeyTile); tile <= keys.last / kKeyTile; ++tile) {
         const int first_key = tile * kKeyTile;
@@ -173,8 +194,8 @@ class ForwardRunner {
         for (int r = 0; r < row_count; ++r) {
           const std::int64_t position = model_.query_position(first_row + r, q_len, kv_len);
           float* scores = &scratch.probabilities[r * kKeyTile];
-          model_.finish_scores(scores, key_count, first_key, position, model_.visible_keys(position, kv_len),
-                               slope_log2e, nullptr);
+          model_.finish_scores(scores, key_count, first_key, position,
+                               model_.visible_keys(position, kv_first, kv_len), slope_log2e, nullptr);
           softmax_update(r, scores, key_count, scratch);
           // The sum above keeps every entry: dropout acts on normalized probabilities.
           model_.drop(scores, key_count, b, head, first_row + r, first_key);
@@ -192,6 +213,7 @@ class ForwardRunner {
     for (int r = 0; r < row_count; ++r) {
       float* query = &scratch.queries[r * dim_];
       load_row(problem_.q, address_.query(problem_.q, b, first_row + r, head), problem_.head_dim, query);
+      if (rotary_.enabled()) rotary_.rotate_query(query, b, first_row + r, scratch.rotary.data());
       for (int d = 0; d < problem_.head_dim; ++d) query[d] *= scale;
     }
   }
@@ -240,6 +262,7 @@ class ForwardRunner {
   const Problem& problem_;
   RowAddress address_;
   ScoreModel model_;
+  RotaryRows rotary_;
   int dim_;
 };
 
@@ -254,7 +277,8 @@ void run_forward(const Problem& problem) {
   std::vector<ForwardScratch> scratch;
   const int workers = worker_count(item_count);
   scratch.reserve(workers);
-  for (int worker = 0; worker < workers; ++worker) scratch.emplace_back(runner.dim(), max_key_tiles(problem));
+  for (int worker = 0; worker < workers; ++worker)
+    scratch.emplace_back(runner.dim(), max_key_tiles(problem), runner.rotary().scratch_floats());
   parallel_for(item_count, [&](std::int64_t item, int worker) { runner.run(items[item], scratch[worker]); });
   if (!problem.attn_probs.empty()) write_attention_probabilities(problem);
 }
@@ -263,6 +287,7 @@ void run_forward(const Problem& problem) {
 void write_attention_probabilities(const Problem& problem) {
   const RowAddress address(problem);
   const ScoreModel model(problem);
+  const RotaryRows rotary(problem);
   const TensorView& probs = problem.attn_probs;
   auto* base = static_cast<float*>(probs.data);
   const int dim = problem.head_dim;
@@ -273,7 +298,7 @@ void write_attention_probabilities(const Problem& problem) {
     const int head_kv = head / problem.group_size();
     const int q_len = problem.q_len(b);
     const int kv_len = problem.kv_len(b);
-    std::vector<float> query(dim), key(dim), scores(std::max(kv_len, 1));
+    std::vector<float> query(dim), key(dim), scores(std::max(kv_len, 1)), rotary_scratch(rotary.scratch_floats());
     auto at = [&](std::int64_t i, std::int64_t j) {
       return base + b * probs.strides[0] + head * probs.strides[1] + i * probs.strides[2] + j * probs.strides[3];
     };
@@ -283,6 +308,7 @@ void write_attention_probabilities(const Problem& problem) {
     const float sink = model.sink_log2e(head);
     for (int i = 0; i < q_len; ++i) {
       load_row(problem.q, address.query(problem.q, b, i, head), dim, query.data());
+      if (rotary.enabled()) rotary.rotate_query(query.data(), b, i, rotary_scratch.data());
       for (float& x : query) x *= model.query_scale();
       for (int j = 0; j < kv_len; ++j) {
         load_row(problem.k, address.key(problem.k, b, j, head_kv), dim, key.data());
@@ -291,8 +317,9 @@ void write_attention_probabilities(const Problem& problem) {
         scores[j] = dot;
       }
       const std::int64_t position = model.query_position(i, q_len, kv_len);
-      model.finish_scores(scores.data(), kv_len, 0, position, model.visible_keys(position, kv_len), slope_log2e,
-                          nullptr);
+      // Keys before kv_first (a leftpad's rows, whatever they hold) become -inf here.
+      model.finish_scores(scores.data(), kv_len, 0, position, model.visible_keys(position, problem.kv_first(b), kv_len),
+                          slope_log2e, nullptr);
       float max_score = sink;
       for (int j = 0; j < kv_len; ++j) max_score = std::max(max_score, scores[j]);
       // No key and no sink: every p_ij is 0 (the sign still carries the mask).

@@ -67,6 +67,18 @@ inline void store_row(const TensorView& view, std::int64_t offset, int length, c
   }
 }
 
+// `value` rounded to `dtype` (round to nearest even) and back: what storing
+// it in a tensor of that dtype keeps.
+inline float round_to(DType dtype, float value) {
+  switch (dtype) {
+    case DType::f16: return f16_to_float(float_to_f16(value));
+    case DType::bf16: return bf16_to_float(float_to_bf16(value));
+    case DType::f32:
+    case DType::i32: break;
+  }
+  return value;
+}
+
 inline void store_zero_row(const TensorView& view, std::int64_t offset, int length) {
   std::memset(static_cast<char*>(view.data) + offset * static_cast<std::int64_t>(dtype_size(view.dtype)), 0,
               dtype_size(view.dtype) * length);
@@ -165,13 +177,16 @@ class RowAddress {
 
 // Keys [first_key, first_key + count) of (sequence, kv head) from a k-like
 // view, as rows of row_length floats (head_dim of data, the rest left as is);
-// keys at or past kv_len become zero rows, so padded tiles stay finite.
+// positions that are no key of the sequence (before kv_first or at or past
+// kv_len: Problem::kv_first, kv_len) become zero rows, so padded tiles stay
+// finite whatever those cache rows hold.
 inline void load_key_rows(const RowAddress& address, const TensorView& view, int batch_index, int head_kv,
-                          int first_key, int count, int kv_len, int head_dim, int row_length, float* rows) {
+                          int first_key, int count, int kv_first, int kv_len, int head_dim, int row_length,
+                          float* rows) {
   for (int j = 0; j < count; ++j) {
     float* row = rows + static_cast<std::int64_t>(j) * row_length;
     const int key = first_key + j;
-    if (key < kv_len) load_row(view, address.key(view, batch_index, key, head_kv), head_dim, row);
+    if (key >= kv_first && key < kv_len) load_row(view, address.key(view, batch_index, key, head_kv), head_dim, row);
     else std::fill_n(row, head_dim, 0.0f);
   }
 }
@@ -180,11 +195,12 @@ inline void load_key_rows(const RowAddress& address, const TensorView& view, int
 // element d at tiles[(j / tile_width) * row_length * tile_width + d * tile_width + j % tile_width],
 // so that a score loop over the keys of a tile reads contiguous memory.
 inline void load_key_tiles_transposed(const RowAddress& address, const TensorView& view, int batch_index,
-                                      int head_kv, int first_key, int count, int kv_len, int head_dim,
+                                      int head_kv, int first_key, int count, int kv_first, int kv_len, int head_dim,
                                       int row_length, int tile_width, float* row_scratch, float* tiles) {
   for (int j = 0; j < count; ++j) {
     const int key = first_key + j;
-    if (key < kv_len) load_row(view, address.key(view, batch_index, key, head_kv), head_dim, row_scratch);
+    if (key >= kv_first && key < kv_len)
+      load_row(view, address.key(view, batch_index, key, head_kv), head_dim, row_scratch);
     else std::fill_n(row_scratch, head_dim, 0.0f);
     float* tile = tiles + static_cast<std::int64_t>(j / tile_width) * row_length * tile_width + j % tile_width;
     for (int d = 0; d < head_dim; ++d) tile[d * tile_width] = row_scratch[d];

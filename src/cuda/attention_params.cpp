@@ -36,8 +36,18 @@ KvCacheParams make_kv_cache_params(const Problem& problem) {
     c.page_shift = log2_exact(problem.page_size);
     c.num_pages = problem.num_pages;
   }
+  if (problem.has_leftpad) c.leftpad = static_cast<const std::int32_t*>(problem.leftpad.data);
   c.capacity = problem.cache_capacity;
   c.new_len = problem.new_len;
+  if (problem.rotary_dim > 0) {
+    c.rotary.cos = problem.rotary_cos.data;
+    c.rotary.sin = problem.rotary_sin.data;
+    c.rotary.cos_row_stride = problem.rotary_cos.strides[0];
+    c.rotary.sin_row_stride = problem.rotary_sin.strides[0];
+    c.rotary.dim = problem.rotary_dim;
+    c.rotary.interleaved = problem.rotary_interleaved;
+    c.rotary.positional = problem.rotary_positional_queries();
+  }
   if (problem.new_len > 0) {
     c.k_new = problem.k_new.data;
     c.v_new = problem.v_new.data;

@@ -44,7 +44,11 @@ class CudaBackend final : public BackendImpl {
       CUFLASH_TRY(paged_varlen_supports(problem));
       return supports(packed_keys_problem(problem, nullptr));
     }
-    CUFLASH_TRY(refuse_cpu_only_features(problem, "cuda", {.sinks = true, .attn_probs = true, .dropout = true}));
+    CUFLASH_TRY(refuse_cpu_only_features(problem, "cuda", {.sinks = true,
+                                                          .attn_probs = true,
+                                                          .dropout = true,
+                                                          .cache_leftpad = true,
+                                                          .rotary = true}));
     if (problem.layout == Layout::kv_cache && !problem.attn_probs.empty())
       return Status::unsupported("attn_probs: backend cuda writes the debug probabilities of dense and varlen calls, "
                                  "not of a KV cache (backend cpu does)");

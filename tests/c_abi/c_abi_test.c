@@ -371,6 +371,101 @@ static void test_paged_kvcache_append(void) {
   free(q), free(k_cache), free(v_cache), free(k_new), free(v_new), free(out), free(lse);
 }
 
+/* x's first rotary_dim columns turned, GPT-J pairs (2k, 2k + 1), by the angles of cos/sin row `position`. */
+static void rotate_interleaved(double* x, const float* cos_table, const float* sin_table, int pairs, int position) {
+  int k;
+  for (k = 0; k < pairs; ++k) {
+    const double c = cos_table[position * pairs + k], s = sin_table[position * pairs + k];
+    const double first = x[2 * k], second = x[2 * k + 1];
+    x[2 * k] = first * c - second * s;
+    x[2 * k + 1] = first * s + second * c;
+  }
+}
+
+/* A contiguous cache with a leftpad (keys from row leftpad[b]) and an interleaved rotary embedding of q and
+ * the 2 appended keys (4 of 8 columns), through cuflash_attention_forward's appended fields; then a leftpad
+ * with a paged cache, refused by name. */
+static void test_kvcache_leftpad_rotary(void) {
+  enum { B = 2, SQ = 2, H = 2, D = 8, CAP = 12, NEW = 2, PAIRS = 2, RO = CAP + SQ };
+  int32_t seqlens[B] = {7, 3}, leftpad[B] = {3, 0}, block_table[B] = {0, 1};
+  const int64_t q_shape[4] = {B, SQ, H, D}, cache_shape[4] = {B, CAP, H, D}, new_shape[4] = {B, NEW, H, D};
+  const int64_t index_shape[1] = {B}, table_shape[2] = {B, 1}, lse_shape[3] = {B, H, SQ}, ro_shape[2] = {RO, PAIRS};
+  float *q = random_floats(B * SQ * H * D), *k_cache = random_floats(B * CAP * H * D);
+  float *v_cache = random_floats(B * CAP * H * D), *k_new = random_floats(B * NEW * H * D);
+  float *v_new = random_floats(B * NEW * H * D), *out = filled_floats(B * SQ * H * D, NAN);
+  float *lse = filled_floats(B * H * SQ, NAN), *cos_table = malloc(RO * PAIRS * sizeof(float));
+  float* sin_table = malloc(RO * PAIRS * sizeof(float));
+  cuflash_forward_args args = {0};
+  cuflash_options options;
+  cuflash_status status;
+  ref_options ref = {1.0 / sqrt((double)D), 1, 0.0};
+  double worst = 0, worst_cache = 0;
+  int b, h, i, j, c;
+
+  for (i = 0; i < RO * PAIRS; ++i) {
+    const double angle = (i / PAIRS) * pow(10000.0, -2.0 * (i % PAIRS) / (2 * PAIRS));
+    cos_table[i] = (float)cos(angle);
+    sin_table[i] = (float)sin(angle);
+  }
+  args.q = host_tensor(q, CUFLASH_F32, 4, q_shape);
+  args.k = host_tensor(k_cache, CUFLASH_F32, 4, cache_shape);
+  args.v = host_tensor(v_cache, CUFLASH_F32, 4, cache_shape);
+  args.out = host_tensor(out, CUFLASH_F32, 4, q_shape);
+  args.lse = host_tensor(lse, CUFLASH_F32, 3, lse_shape);
+  args.seqlens_k = host_tensor(seqlens, CUFLASH_I32, 1, index_shape);
+  args.k_new = host_tensor(k_new, CUFLASH_F32, 4, new_shape);
+  args.v_new = host_tensor(v_new, CUFLASH_F32, 4, new_shape);
+  args.leftpad = host_tensor(leftpad, CUFLASH_I32, 1, index_shape);
+  args.rotary_cos = host_tensor(cos_table, CUFLASH_F32, 2, ro_shape);
+  args.rotary_sin = host_tensor(sin_table, CUFLASH_F32, 2, ro_shape);
+  args.rotary_interleaved = 1;
+  cuflash_options_init(&options);
+  options.causal = 1;
+  status = cuflash_attention_forward(&args, &options, NULL);
+  CHECK(status == CUFLASH_OK, "leftpad + rotary: %s: %s", cuflash_status_name(status), cuflash_last_error_message());
+  for (b = 0; b < B; ++b) {
+    const int lk = seqlens[b] + NEW, first = leftpad[b];
+    for (h = 0; h < H; ++h) {
+      float queries[SQ * D], keys[CAP * D], values[CAP * D];
+      double want_out[SQ * D], want_lse[SQ], row[D];
+      for (i = 0; i < SQ; ++i) { /* causal: query i at position seqlens[b] + i */
+        for (c = 0; c < D; ++c) row[c] = q[(((long)b * SQ + i) * H + h) * D + c];
+        rotate_interleaved(row, cos_table, sin_table, PAIRS, seqlens[b] + i);
+        for (c = 0; c < D; ++c) queries[i * D + c] = (float)row[c];
+      }
+      for (j = first; j < lk; ++j) {
+        const long at = (((long)b * CAP + j) * H + h) * D;
+        for (c = 0; c < D; ++c) {
+          keys[(j - first) * D + c] = k_cache[at + c];
+          values[(j - first) * D + c] = v_cache[at + c];
+        }
+        if (j >= seqlens[b]) { /* appended: the rotated k_new row (to float rounding), v_new as it was */
+          const long new_at = (((long)b * NEW + (j - seqlens[b])) * H + h) * D;
+          for (c = 0; c < D; ++c) row[c] = k_new[new_at + c];
+          rotate_interleaved(row, cos_table, sin_table, PAIRS, j);
+          for (c = 0; c < D; ++c) {
+            worst_cache = fmax(worst_cache, fabs(k_cache[at + c] - row[c]));
+            worst_cache = fmax(worst_cache, fabs(v_cache[at + c] - v_new[new_at + c]));
+          }
+        }
+      }
+      reference(queries, D, keys, D, values, D, SQ, lk - first, D, ref, want_out, want_lse, NULL, 0, NULL, NULL, NULL);
+      worst = fmax(worst, max_abs_diff(out + ((long)b * SQ * H + h) * D, H * D, want_out, SQ, D));
+      for (i = 0; i < SQ; ++i) worst = fmax(worst, fabs(lse[(b * H + h) * SQ + i] - want_lse[i]));
+    }
+  }
+  CHECK(worst_cache <= 1e-6, "rotated appended keys in the cache: max diff %g", worst_cache);
+  CHECK(worst <= kTolerance, "leftpad + rotary max-abs error %g", worst);
+
+  /* The same cache seen as two pages: a leftpad there is refused, naming it. */
+  args.block_table = host_tensor(block_table, CUFLASH_I32, 2, table_shape);
+  status = cuflash_attention_forward(&args, &options, NULL);
+  CHECK(status == CUFLASH_INVALID_ARGUMENT && strstr(cuflash_last_error_message(), "kv_cache.leftpad") != NULL,
+        "leftpad with a paged cache: %s: '%s'", cuflash_status_name(status), cuflash_last_error_message());
+  free(q), free(k_cache), free(v_cache), free(k_new), free(v_new), free(out), free(lse), free(cos_table),
+      free(sin_table);
+}
+
 /* Attention over the first and second halves of the keys, merged, equals attention over all. */
 static void test_merge_states(void) {
   enum { B = 1, S = 3, H = 2, D = 8, SK = 10, HALF = 5 };
@@ -857,6 +952,7 @@ int main(void) {
   test_dense_forward_backward();
   test_varlen();
   test_paged_kvcache_append();
+  test_kvcache_leftpad_rotary();
   test_merge_states();
   test_empty_tensors();
   test_sinks_and_dropout();

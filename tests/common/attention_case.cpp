@@ -1,6 +1,7 @@
 #include "attention_case.hpp"
 
 #include <algorithm>
+#include <cmath>
 #include <limits>
 #include <numeric>
 #include <stdexcept>
@@ -50,8 +51,10 @@ void PrintTo(const CaseSpec& s, std::ostream* os) {
   list("q_lens", s.q_lens);
   list("kv_lens", s.kv_lens);
   list("cached", s.cached_lens);
+  list("leftpad", s.leftpad);
   if (s.layout == CaseLayout::kv_cache) *os << " new_len=" << s.new_len;
   if (s.layout != CaseLayout::dense) *os << " page_size=" << s.page_size;
+  if (s.rotary_dim > 0) *os << " rotary_dim=" << s.rotary_dim << (s.rotary_interleaved ? " interleaved" : " neox");
   if (s.options.softmax_scale) *os << " scale=" << *s.options.softmax_scale;
   *os << " causal=" << s.options.causal
       << " window=(" << s.options.window_left << "," << s.options.window_right << ") softcap=" << s.options.softcap
@@ -189,6 +192,10 @@ std::vector<bool> AttentionCase::q_rows_owned() const {
   return owned;
 }
 
+int AttentionCase::kv_first(int b) const {
+  return spec_.layout == CaseLayout::kv_cache && !spec_.leftpad.empty() ? spec_.leftpad[b] : 0;
+}
+
 AttentionCase::CacheRow AttentionCase::cache_row(int b, int j) const {
   if (spec_.page_size == 0) return {b, j};
   return {block_table_values[static_cast<std::size_t>(b) * max_pages + j / spec_.page_size], j % spec_.page_size};
@@ -239,6 +246,12 @@ void AttentionCase::build_kv_cache(std::mt19937& engine) {
     build_pages(longest, engine);
   }
   seqlens_k = HostTensor::from_i32(std::vector<std::int32_t>(s.cached_lens.begin(), s.cached_lens.end()), {B});
+  if (!s.leftpad.empty()) {
+    if (static_cast<int>(s.leftpad.size()) != B)
+      throw std::invalid_argument("kv_cache: leftpad and cached_lens differ in size");
+    leftpad = HostTensor::from_i32(std::vector<std::int32_t>(s.leftpad.begin(), s.leftpad.end()), {B});
+  }
+  if (s.rotary_dim > 0) build_rotary_tables();
   if (s.new_len > 0) {
     k_new = HostTensor(s.dtype, {B, s.new_len, s.heads_kv, s.head_dim}, qkv_layout(4));
     v_new = HostTensor(s.dtype, {B, s.new_len, s.heads_kv, s.head_dim}, qkv_layout(4));
@@ -274,14 +287,32 @@ int AttentionCase::stored_keys(int b) const {
   return spec_.layout == CaseLayout::varlen ? spec_.kv_lens[b] : spec_.cached_lens[b];
 }
 
+// cos/sin [seqlen_ro, rotary_dim / 2] of the usual frequencies
+// (angle = position x 10000^(-2k / rotary_dim)), rows for every position a
+// query or an appended key can take: the capacity, and q_len past it.
+void AttentionCase::build_rotary_tables() {
+  const int pairs = spec_.rotary_dim / 2;
+  const std::int64_t capacity =
+      spec_.page_size == 0 ? k.shape()[1] : static_cast<std::int64_t>(max_pages) * spec_.page_size;
+  const std::int64_t rows = capacity + spec_.q_len;
+  rotary_cos = HostTensor(spec_.dtype, {rows, pairs});
+  rotary_sin = HostTensor(spec_.dtype, {rows, pairs});
+  for (std::int64_t position = 0; position < rows; ++position)
+    for (int k_pair = 0; k_pair < pairs; ++k_pair) {
+      const double angle = static_cast<double>(position) * std::pow(10000.0, -2.0 * k_pair / spec_.rotary_dim);
+      rotary_cos.set(position * pairs + k_pair, std::cos(angle));
+      rotary_sin.set(position * pairs + k_pair, std::sin(angle));
+    }
+}
+
 // Cache rows that hold no stored key (append targets, slack, guard pages,
-// the tail of a sequence's last page) become NaN: a backend must neither
-// read them nor attend to them.
+// the tail of a sequence's last page, a leftpad's rows) become NaN: a backend
+// must neither read them nor attend to them.
 void AttentionCase::poison_unowned_cache_slots() {
   const std::int64_t rows = k.shape()[0] * k.shape()[1];
   std::vector<bool> cached(rows, false);
   for (int b = 0; b < batch(); ++b)
-    for (int j = 0; j < stored_keys(b); ++j) {
+    for (int j = kv_first(b); j < stored_keys(b); ++j) {
       const CacheRow r = cache_row(b, j);
       cached[r.outer * k.shape()[1] + r.pos] = true;
     }
@@ -347,6 +378,7 @@ Args shared_args(const AttentionCase& c) {
   if (s.layout == CaseLayout::kv_cache) {
     a.kv_cache.seqlens_k = c.seqlens_k.view();
     a.kv_cache.block_table = c.block_table.view();
+    a.kv_cache.leftpad = c.leftpad.view();
   }
   return a;
 }
@@ -358,6 +390,9 @@ ForwardArgs AttentionCase::forward_args() const {
   if (spec_.layout == CaseLayout::kv_cache) {
     a.kv_cache.k_new = k_new.view();
     a.kv_cache.v_new = v_new.view();
+    a.kv_cache.rotary_cos = rotary_cos.view();
+    a.kv_cache.rotary_sin = rotary_sin.view();
+    a.kv_cache.rotary_interleaved = spec_.rotary_interleaved;
   }
   return a;
 }

@@ -40,6 +40,14 @@ struct CaseSpec {
   int guard_pages = 2;              // paged: pages no block table references
   int capacity_slack = 3;           // contiguous: slots after the longest sequence
   bool share_first_page = false;    // paged: every sequence's first page is sequence 0's (prefix cache)
+  // kv_cache: flash-attn's cache_leftpad per sequence (empty: none); the cache
+  // rows before it hold no key of the sequence (NaN with poison_unused).
+  std::vector<int> leftpad;
+  // kv_cache: rotary embedding of q and k_new over this many columns (0: none),
+  // GPT-NeoX halves or interleaved GPT-J pairs; cos/sin tables of the usual
+  // frequencies, in the case's dtype.
+  int rotary_dim = 0;
+  bool rotary_interleaved = false;
 
   bool bhsd = false;  // q/k/v/out/dout/dq/dk/dv in BHSD (varlen: HTD) memory, viewed as BSHD
   int row_padding = 0;  // and/or with this many unused elements after every head_dim row
@@ -92,7 +100,8 @@ class AttentionCase {
 
   // Packed rows / keys per sequence, as the case laid them out.
   int q_len(int b) const;
-  int kv_len(int b) const;  // kv_cache: cached + new
+  int kv_len(int b) const;    // kv_cache: cached + new
+  int kv_first(int b) const;  // kv_cache: the leftpad (0 without one); else 0
   // kv_cache (and varlen with pages): the (page or batch, slot) row of the
   // cache that holds key j of sequence b.
   struct CacheRow {
@@ -112,6 +121,8 @@ class AttentionCase {
   HostTensor sinks, dsinks;  // f32 [Hq] when spec().sinks
   HostTensor cu_seqlens_q, cu_seqlens_k;
   HostTensor seqlens_k, block_table, k_new, v_new;
+  HostTensor leftpad;                // i32 [B] when spec().leftpad is given
+  HostTensor rotary_cos, rotary_sin;  // [seqlen_ro, rotary_dim / 2] when spec().rotary_dim > 0
   std::vector<int> block_table_values;  // [B * max_pages]
   int max_pages = 0;
 
@@ -124,6 +135,7 @@ class AttentionCase {
   void build_pages(int longest, std::mt19937& engine);
   int stored_keys(int b) const;  // keys in the cache before the call
   void build_common(std::mt19937& engine);
+  void build_rotary_tables();
   MemoryLayout qkv_layout(int rank) const;
   void poison_unowned_cache_slots();
   std::vector<bool> q_rows_owned_by_row() const;  // per [H, D] row of q

@@ -6,8 +6,9 @@
 // blocks), speculative decode (q_len 4..16 with as many keys appended),
 // chunked prefill, long single-sequence caches that take split-KV, the score
 // options, every head dim, calls whose indices are read on the device only
-// (check_index_contents off), and both CTA shapes of the kernel (per kv head
-// and wide). No dtype yet: the suites give them theirs.
+// (check_index_contents off), both CTA shapes of the kernel (per kv head
+// and wide), and a leftpad and a rotary embedding (decode_option_cases). No
+// dtype yet: the suites give them theirs.
 #pragma once
 
 #include <string>
@@ -24,6 +25,65 @@ inline CaseSpec decode_case(std::string label, int page_size, int q_len, int new
   s.heads_kv = heads_kv;
   s.head_dim = head_dim;
   return s;
+}
+
+// cache_leftpad and the rotary embedding in decode shapes: leftpads at and
+// around the kernel's 64-key tiles (and the wide CTA's 16), a split-KV over
+// [leftpad, end) of a long cache, score options, every head dim's rotated Q
+// load and append (GPT-NeoX halves of whole 16-byte chunks, and of 20
+// columns; GPT-J pairs), speculative decode and a prefill chunk, indices read
+// on the device only, and the wide CTA.
+inline std::vector<CaseSpec> decode_option_cases() {
+  std::vector<CaseSpec> cases;
+  auto add = [&](CaseSpec s) { cases.push_back(std::move(s)); };
+  CaseSpec s = decode_case("contiguous_leftpad_edges_gqa4_append1", 0, 1, 1, {0, 1, 63, 64, 65, 200, 129}, 8, 2, 128);
+  s.leftpad = {0, 1, 62, 64, 1, 128, 64};
+  add(s);
+  s = decode_case("contiguous_long_b1_leftpad_split", 0, 1, 1, {5000}, 8, 2, 128);
+  s.leftpad = {1700};
+  add(s);
+  s = decode_case("contiguous_long_leftpad_window_softcap_alibi", 0, 2, 1, {3000, 40}, 8, 2, 128);
+  s.leftpad = {2000, 39};
+  s.options.window_left = 100;
+  s.options.softcap = 3.0f;
+  s.alibi = AlibiKind::per_head;
+  add(s);
+  for (int d : {32, 64, 96, 128, 192, 256}) {
+    s = decode_case("contiguous_rotary_d" + std::to_string(d) + "_append1", 0, 1, 1, {300, 0, 65}, 8, 2, d);
+    s.rotary_dim = d / 2;
+    s.rotary_interleaved = d % 64 != 0;
+    s.leftpad = {50, 0, 64};
+    add(s);
+  }
+  s = decode_case("paged16_rotary_neox_dim40_spec4_append4", 16, 4, 4, {300, 0, 1000}, 8, 2, 128);
+  s.rotary_dim = 40;
+  add(s);
+  s = decode_case("paged32_rotary_neox_chunk100_append100", 32, 100, 100, {300, 0, 700}, 4, 2, 64);
+  s.rotary_dim = 64;
+  add(s);
+  s = decode_case("paged16_rotary_interleaved_not_causal_spec4", 16, 4, 4, {300, 9, 64}, 8, 2, 128);
+  s.rotary_dim = 128;
+  s.rotary_interleaved = true;
+  s.options.causal = false;
+  add(s);
+  s = decode_case("contiguous_leftpad_rotary_unchecked_indices", 0, 2, 2, {3000, 0, 65}, 8, 2, 128);
+  s.leftpad = {1000, 0, 60};
+  s.rotary_dim = 64;
+  s.options.check_index_contents = false;
+  add(s);
+  s = decode_case("wide_contiguous_leftpad_rotary_neox", 0, 1, 1, {300, 17, 1000, 65}, 16, 8, 128);
+  s.leftpad = {100, 16, 999, 0};
+  s.rotary_dim = 64;
+  add(s);
+  s = decode_case("wide_contiguous_long_b1_leftpad_split", 0, 1, 1, {5000}, 32, 8, 128);
+  s.leftpad = {3001};
+  add(s);
+  s = decode_case("wide_contiguous_leftpad_rotary_interleaved_d64", 0, 2, 1, {300, 0, 1000}, 16, 8, 64);
+  s.leftpad = {15, 0, 17};
+  s.rotary_dim = 32;
+  s.rotary_interleaved = true;
+  add(s);
+  return cases;
 }
 
 inline std::vector<CaseSpec> decode_cases() {
@@ -115,6 +175,7 @@ inline std::vector<CaseSpec> decode_cases() {
   s = decode_case("wide_paged16_unchecked_indices", 16, 2, 2, {3000, 0, 65}, 16, 8, 128);
   s.options.check_index_contents = false;
   add(s);
+  for (CaseSpec& option_case : decode_option_cases()) add(std::move(option_case));
   return cases;
 }
 

@@ -14,12 +14,13 @@ std::int64_t row_elements(const AttentionCase& c) {
   return static_cast<std::int64_t>(c.spec().heads_kv) * c.spec().head_dim;
 }
 
-// Per cache row (outer * slots + pos): whether it holds or receives a key.
+// Per cache row (outer * slots + pos): whether it holds or receives a key
+// (a leftpad's rows do not).
 std::vector<bool> owned_rows(const AttentionCase& c) {
   const std::int64_t slots = c.k.shape()[1];
   std::vector<bool> owned(static_cast<std::size_t>(c.k.shape()[0] * slots), false);
   for (int b = 0; b < c.batch(); ++b)
-    for (int j = 0; j < c.kv_len(b); ++j) {
+    for (int j = c.kv_first(b); j < c.kv_len(b); ++j) {
       const AttentionCase::CacheRow r = c.cache_row(b, j);
       owned[static_cast<std::size_t>(r.outer * slots + r.pos)] = true;
     }

@@ -141,6 +141,10 @@ std::vector<CaseSpec> layout_cases() {
   s.options.window_left = 10;
   s.options.window_right = 2;
   add(s);
+  // cache_leftpad: the rows before it (NaN) get dk = dv = 0; sequence 1 has no key.
+  s.label = "contiguous_cache_leftpad_window";
+  s.leftpad = {5, 20, 49};
+  add(s);
   return for_dtypes(cases, kAllDtypes);
 }
 

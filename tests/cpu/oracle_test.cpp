@@ -9,6 +9,7 @@
 #include <vector>
 
 #include "common/attention_case.hpp"
+#include "common/kv_cache_cases.hpp"
 #include "cpu/float64_oracle.hpp"
 #include "common/test_tensors.hpp"
 
@@ -48,6 +49,18 @@ struct TwoKeyCase {
     EXPECT_NEAR(r.lse[0], std::log(sum), 1e-15);
   }
 };
+
+// A causal contiguous cache of one sequence (4 queries, 3 appended keys, 4
+// query heads over 2 kv heads of dim 8, a left window, ALiBi) for the oracle's
+// own checks.
+CaseSpec kv_cache_case_for_oracle(std::vector<int> cached, std::vector<int> leftpad) {
+  CaseSpec s = kv_cache_case("oracle_cache", 0, 4, 3, std::move(cached));
+  s.head_dim = 8;
+  s.leftpad = std::move(leftpad);
+  s.options.window_left = 12;
+  s.alibi = AlibiKind::per_head;
+  return s;
+}
 
 AttentionOptions scale_one() {
   AttentionOptions o;
@@ -179,6 +192,56 @@ TEST(Oracle, LayoutsAgree) {
     }
   }
   check(paged, "paged cache");
+}
+
+// A KV cache's leftpad l is the same call on the cache from row l on, with l
+// keys fewer cached: masks, windows and ALiBi keep their bottom-right alignment.
+TEST(Oracle, LeftpadIsTheCacheFromThatRow) {
+  CUFLASH_TEST_RNG(rng);
+  CaseSpec padded_spec = kv_cache_case_for_oracle({20}, {6});
+  AttentionCase padded(padded_spec, rng.engine());
+  CaseSpec shifted_spec = kv_cache_case_for_oracle({14}, {});
+  AttentionCase shifted(shifted_spec, rng.engine());
+  shifted.q.assign(padded.q.to_doubles());
+  shifted.k_new.assign(padded.k_new.to_doubles());
+  shifted.v_new.assign(padded.v_new.to_doubles());
+  shifted.alibi.assign(padded.alibi.to_doubles());
+  const std::int64_t row = 2 * 8;  // heads_kv x head_dim
+  for (std::int64_t e = 0; e < 14 * row; ++e) {
+    shifted.k.set(e, padded.k.get(6 * row + e));
+    shifted.v.set(e, padded.v.get(6 * row + e));
+  }
+  oracle::ForwardResult want, got;
+  ASSERT_TRUE(oracle::forward_float64(shifted.forward_args(), shifted_spec.options, &want).ok());
+  ASSERT_TRUE(oracle::forward_float64(padded.forward_args(), padded_spec.options, &got).ok());
+  for (std::size_t i = 0; i < want.out.size(); ++i) ASSERT_EQ(got.out[i], want.out[i]) << "out " << i;
+  for (std::size_t i = 0; i < want.lse.size(); ++i) ASSERT_EQ(got.lse[i], want.lse[i]) << "lse " << i;
+}
+
+// The appended key [1, 2, 3, 4] at cache row 2, whose angles are 90 degrees
+// (cos 0, sin 1) for pair 0 and 0 for pair 1: GPT-NeoX pairs columns (0, 2)
+// and (1, 3), GPT-J (0, 1) and (2, 3).
+TEST(Oracle, RotaryTurnsEachPairByItsAngle) {
+  for (const bool interleaved : {false, true}) {
+    SCOPED_TRACE(interleaved ? "interleaved" : "neox");
+    CUFLASH_TEST_RNG(rng);
+    CaseSpec spec = kv_cache_case("rotary_by_hand", 0, 1, 1, {2});
+    spec.heads_q = spec.heads_kv = 1;
+    spec.head_dim = 4;
+    spec.rotary_dim = 4;
+    spec.rotary_interleaved = interleaved;
+    AttentionCase c(spec, rng.engine());
+    c.k_new.assign({1.0, 2.0, 3.0, 4.0});
+    c.rotary_cos.set(2 * 2 + 0, 0.0);
+    c.rotary_sin.set(2 * 2 + 0, 1.0);
+    c.rotary_cos.set(2 * 2 + 1, 1.0);
+    c.rotary_sin.set(2 * 2 + 1, 0.0);
+    oracle::ForwardResult r;
+    ASSERT_TRUE(oracle::forward_float64(c.forward_args(), spec.options, &r).ok());
+    const std::vector<double> want = interleaved ? std::vector<double>{-2.0, 1.0, 3.0, 4.0}
+                                                 : std::vector<double>{-3.0, 2.0, 1.0, 4.0};
+    EXPECT_EQ(r.k_appended, want);
+  }
 }
 
 // ----- gradients against finite differences ------------------------------

@@ -647,6 +647,133 @@ TEST_F(BadPaged, BackwardRejectsAppend) {
   expect_invalid_backward(args, {"kv_cache.k_new: appends are forward-only"});
 }
 
+// BadPaged's cache seen as a contiguous one, [B=2, capacity 64, Hk, D], with
+// its 5 keys to append, a leftpad and a GPT-NeoX rotary embedding of 32 of the
+// 64 columns, that each test breaks in one place.
+class BadCacheOptions : public BadPaged {
+ protected:
+  static constexpr int kCapacity = kPages * kPageSize / kBatch, kRotaryPairs = 16;
+  std::vector<std::int32_t> leftpad = {3, 50};
+  std::vector<float> cos = filled(2 * kCapacity * kRotaryPairs, 0.5f);  // room for 128 rows
+  std::vector<float> sin = filled(2 * kCapacity * kRotaryPairs, 0.5f);
+
+  ForwardArgs cache_args(int rotary_rows = kCapacity) {
+    ForwardArgs args = paged_args();
+    args.k = make_view(cache_k.data(), DType::f32, {kBatch, kCapacity, kHeadsKv, kDim});
+    args.v = make_view(cache_v.data(), DType::f32, {kBatch, kCapacity, kHeadsKv, kDim});
+    args.kv_cache.block_table = {};
+    args.kv_cache.leftpad = make_view(leftpad.data(), DType::i32, {kBatch});
+    args.kv_cache.rotary_cos = make_view(cos.data(), DType::f32, {rotary_rows, kRotaryPairs});
+    args.kv_cache.rotary_sin = make_view(sin.data(), DType::f32, {rotary_rows, kRotaryPairs});
+    return args;
+  }
+};
+
+TEST_F(BadCacheOptions, ValidCallSucceedsAndAppends) {
+  ASSERT_TRUE(attention_forward(cache_args(), cpu_options()).ok());
+  EXPECT_FALSE(untouched(cache_k));
+}
+
+TEST_F(BadCacheOptions, LeftpadWithAPagedCache) {
+  ForwardArgs args = paged_args();
+  args.kv_cache.leftpad = make_view(leftpad.data(), DType::i32, {kBatch});
+  expect_invalid_forward(args, {"kv_cache.leftpad: not with a paged cache (kv_cache.block_table)"});
+  expect_cache_untouched();
+}
+
+TEST_F(BadCacheOptions, LeftpadBeyondTheCachedKeys) {
+  leftpad[1] = 51;
+  expect_invalid_forward(cache_args(), {"kv_cache.leftpad: leftpad[1] = 51 exceeds seqlens_k[1] = 50"});
+  expect_cache_untouched();
+}
+
+TEST_F(BadCacheOptions, NegativeLeftpad) {
+  leftpad[0] = -1;
+  expect_invalid_forward(cache_args(), {"kv_cache.leftpad: leftpad[0] = -1 is negative"});
+  expect_cache_untouched();
+}
+
+TEST_F(BadCacheOptions, LeftpadShapeAndDtype) {
+  ForwardArgs args = cache_args();
+  args.kv_cache.leftpad.shape[0] = 1;
+  expect_invalid_forward(args, {"kv_cache.leftpad: dim 0 (batch) expected 2 (from q), got 1"});
+  args = cache_args();
+  args.kv_cache.leftpad.dtype = DType::f32;
+  expect_invalid_forward(args, {"kv_cache.leftpad: expected dtype i32 (index tensors are int32), got f32"});
+  expect_cache_untouched();
+}
+
+TEST_F(BadCacheOptions, LeftpadAloneIsAKvCacheCallWithoutSeqlens) {
+  ForwardArgs args = forward_args();
+  args.kv_cache.leftpad = make_view(leftpad.data(), DType::i32, {kBatch});
+  expect_invalid_forward(args, {"kv_cache.seqlens_k: required but not given"});
+}
+
+TEST_F(BadCacheOptions, RotarySinWithoutCos) {
+  ForwardArgs args = cache_args();
+  args.kv_cache.rotary_cos = {};
+  expect_invalid_forward(args, {"kv_cache.rotary_cos: required with rotary_sin but not given"});
+  expect_cache_untouched();
+}
+
+TEST_F(BadCacheOptions, RotaryDtypeUnlikeQ) {
+  ForwardArgs args = cache_args();
+  args.kv_cache.rotary_sin.dtype = DType::bf16;
+  expect_invalid_forward(args, {"kv_cache.rotary_sin: expected dtype f32 (like q), got bf16"});
+  expect_cache_untouched();
+}
+
+TEST_F(BadCacheOptions, RotaryTablesOfDifferentShapes) {
+  ForwardArgs args = cache_args();
+  args.kv_cache.rotary_sin = make_view(sin.data(), DType::f32, {kCapacity, 8});
+  expect_invalid_forward(args, {"kv_cache.rotary_sin: dim 1 (rotary_dim / 2) expected 16 (like rotary_cos), got 8"});
+  expect_cache_untouched();
+}
+
+TEST_F(BadCacheOptions, RotaryDimBeyondHeadDim) {
+  ForwardArgs args = cache_args();
+  args.kv_cache.rotary_cos = make_view(cos.data(), DType::f32, {kCapacity, 33});
+  args.kv_cache.rotary_sin = make_view(sin.data(), DType::f32, {kCapacity, 33});
+  expect_invalid_forward(args, {"kv_cache.rotary_cos: rotary_dim = 2 x 33 = 66 exceeds head_dim 64"});
+  expect_cache_untouched();
+}
+
+// Positions reach the cache's capacity; with queries at their own positions
+// (causal) the last of 40 queries after 5 appended keys reaches 35 further.
+TEST_F(BadCacheOptions, RotaryTableShorterThanThePositions) {
+  expect_invalid_forward(cache_args(kCapacity - 1),
+                         {"kv_cache.rotary_cos: expected at least 64 rows (seqlen_ro >= the cache's capacity), got "
+                          "shape [63, 16]"});
+  AttentionOptions causal = cpu_options();
+  causal.causal = true;
+  expect_invalid_forward(cache_args(kCapacity + kSeqQ - kNew - 1), {"kv_cache.rotary_cos: expected at least 99 rows"},
+                         causal);
+  ASSERT_TRUE(attention_forward(cache_args(kCapacity + kSeqQ - kNew), causal).ok());
+}
+
+TEST_F(BadCacheOptions, RotaryWithoutAnAppend) {
+  ForwardArgs args = cache_args();
+  args.kv_cache.k_new = {};
+  args.kv_cache.v_new = {};
+  expect_invalid_forward(args, {"kv_cache.rotary_cos: needs kv_cache.k_new/v_new"});
+  expect_cache_untouched();
+}
+
+TEST_F(BadCacheOptions, RotaryInABackward) {
+  std::vector<float> cache_dk = filled(cache_k.size(), kSentinel), cache_dv = filled(cache_v.size(), kSentinel);
+  BackwardArgs args = backward_args();
+  const ForwardArgs forward = cache_args();
+  args.k = forward.k;
+  args.v = forward.v;
+  args.dk = make_view(cache_dk.data(), DType::f32, {kBatch, kCapacity, kHeadsKv, kDim});
+  args.dv = make_view(cache_dv.data(), DType::f32, {kBatch, kCapacity, kHeadsKv, kDim});
+  args.kv_cache.seqlens_k = forward.kv_cache.seqlens_k;
+  args.kv_cache.rotary_cos = forward.kv_cache.rotary_cos;
+  args.kv_cache.rotary_sin = forward.kv_cache.rotary_sin;
+  expect_invalid_backward(args, {"kv_cache.rotary_cos: the rotary embedding is part of a forward's append"});
+  EXPECT_TRUE(untouched(cache_dk) && untouched(cache_dv)) << "dk/dv were written";
+}
+
 // q, k and v sliced from one packed [B, S, 3, H, D] tensor interleave without
 // sharing an element; so do dq, dk, dv written into one packed gradient.
 TEST(PackedViews, InterleavedQkvAndGradientsAreNotAliases) {

@@ -1,7 +1,8 @@
 // What the cuDNN backend's suites expect of a case: whether backend=cudnn
 // runs it, or the words of its `unsupported` answer (f32, head dims that are
 // not multiples of 8 up to 256, softcap, ALiBi, varlen keys in pages, KV-cache
-// backward, append and more than one query per sequence: src/cudnn/cudnn_support.cpp). And the KV-cache cases the GPU runs on top of
+// backward, append, a leftpad, a rotary embedding and more than one query per
+// sequence: src/cudnn/cudnn_support.cpp). And the KV-cache cases the GPU runs on top of
 // the CPU suite's (kv_cache_cases.hpp): longer caches, prefill chunks, GQA,
 // page sizes up to 256, all without an append.
 #pragma once
@@ -18,6 +19,9 @@ namespace cuflash::test {
 // Empty when backend=cudnn must run the case; else what its refusal must say.
 inline std::vector<std::string> cudnn_refusal(const CaseSpec& s, TestPass pass) {
   const std::string backend = "backend cudnn";
+  // (refuse_cpu_only_features: before any shape check)
+  if (!s.leftpad.empty()) return {backend, "leftpad"};
+  if (s.rotary_dim > 0) return {backend, "rotary"};
   if (s.dtype == DType::f32) return {backend, "dtype f32"};
   if (s.head_dim % 8 != 0 || s.head_dim > 256) return {backend, "head_dim " + std::to_string(s.head_dim)};
   if (s.options.softcap > 0.0f) return {backend, "softcap"};

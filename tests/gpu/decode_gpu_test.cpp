@@ -106,8 +106,8 @@ INSTANTIATE_TEST_SUITE_P(Decode, CudaDecodeWide, ::testing::ValuesIn(wide_decode
 // The compute-sanitizer subset: the decode kernel in each of its shapes
 // (one and two m-tiles, split and unsplit, plain and transformed scores, the
 // loader's page-at-a-time paths from one page per tile to one per row, its
-// row-by-row path of head dim 96, the wide CTA), the append, the combine;
-// small caches.
+// row-by-row path of head dim 96, the wide CTA), the append, the combine, a
+// leftpad and a rotary embedding; small caches.
 CaseSpec in_dtype(CaseSpec s, DType dtype) {
   s.dtype = dtype;
   return s;
@@ -120,6 +120,22 @@ std::vector<CaseSpec> sanitize_cases() {
   options.alibi = AlibiKind::per_batch;
   CaseSpec unchecked = decode_case("decode_paged16_d256_unchecked", 16, 2, 1, {40, 0, 17}, 4, 2, 256);
   unchecked.options.check_index_contents = false;
+  // A leftpad and the rotated Q load and append (GPT-NeoX with whole chunks
+  // and with 20 columns, GPT-J on a head dim loaded row by row), a leftpad
+  // split over several CTAs, eight kv heads (wide where the GPU's size picks it).
+  CaseSpec neox = decode_case("decode_leftpad_rotary_neox_spec4", 0, 4, 4, {40, 0, 70}, 8, 2, 128);
+  neox.leftpad = {17, 0, 64};
+  neox.rotary_dim = 64;
+  CaseSpec neox20 = decode_case("decode_rotary_neox20_d64", 16, 1, 1, {40, 0, 17}, 4, 2, 64);
+  neox20.rotary_dim = 20;
+  CaseSpec interleaved = decode_case("decode_rotary_interleaved_d96_paged1", 1, 2, 2, {30, 0}, 4, 2, 96);
+  interleaved.rotary_dim = 96;
+  interleaved.rotary_interleaved = true;
+  CaseSpec leftpad_split = decode_case("decode_leftpad_split", 0, 1, 1, {2000}, 8, 2, 128);
+  leftpad_split.leftpad = {700};
+  CaseSpec hk8 = decode_case("decode_hk8_leftpad_rotary", 0, 1, 1, {40, 3, 17}, 16, 8, 128);
+  hk8.leftpad = {9, 3, 0};
+  hk8.rotary_dim = 128;
   return {in_dtype(decode_case("decode_paged16_gqa4_append1", 16, 1, 1, {37, 0, 70}, 8, 2, 128), DType::bf16),
           in_dtype(decode_case("decode_contiguous_spec8_append8_rows32", 0, 8, 8, {37, 0, 70}, 8, 2, 64), DType::f16),
           in_dtype(options, DType::bf16),
@@ -127,7 +143,12 @@ std::vector<CaseSpec> sanitize_cases() {
           in_dtype(decode_case("decode_paged8_d128_row_per_page", 8, 1, 1, {37, 0, 140}, 8, 2, 128), DType::f16),
           in_dtype(unchecked, DType::bf16),
           in_dtype(decode_case("decode_paged16_d80_split_append2", 16, 2, 2, {1500, 0, 33}, 4, 2, 80), DType::bf16),
-          in_dtype(decode_case("decode_contiguous_d59_append1", 0, 1, 1, {37, 0, 70}, 4, 2, 59), DType::f16)};
+          in_dtype(decode_case("decode_contiguous_d59_append1", 0, 1, 1, {37, 0, 70}, 4, 2, 59), DType::f16),
+          in_dtype(neox, DType::bf16),
+          in_dtype(neox20, DType::f16),
+          in_dtype(interleaved, DType::bf16),
+          in_dtype(leftpad_split, DType::f16),
+          in_dtype(hk8, DType::bf16)};
 }
 
 // Head dims between the kernels' (bounded columns) and not multiples of 8 (padded
@@ -139,6 +160,13 @@ std::vector<CaseSpec> head_dim_decode_cases() {
       const std::string l = "_d" + std::to_string(d);
       cases.push_back(decode_case("decode_paged16" + l + "_append1", 16, 1, 1, {37, 0, 300}, 8, 2, d));
       cases.push_back(decode_case("decode_contiguous" + l + "_q4_split", 0, 4, 0, {2000, 5}, 4, 2, d));
+      // A leftpad and a rotary embedding over the caller's columns (rotary_dim
+      // even and at most d): the bounded Q load and the padded copy rotate
+      // only those.
+      CaseSpec options = decode_case("decode_contiguous" + l + "_leftpad_rotary", 0, 2, 2, {37, 0, 300}, 4, 2, d);
+      options.leftpad = {5, 0, 260};
+      options.rotary_dim = d - d % 2;
+      if (options.rotary_dim > 0) cases.push_back(options);
     }
   return for_gpu_dtypes(cases, kHalfDtypes);
 }

@@ -166,6 +166,9 @@ Status add_case(DeviceMirror& mirror, AttentionCase& c) {
       {&c.block_table, "block_table"},
       {&c.k_new, "k_new"},
       {&c.v_new, "v_new"},
+      {&c.leftpad, "leftpad"},
+      {&c.rotary_cos, "rotary_cos"},
+      {&c.rotary_sin, "rotary_sin"},
   };
   for (const auto& [tensor, name] : tensors) CUFLASH_TRY(mirror.add(*tensor, name));
   return {};
@@ -186,6 +189,9 @@ Status translate_shared(const DeviceMirror& m, Args& a) {
   CUFLASH_TRY(m.translate(&a.kv_cache.block_table, "kv_cache.block_table"));
   CUFLASH_TRY(m.translate(&a.kv_cache.k_new, "kv_cache.k_new"));
   CUFLASH_TRY(m.translate(&a.kv_cache.v_new, "kv_cache.v_new"));
+  CUFLASH_TRY(m.translate(&a.kv_cache.leftpad, "kv_cache.leftpad"));
+  CUFLASH_TRY(m.translate(&a.kv_cache.rotary_cos, "kv_cache.rotary_cos"));
+  CUFLASH_TRY(m.translate(&a.kv_cache.rotary_sin, "kv_cache.rotary_sin"));
   return {};
 }
 
@@ -337,7 +343,8 @@ void expect_case_unchanged(const AttentionCase& before, const AttentionCase& aft
       {&AttentionCase::out, "out"},     {&AttentionCase::lse, "lse"},     {&AttentionCase::dout, "dout"},
       {&AttentionCase::dq, "dq"},       {&AttentionCase::dk, "dk"},       {&AttentionCase::dv, "dv"},
       {&AttentionCase::k_new, "k_new"}, {&AttentionCase::v_new, "v_new"}, {&AttentionCase::alibi, "alibi"},
-      {&AttentionCase::sinks, "sinks"}, {&AttentionCase::dsinks, "dsinks"},
+      {&AttentionCase::sinks, "sinks"}, {&AttentionCase::dsinks, "dsinks"}, {&AttentionCase::leftpad, "leftpad"},
+      {&AttentionCase::rotary_cos, "rotary_cos"}, {&AttentionCase::rotary_sin, "rotary_sin"},
   };
   for (const auto& [member, name] : tensors)
     EXPECT_TRUE(same_bytes(before.*member, after.*member)) << name << " was written by a call that failed";

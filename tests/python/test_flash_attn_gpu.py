@@ -418,8 +418,7 @@ def rotate64(x, cos, sin, positions, interleaved):
     return torch.cat((rotated, x[..., 2 * half:]), dim=-1)
 
 
-# (layout, rotary, causal, num_splits, append); leftpad: CUDA only (cuflash refuses cache_leftpad for now,
-# on every backend, so a CPU case could not check anything yet).
+# (layout, rotary, causal, num_splits, append)
 KV_CASES = {
     "contiguous": ("contiguous", None, True, 0, True),
     "contiguous_neox": ("contiguous", "neox", True, 0, True),
@@ -436,8 +435,7 @@ KV_CASES = {
     "leftpad_interleaved_noncausal_splits2": ("leftpad", "interleaved", False, 2, True),
 }
 KV_PARAMS = [pytest.param(device, name, id=f"{name}-{device}", marks=[gpu] if device == "cuda" else [])
-             for name, case in KV_CASES.items() for device in ("cpu", "cuda")
-             if not (case[0] == "leftpad" and device == "cpu")]
+             for name in KV_CASES for device in ("cpu", "cuda")]
 PAGE_SIZE, CAPACITY = 256, 512  # flash-attn 2 wants pages of a multiple of 256 keys
 
 
@@ -483,7 +481,8 @@ def kvcache_setup(layout, device, dtype, append, batch=3, seqlen_q=3, heads=4, h
 def kvcache_reference(setup, k_before, v_before, rotary, causal, cos=None, sin=None):
     """(out, lse, expected logical k cache, v cache) in float64: k_new (rotated at cache_seqlens[b] + j)
     and v_new written at rows cache_seqlens[b].., q rotated at cache_seqlens[b] + i (causal) or
-    cache_seqlens[b] (not), keys leftpad[b] <= j < cache_seqlens[b] + new."""
+    cache_seqlens[b] (not), keys leftpad[b] <= j < cache_seqlens[b] + new. The rotated q and k_new are
+    rounded once to their dtype, as flash-attn and cuflash store them before attending."""
     q, seqlens, new = setup["q"], setup["seqlens"], setup["new"]
     batch, seqlen_q = q.shape[0], q.shape[1]
     k_cache, v_cache = k_before.double().clone(), v_before.double().clone()
@@ -491,12 +490,12 @@ def kvcache_reference(setup, k_before, v_before, rotary, causal, cos=None, sin=N
     q64 = q.double()
     if rotary is not None:
         steps = torch.arange(seqlen_q)[None, :] if causal else torch.zeros(1, seqlen_q, dtype=torch.long)
-        q64 = rotate64(q64, cos, sin, (start + steps).to(q.device), rotary == "interleaved")
+        q64 = rotate64(q64, cos, sin, (start + steps).to(q.device), rotary == "interleaved").to(q.dtype).double()
     if new:
         k_new = setup["k_new"].double()
         if rotary is not None:
             k_new = rotate64(k_new, cos, sin, (start + torch.arange(new)[None, :]).to(q.device),
-                             rotary == "interleaved")
+                             rotary == "interleaved").to(q.dtype).double()
         for b in range(batch):
             k_cache[b, seqlens[b]:seqlens[b] + new] = k_new[b]
             v_cache[b, seqlens[b]:seqlens[b] + new] = setup["v_new"][b].double()
@@ -569,9 +568,9 @@ def test_kvcache_append_explicit_backend(layout, dtype, device, error_ledger):
 @pytest.mark.parametrize("rotary", ["neox", "interleaved"])
 @pytest.mark.parametrize("causal", [True, False], ids=["causal", "noncausal"])
 def test_leftpad_reference_matches_shifted_calls_cpu(causal, rotary):
-    """Checks the leftpad semantics of kvcache_reference on CPU, where cache_leftpad is refused: sequence
-    b with cache_leftpad l is the cache row from l on, with cache_seqlens - l keys, and cos/sin from row l
-    (rotary positions count from the start of the row)."""
+    """Checks the leftpad semantics of kvcache_reference (which the leftpad cases of test_kvcache_options
+    hold the library to) by calls without a leftpad: sequence b with cache_leftpad l is the cache row from
+    l on, with cache_seqlens - l keys, and cos/sin from row l (rotary positions are cache rows)."""
     dtype = torch.float32
     setup = kvcache_setup("leftpad", "cpu", dtype, append=True, seed=2)
     q, k_cache, v_cache = setup["q"], setup["k_cache"], setup["v_cache"]

@@ -286,9 +286,34 @@ def test_unimplemented_features_say_so(rng):
     q = randn(rng, 1, 4, 2, 32)
     # (Dropout, sinks and return_attn_probs run on the CPU backend: test_sinks_dropout.py.)
     cache = randn(rng, 1, 8, 2, 32)
-    for name in ("rotary_cos", "cache_leftpad"):  # rotary: torch tensors only
-        with pytest.raises(NotImplementedError, match=name):
-            cuflash.flash_attn_with_kvcache(q, cache, cache, cache_seqlens=4, **{name: np.zeros(1, np.int32)})
+    with pytest.raises(NotImplementedError, match="cache_leftpad with cache_batch_idx"):
+        cuflash.flash_attn_with_kvcache(q, cache, cache, cache_seqlens=4, cache_leftpad=np.zeros(1, np.int32),
+                                        cache_batch_idx=np.zeros(1, np.int32))
+
+
+def test_kvcache_leftpad_and_rotary(rng):
+    """flash_attn_with_kvcache's cache_leftpad and rotary_cos/rotary_sin on numpy arrays (backend cpu): sequence
+    b with leftpad l is the call on its cache from row l on with the tables from row l on (rotary positions are
+    cache rows), and the appended keys land rotated."""
+    batch, q_len, heads, dim, capacity, new = 2, 2, 2, 32, 24, 2
+    q = randn(rng, batch, q_len, heads, dim)
+    k_cache, v_cache = randn(rng, batch, capacity, 1, dim), randn(rng, batch, capacity, 1, dim)
+    k_new, v_new = randn(rng, batch, new, 1, dim), randn(rng, batch, new, 1, dim)
+    angles = np.arange(capacity + q_len)[:, None] * 10000.0 ** (-np.arange(8) / 8.0)[None, :]
+    cos, sin = np.cos(angles).astype(np.float32), np.sin(angles).astype(np.float32)  # rotary_dim 16
+    seqlens, leftpad = np.array([9, 5], np.int32), np.array([4, 0], np.int32)
+    k_shifted, v_shifted = k_cache.copy(), v_cache.copy()
+    out = cuflash.flash_attn_with_kvcache(q, k_cache, v_cache, k_new, v_new, rotary_cos=cos, rotary_sin=sin,
+                                          cache_seqlens=seqlens, cache_leftpad=leftpad, causal=True)
+    for b in range(batch):
+        pad = int(leftpad[b])
+        k_row, v_row = k_shifted[b:b + 1, pad:].copy(), v_shifted[b:b + 1, pad:].copy()
+        want = cuflash.flash_attn_with_kvcache(q[b:b + 1], k_row, v_row, k_new[b:b + 1], v_new[b:b + 1],
+                                               rotary_cos=cos[pad:], rotary_sin=sin[pad:],
+                                               cache_seqlens=np.array([seqlens[b] - pad], np.int32), causal=True)
+        np.testing.assert_allclose(out[b:b + 1], want, rtol=1e-5, atol=1e-5)
+        np.testing.assert_array_equal(k_cache[b, pad:], k_row[0])  # the same rotated keys, in the same rows
+        assert not np.array_equal(k_cache[b, seqlens[b]:seqlens[b] + new], k_new[b])  # rotated, not copied
 
 
 def test_module_surface():

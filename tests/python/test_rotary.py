@@ -1,6 +1,6 @@
 """cuflash.rotary (flash-attn's apply_rotary_emb) and rotary_cos/rotary_sin in
-flash_attn_with_kvcache, on torch CPU tensors, against rotations written as
-complex multiplications in float64."""
+flash_attn_with_kvcache (rotated inside the library), on torch CPU tensors,
+against rotations written as complex multiplications in float64."""
 
 import math
 
@@ -107,10 +107,10 @@ def test_kvcache_rotary_errors():
     q = torch.randn(1, 1, 2, 32)
     cache = torch.randn(1, 16, 2, 32)
     cos, sin = tables(16, 32)
-    with pytest.raises(cuflash.InvalidArgumentError, match="need k and v"):
+    with pytest.raises(cuflash.InvalidArgumentError, match="need k_new/v_new"):
         cuflash.flash_attn_with_kvcache(q, cache, cache, rotary_cos=cos.float(), rotary_sin=sin.float(),
                                         cache_seqlens=3)
     short_cos, short_sin = tables(8, 32)
-    with pytest.raises(cuflash.InvalidArgumentError, match=r"seqlen_ro >= 16"):
+    with pytest.raises(cuflash.InvalidArgumentError, match=r"kv_cache.rotary_cos: expected at least 16 rows"):
         cuflash.flash_attn_with_kvcache(q, cache, cache.clone(), q[:, :, :2], q[:, :, :2], rotary_cos=short_cos.float(),
                                         rotary_sin=short_sin.float(), cache_seqlens=3)

@@ -101,7 +101,11 @@ def test_cpp_node_varlen_and_paged_cache_gradients_equal_the_python_path():
     k_cache, v_cache = (torch.randn(6, 8, 2, 32, generator=gen).requires_grad_() for _ in range(2))
     paged = dict(seqlens_k=torch.tensor([11, 20], dtype=torch.int32),
                  block_table=torch.tensor([[4, 0, 2], [1, 5, 3]], dtype=torch.int32))
-    for inputs, extras in ((tensors, varlen), ([q, k_cache, v_cache], paged)):
+    # ... and a contiguous cache with a leftpad (saved by the node for the backward).
+    contiguous = [x.detach().reshape(2, 24, 2, 32).clone().requires_grad_() for x in (k_cache, v_cache)]
+    leftpad = dict(seqlens_k=torch.tensor([11, 20], dtype=torch.int32),
+                   cache_leftpad=torch.tensor([4, 0], dtype=torch.int32))
+    for inputs, extras in ((tensors, varlen), ([q, k_cache, v_cache], paged), ([q, *contiguous], leftpad)):
         results = []
         for call in (_torch_ext.attention_eager, python_path):
             qq, kk, vv = fresh(*inputs)
@@ -169,6 +173,15 @@ def test_ops_pass_opcheck():
     torch.library.opcheck(torch.ops.cuflash.fwd_kvcache.default,
                           (q, k_cache, v_cache, k_new, v_new, seqlens, None, None, None, True, -1, -1, 0.0, True,
                            "auto", sinks.detach()))
+    # A leftpad, with an interleaved rotary embedding of q and the appended keys; a leftpad through fwd.
+    leftpad = torch.tensor([2, 11], dtype=torch.int32)
+    angles = torch.arange(56)[:, None] * 10000.0 ** (-torch.arange(8) / 8.0)[None, :]
+    torch.library.opcheck(torch.ops.cuflash.fwd_kvcache.default,
+                          (q, k_cache, v_cache, k_new, v_new, seqlens, None, None, None, True, -1, -1, 0.0, True,
+                           "auto", None, leftpad, angles.cos(), angles.sin(), True))
+    torch.library.opcheck(torch.ops.cuflash.fwd.default,
+                          (q.requires_grad_(), k_cache.requires_grad_(), v_cache.requires_grad_(), None, None, None, 0,
+                           0, seqlens, None, None, True, -1, -1, 0.0, False, True, "cpu", None, 0.0, None, leftpad))
 
 
 @ext
@@ -224,6 +237,13 @@ out, lse = cuflash.flash_attn_with_kvcache(q[:, :1].detach(), k_cache, v_cache, 
                                            torch.randn(2, 1, 2, 32), cache_seqlens=torch.tensor([3, 9],
                                            dtype=torch.int32), sinks=sinks, return_softmax_lse=True)
 results["kvcache"] = (out, lse, k_cache)
+angles = torch.arange(18)[:, None] * 10000.0 ** (-torch.arange(8) / 8.0)[None, :]
+out, lse = cuflash.flash_attn_with_kvcache(q[:, :2].detach(), k_cache, v_cache, torch.randn(2, 2, 2, 32),
+                                           torch.randn(2, 2, 2, 32), rotary_cos=angles.cos(), rotary_sin=angles.sin(),
+                                           cache_seqlens=torch.tensor([3, 9], dtype=torch.int32), causal=True,
+                                           cache_leftpad=torch.tensor([1, 4], dtype=torch.int32),
+                                           return_softmax_lse=True)
+results["kvcache_leftpad_rotary"] = (out, lse, k_cache)
 compiled = torch.compile(lambda q, k, v, s: cuflash.flash_attn_func(q, k, v, dropout_p=0.3, sinks=s),
                          backend="aot_eager", fullgraph=True)
 torch.manual_seed(9)
@@ -262,6 +282,12 @@ class CacheStep(torch.nn.Module):
                                                causal=True) * 2
 
 
+class LeftpadRotaryCacheStep(torch.nn.Module):
+    def forward(self, q, k_cache, v_cache, k_new, v_new, seqlens, leftpad, cos, sin):
+        return cuflash.flash_attn_with_kvcache(q, k_cache, v_cache, k_new, v_new, rotary_cos=cos, rotary_sin=sin,
+                                               cache_seqlens=seqlens, cache_leftpad=leftpad, causal=True) * 2
+
+
 def varlen_block(q, k, v, cu):
     return cuflash.flash_attn_varlen_func(q, k, v, cu, cu, 9, 9, causal=True, softcap=2.0).sin()
 
@@ -280,6 +306,10 @@ def test_compile_no_graph_break_with_the_cpp_ops():
     args = (torch.randn(2, 1, 4, 32), torch.randn(2, 16, 2, 32), torch.randn(2, 16, 2, 32), torch.randn(2, 1, 2, 32),
             torch.randn(2, 1, 2, 32), torch.tensor([3, 9], dtype=torch.int32))
     breaks, explanation = graph_breaks(CacheStep(), *args)
+    assert breaks == 0, str(explanation.break_reasons)
+    angles = torch.arange(17)[:, None] * 10000.0 ** (-torch.arange(8) / 8.0)[None, :]
+    breaks, explanation = graph_breaks(LeftpadRotaryCacheStep(), *args, torch.tensor([1, 5], dtype=torch.int32),
+                                       angles.cos(), angles.sin())
     assert breaks == 0, str(explanation.break_reasons)
 
 

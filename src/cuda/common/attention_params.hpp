@@ -29,10 +29,22 @@ struct RowStrides {
 //               slot = j & ((1 << page_shift) - 1)
 //   contiguous: page = b, slot = j
 // at k + page * k_strides.batch + slot * k_strides.row + hk * k_strides.head.
-// Lengths are read on the device (seqlens_k), so that a call with
+// Lengths (seqlens_k, leftpad) are read on the device, so that a call with
 // check_index_contents off needs no host copy of them.
+// The rotary embedding of q and k_new in a KV-cache forward (src/core/rotary.hpp
+// has the rule): cos/sin [seqlen_ro, dim / 2] in the kernels' element type.
+struct RotaryParams {
+  const void* cos = nullptr;  // nullptr: no rotary embedding
+  const void* sin = nullptr;
+  std::int64_t cos_row_stride = 0, sin_row_stride = 0;  // elements
+  int dim = 0;                // rotated columns (even, <= head_dim)
+  bool interleaved = false;   // GPT-J pairs (2k, 2k + 1); else GPT-NeoX (k, k + dim / 2)
+  bool positional = false;    // query row i at seqlens_k[b] + i (causal or windowed), else at seqlens_k[b]
+};
+
 struct KvCacheParams {
   const std::int32_t* seqlens_k = nullptr;    // [B] keys cached before the append
+  const std::int32_t* leftpad = nullptr;      // [B] cache row of each sequence's first key; nullptr: 0
   const std::int32_t* block_table = nullptr;  // paged: [B, max_pages]; nullptr: contiguous
   std::int64_t block_table_stride = 0;        // elements between two sequences' rows
   int page_shift = 0;                         // paged: log2(page_size)
@@ -42,6 +54,7 @@ struct KvCacheParams {
   const void* k_new = nullptr;
   const void* v_new = nullptr;
   RowStrides k_new_strides, v_new_strides;    // [B, new_len, Hk, D]
+  RotaryParams rotary;
 };
 
 struct AttentionParams {

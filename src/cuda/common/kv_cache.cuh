@@ -2,7 +2,8 @@
 // and where its key j lives, contiguous or paged.
 //
 // Validation normally guarantees every index (seqlens_k within capacity,
-// every block_table entry a sequence reads inside the cache). With
+// leftpad within seqlens_k, every block_table entry a sequence reads inside
+// the cache). With
 // check_index_contents off it reads none of them, so these helpers also keep
 // bad indices from becoming out-of-bounds accesses: lengths are clamped into
 // [0, capacity] and a page outside the cache reads as "no key" (its rows are
@@ -24,6 +25,14 @@ __device__ __forceinline__ int cache_cached_len(const KvCacheParams& c, int b) {
 // Keys sequence b attends to: cached plus appended.
 __device__ __forceinline__ int cache_kv_len(const KvCacheParams& c, int b) {
   return cache_cached_len(c, b) + c.new_len;
+}
+
+// The cache row of sequence b's first key (flash-attn's cache_leftpad; 0
+// without one), clamped to [0, cached]: its keys are rows
+// [cache_first_key, cache_kv_len), the device side of Problem::kv_first.
+__device__ __forceinline__ int cache_first_key(const KvCacheParams& c, int b) {
+  if (c.leftpad == nullptr) return 0;
+  return max(0, min(__ldg(c.leftpad + b), cache_cached_len(c, b)));
 }
 
 // Paged: sequence b's row of the block table.

@@ -18,6 +18,10 @@ inline constexpr float kLn2 = 0.6931471805599453f;
 struct SeqBounds {
   int q_start = 0, q_len = 0;  // packed row of query 0 (varlen), rows
   int k_start = 0, k_len = 0;
+  // The first key of the sequence: keys are [k_first, k_len). A KV cache's
+  // leftpad (cache_first_key); 0 everywhere else, so the other kernels' masks
+  // fold it away.
+  int k_first = 0;
 };
 
 __device__ __forceinline__ SeqBounds seq_bounds(const AttentionParams& p, int b) {
@@ -53,20 +57,23 @@ __device__ __forceinline__ std::int64_t lse_offset(const AttentionParams& p, int
 
 // Score rules of one (batch, head).
 struct ScoreRules {
-  int offset = 0, k_len = 0, window_left = -1, window_right = -1;
+  int offset = 0, k_first = 0, k_len = 0, window_left = -1, window_right = -1;
   float scale_log2 = 1.0f;       // raw dot -> base-2 logit when no softcap/ALiBi
   float scale_over_cap = 0.0f;   // softcap: tanh argument per unit of dot
   float cap_log2 = 0.0f;         // softcap: softcap * log2(e); 0 when off
   float alibi_log2 = 0.0f;       // slope * log2(e); 0 when off
   bool transformed = false;      // softcap or ALiBi: logit2() must be applied per element
 
+  // (k_first's tests are written so that they vanish where k_first is the
+  // constant 0 of seq_bounds(): the kernels without a KV cache compile as
+  // they did without it.)
   __device__ __forceinline__ bool visible(int i, int j) const {
-    return j < k_len && (window_right < 0 || j <= i + offset + window_right) &&
+    return j < k_len && (k_first == 0 || j >= k_first) && (window_right < 0 || j <= i + offset + window_right) &&
            (window_left < 0 || j >= i + offset - window_left);
   }
   // Keys [lo, hi) row i sees (lo >= hi: none).
   __device__ __forceinline__ void row_keys(int i, int* lo, int* hi) const {
-    *lo = window_left >= 0 ? max(0, i + offset - window_left) : 0;
+    *lo = window_left >= 0 ? max(k_first, i + offset - window_left) : k_first;
     *hi = window_right >= 0 ? min(k_len, i + offset + window_right + 1) : k_len;
   }
   // Base-2 logit of a raw dot product (only needed when `transformed`).
@@ -80,7 +87,7 @@ struct ScoreRules {
   }
   // Keys [lo, hi) that some row of [row0, row0 + rows) may see.
   __device__ __forceinline__ void key_range(int row0, int rows, int* lo, int* hi) const {
-    int l = 0, h = k_len;
+    int l = k_first, h = k_len;
     if (window_left >= 0) l = max(l, row0 + offset - window_left);
     if (window_right >= 0) h = min(h, row0 + rows - 1 + offset + window_right + 1);
     *lo = l;
@@ -89,7 +96,7 @@ struct ScoreRules {
   // Whether every row of [row0, row0+rows) sees every key of [key0, key0+keys)
   // (so the tile needs no per-element mask).
   __device__ __forceinline__ bool tile_unmasked(int row0, int rows, int key0, int keys) const {
-    if (key0 + keys > k_len) return false;
+    if (key0 + keys > k_len || (k_first > 0 && key0 < k_first)) return false;
     if (window_right >= 0 && key0 + keys - 1 > row0 + offset + window_right) return false;
     if (window_left >= 0 && key0 < row0 + rows - 1 + offset - window_left) return false;
     return true;
@@ -99,6 +106,7 @@ struct ScoreRules {
 __device__ __forceinline__ ScoreRules score_rules(const AttentionParams& p, const SeqBounds& s, int b, int h) {
   ScoreRules r;
   r.offset = diagonal(p, s);
+  r.k_first = s.k_first;
   r.k_len = s.k_len;
   // A window side that masks no key of the sequence is unbounded; clamping
   // them keeps i + offset +- window inside int32 whatever the caller passed.

@@ -14,9 +14,10 @@
 //  - the block-table entries of a tile are read one tile ahead, one lane per
 //    page, and handed to the lanes that need them by a shuffle, so no warp
 //    waits on a block-table load before issuing its copies.
-// A tile that reaches past the sequence's keys, or with a block-table entry
-// outside the cache (only possible with check_index_contents off), is loaded
-// per row with every row checked: such rows are zero-filled, never read.
+// A tile that reaches past the sequence's keys (or starts before them: a
+// leftpad), or with a block-table entry outside the cache (only possible with
+// check_index_contents off), is loaded per row with every row checked: such
+// rows are zero-filled, never read.
 #pragma once
 
 #include <cstdint>
@@ -88,9 +89,10 @@ class DecodeKvLoader {
     if (reads_ahead()) next_page_ = lane_entry(first);
   }
 
-  // K and V rows [tile * BN, tile * BN + BN) into one stage; rows at or past
-  // k_len are zero-filled. Tiles are loaded in increasing order from `first`.
-  __device__ __forceinline__ void load(T* sK, T* sV, int tile, int k_len) {
+  // K and V rows [tile * BN, tile * BN + BN) into one stage; rows outside the
+  // sequence's keys [k_first, k_len) (a leftpad's rows, and past the end) are
+  // zero-filled. Tiles are loaded in increasing order from `first`.
+  __device__ __forceinline__ void load(T* sK, T* sV, int tile, int k_first, int k_len) {
     const int n0 = tile * C::BN;
     if constexpr (kByColumn) {
       if (its_per_page_ > 0) {
@@ -100,7 +102,7 @@ class DecodeKvLoader {
           page = next_page_;
           next_page_ = lane_entry(tile + 1);
         }
-        if (n0 + C::BN <= k_len) {
+        if (n0 >= k_first && n0 + C::BN <= k_len) {
           if (pages_ == nullptr) {
             issue<kRows, false>(sK, sV, n0, 0);
             return;
@@ -115,7 +117,7 @@ class DecodeKvLoader {
         }
       }
     }
-    load_rows(sK, sV, n0, k_len);
+    load_rows(sK, sV, n0, k_first, k_len);
   }
 
  private:
@@ -173,15 +175,15 @@ class DecodeKvLoader {
   }
 
   // Any tile, row by row: each row's page looked up and checked against
-  // k_len and the cache.
-  __device__ __forceinline__ void load_rows(T* sK, T* sV, int n0, int k_len) const {
+  // [k_first, k_len) and the cache.
+  __device__ __forceinline__ void load_rows(T* sK, T* sV, int n0, int k_first, int k_len) const {
     const T* k = static_cast<const T*>(p_.k);
     const T* v = static_cast<const T*>(p_.v);
 #pragma unroll
     for (int idx = threadIdx.x; idx < C::BN * kChunksPerKey; idx += C::kThreads) {
       const Chunk x = chunk(idx);
       const int j = n0 + x.key;
-      const int page = j < k_len ? cache_page(p_.cache, b_, j) : -1;
+      const int page = j >= k_first && j < k_len ? cache_page(p_.cache, b_, j) : -1;
       const bool valid = page >= 0;
       const int slot = cache_slot(p_.cache, j);
       const int col = chunk_to_read(x.col, p_.head_dim);

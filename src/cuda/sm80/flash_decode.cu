@@ -144,8 +144,15 @@ Status launch_for_dim(const ForwardParams& p, int head_dim, const DecodeGrid& gr
 }
 
 template <typename T>
-Status run_decode(const ForwardParams& p, int head_dim, const DecodeGrid& grid, cudaStream_t stream) {
-  CUFLASH_TRY(launch_for_dim<T>(p, head_dim, grid, stream));
+Status append_and_decode(const Problem& problem, void* workspace, cudaStream_t stream) {
+  ForwardParams p = make_forward_params(problem);
+  CUFLASH_TRY(launch_kv_append<T>(p, stream));
+  // No query row (q_len or heads_q 0) but k_new/v_new: the append is all there
+  // is to do, and the decode grid would have no CTA.
+  if (!has_query_rows(problem)) return {};
+  const DecodeGrid grid = decode_grid(problem);
+  place_split_partials(p, choose_splits(problem, grid, problem.max_kv_len), workspace);
+  CUFLASH_TRY(launch_for_dim<T>(p, problem.head_dim, grid, stream));
   if (p.num_splits == 1) return {};
   return launch_combine_splits<T>(p, stream);
 }
@@ -211,15 +218,8 @@ std::size_t flash_decode_workspace_bytes(const Problem& problem) {
 }
 
 Status flash_decode(const Problem& problem, void* workspace, cudaStream_t stream) {
-  ForwardParams p = make_forward_params(problem);
-  CUFLASH_TRY(launch_kv_append(p, kElementBytes, stream));
-  // No query row (q_len or heads_q 0) but k_new/v_new: the append is all there
-  // is to do, and the decode grid would have no CTA.
-  if (!has_query_rows(problem)) return {};
-  const DecodeGrid grid = decode_grid(problem);
-  place_split_partials(p, choose_splits(problem, grid, problem.max_kv_len), workspace);
-  if (problem.dtype == DType::bf16) return run_decode<__nv_bfloat16>(p, problem.head_dim, grid, stream);
-  return run_decode<__half>(p, problem.head_dim, grid, stream);
+  if (problem.dtype == DType::bf16) return append_and_decode<__nv_bfloat16>(problem, workspace, stream);
+  return append_and_decode<__half>(problem, workspace, stream);
 }
 
 }  // namespace cuflash::detail

@@ -29,6 +29,7 @@
 #include "common/attention_params.hpp"
 #include "common/dependent_launch.cuh"
 #include "common/kv_cache.cuh"
+#include "common/rotary_chunk.cuh"
 #include "common/score_mask.cuh"
 #include "common/swizzled_rows.hpp"
 #include "common/tensor_core.cuh"
@@ -74,20 +75,32 @@ struct DecodeConfig {
 
 // The CTA's BM query rows of each of its kv heads hk0, hk0 + 1, ... into
 // shared memory (head after head); rows past the group's heads x q_len are
-// zero-filled (computed on, never stored).
+// zero-filled (computed on, never stored). With a rotary embedding the rows
+// are rotated on their way (rotary_chunk.cuh): read and stored by the
+// threads rather than by cp.async, which the first tile's barrier orders as well.
 template <class C>
 __device__ __forceinline__ void load_q_rows(typename C::Element* sQ, const ForwardParams& p, int b, int hk0, int row0,
                                             int rows_total) {
   using T = typename C::Element;
   constexpr int kChunksPerRow = C::D / 8;
   const T* q = static_cast<const T*>(p.q);
+  const RotaryParams& rotary = p.cache.rotary;
+  const bool rotate = rotary.cos != nullptr;
+  const int cached = rotate ? cache_cached_len(p.cache, b) : 0;
 #pragma unroll
   for (int idx = threadIdx.x; idx < C::NH * C::BM * kChunksPerRow; idx += C::kThreads) {
     const int hr = idx / kChunksPerRow, c = idx % kChunksPerRow;  // hr: head-local x BM + r
     const int row = row0 + hr % C::BM;
     const bool valid = row < rows_total && c * 8 < p.head_dim;  // columns past the head dim: zeros
     const int i = row / p.group, h = (hk0 + hr / C::BM) * p.group + row % p.group;
-    cp_async_16(sQ + C::Rows::offset(hr, c), valid ? q + row_offset(p.q_strides, b, 0, i, h) + c * 8 : q, valid);
+    const T* q_row = valid ? q + row_offset(p.q_strides, b, 0, i, h) : q;
+    if (rotate) {
+      *reinterpret_cast<uint4*>(sQ + C::Rows::offset(hr, c)) =
+          valid ? rotated_chunk(q_row, c, rotary_query_position(cached, i, rotary.positional), rotary)
+                : make_uint4(0, 0, 0, 0);
+    } else {
+      cp_async_16(sQ + C::Rows::offset(hr, c), valid ? q_row + c * 8 : q, valid);
+    }
   }
 }
 
@@ -119,6 +132,7 @@ __global__ void __launch_bounds__(C::kThreads) flash_decode_kernel(const Forward
   SeqBounds seq;
   seq.q_len = p.max_q_len;
   seq.k_len = cache_kv_len(p.cache, b);
+  seq.k_first = cache_first_key(p.cache, b);  // a leftpad: the score rules mask the keys before it
   // Masks depend on the sequence only; the ALiBi slope, on the head, is per row below.
   const ScoreRules rules = score_rules(p, seq, b, hk0 * group);
   const int i_first = row0 / group;
@@ -181,7 +195,7 @@ __global__ void __launch_bounds__(C::kThreads) flash_decode_kernel(const Forward
     for (int s = 0; s < C::STAGES - 1; ++s) {
       if (t_lo + s < t_hi) {
         T* stage = sStages + s * C::kStageElems;
-        loader.load(stage, stage + C::NH * C::kHeadTileElems, t_lo + s, seq.k_len);
+        loader.load(stage, stage + C::NH * C::kHeadTileElems, t_lo + s, seq.k_first, seq.k_len);
       }
       cp_async_commit();
     }
@@ -212,7 +226,7 @@ __global__ void __launch_bounds__(C::kThreads) flash_decode_kernel(const Forward
       __syncthreads();
       if (tile + C::STAGES - 1 < t_hi) {
         T* stage = sStages + ((it + C::STAGES - 1) % C::STAGES) * C::kStageElems;
-        loader.load(stage, stage + C::NH * C::kHeadTileElems, tile + C::STAGES - 1, seq.k_len);
+        loader.load(stage, stage + C::NH * C::kHeadTileElems, tile + C::STAGES - 1, seq.k_first, seq.k_len);
       }
       cp_async_commit();
       cp_async_wait<C::STAGES - 1>();  // this tile's group (and Q) has landed
