@@ -60,8 +60,8 @@ struct KvCache {
   // sees rows leftpad[b] <= j < seqlens_k[b] + new_len. Masks and ALiBi keep
   // their bottom-right alignment on those rows (in cache rows: key j is
   // aligned with query i when j = i + seqlens_k[b] + new_len - q_len, as
-  // without leftpad). 0 <= leftpad[b] <= seqlens_k[b]. Contiguous caches only
-  // (as in flash-attn): not with block_table.
+  // without leftpad). 0 <= leftpad[b] <= seqlens_k[b]. With block_table too
+  // (flash-attn refuses that pair): rows are key positions the table maps.
   TensorView leftpad;
   // Optional rotary embedding of q and k_new (flash-attn's rotary_cos /
   // rotary_sin), given together and only with k_new: [seqlen_ro, rotary_dim / 2]

@@ -141,7 +141,7 @@ typedef struct cuflash_forward_args {
   cuflash_tensor attn_probs;
   /* KV cache, optional (rank 0 / 0: off):
    * leftpad i32 [B], flash-attn's cache_leftpad: the cache row where sequence
-   * b's keys start (rows before it are none of its keys); contiguous caches only.
+   * b's keys start (rows before it are none of its keys); paged caches too.
    * rotary_cos/rotary_sin [seqlen_ro, rotary_dim / 2] like q: a rotary
    * embedding of q and k_new (needs k_new), GPT-NeoX halves, or GPT-J pairs
    * with rotary_interleaved = 1. Semantics: include/cuflash/attention.hpp (KvCache). */

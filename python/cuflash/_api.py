@@ -197,7 +197,7 @@ def attention(q, k, v, *, softmax_scale=None, causal=False, window_size=(-1, -1)
       ``seqlens_k`` int32 ``[B]`` holds how many keys each sequence has cached;
       ``k_new``/``v_new`` ``[B, new_len, Hk, D]`` are written into the cache at
       ``seqlens_k[b]..`` first (the cache is updated in place);
-      ``cache_leftpad`` int32 ``[B]`` (contiguous caches): sequence b's keys are
+      ``cache_leftpad`` int32 ``[B]`` (contiguous or paged caches): sequence b's keys are
       cache rows ``cache_leftpad[b] <= j < seqlens_k[b] + new_len`` (masks and
       ALiBi align as without it); ``rotary_cos``/``rotary_sin``
       ``[seqlen_ro, rotary_dim / 2]`` (q's dtype, with ``k_new``): q and the new

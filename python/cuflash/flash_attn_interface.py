@@ -14,9 +14,9 @@ run on backends cpu and cuda too. ``flash_attn_varlen_func``'s
 ``block_table`` (paged prefill: packed queries over keys in a paged cache)
 runs its forward on backends cpu and cuda; as in flash-attn it has no
 backward (a gradient through it raises, naming ``block_table``).
-``cache_batch_idx`` reads a contiguous cache as a paged view of itself, so
-``cache_leftpad`` with ``cache_batch_idx`` raises NotImplementedError
-(flash-attn refuses a leftpad with paged caches; cuflash's view is one).
+``cache_batch_idx`` reads a contiguous cache as a paged view of itself;
+``cache_leftpad`` works with it and, unlike flash-attn, with paged caches
+(the leftpad counts key positions, which the block table maps to rows).
 ``num_splits`` is accepted and ignored (cuflash chooses).
 
 Inputs are any DLPack tensors (torch, CuPy, JAX on a GPU; numpy on the CPU
@@ -224,9 +224,10 @@ def flash_attn_with_kvcache(q, k_cache, v_cache, k=None, v=None, rotary_cos=None
     already cached; None means the whole cache. k/v ``(batch, seqlen_new,
     nheads_k, headdim)``, if given, are written into the cache in place at
     ``cache_seqlens[b]..`` and attended to; ``cache_seqlens`` is not updated.
-    ``cache_leftpad`` (int32 ``(batch,)``, contiguous caches): sequence b's keys
-    start at cache row ``cache_leftpad[b]``; the rows before it are none of its
-    keys. ``rotary_cos``/``rotary_sin`` ``(seqlen_ro, rotary_dim / 2)`` (with
+    ``cache_leftpad`` (int32 ``(batch,)``; with a paged cache or
+    ``cache_batch_idx`` too, which flash-attn refuses): sequence b's keys start
+    at key position ``cache_leftpad[b]``; the positions before it are none of
+    its keys. ``rotary_cos``/``rotary_sin`` ``(seqlen_ro, rotary_dim / 2)`` (with
     k/v): q and the new keys are rotated inside the call, GPT-J pairs with
     ``rotary_interleaved`` (the default) else GPT-NeoX halves; the new key n of
     sequence b at position ``cache_seqlens[b] + n`` (and written rotated), query
@@ -253,11 +254,6 @@ def flash_attn_with_kvcache(q, k_cache, v_cache, k=None, v=None, rotary_cos=None
     if isinstance(cache_seqlens, int):
         cache_seqlens = _int32_lengths(q, batch, _args.integer(cache_seqlens, "cache_seqlens"))
     if cache_batch_idx is not None:
-        if cache_leftpad is not None:
-            # cuflash reads cache_batch_idx as a paged view of the cache, and takes a leftpad with contiguous
-            # caches only (flash-attn refuses it with paged ones).
-            raise NotImplementedError("cache_leftpad with cache_batch_idx: not supported yet; index the caches "
-                                      "(k_cache[cache_batch_idx]) or drop the leftpad")
         k_cache, v_cache, block_table = _batch_idx_as_pages(k_cache, v_cache, block_table, cache_batch_idx)
     out, lse = _forward(q, k_cache, v_cache, alibi_slopes=alibi_slopes, seqlens_k=cache_seqlens,
                         block_table=block_table, k_new=k, v_new=v, softmax_scale=softmax_scale, causal=causal,

@@ -244,10 +244,8 @@ Status check_kv_cache_layout(const KvCache& cache, bool forward, Problem* p) {
   }
   p->seqlens_k = cache.seqlens_k;
   if (!cache.leftpad.empty()) {
-    if (p->paged)
-      return Status::invalid("kv_cache.leftpad: not with a paged cache (kv_cache.block_table); flash-attn refuses "
-                             "the two together too: give a contiguous cache, or start the block table at the "
-                             "sequence's first page");
+    // With a paged cache too (flash-attn refuses that pair): the leftpad counts
+    // key positions, which the block table maps to rows like any other key.
     CUFLASH_TRY(check_index_layout(cache.leftpad, "kv_cache.leftpad", 1, "[batch]", p->device));
     CUFLASH_TRY(check_dims(cache.leftpad, "kv_cache.leftpad", {{"batch", p->batch}}, "from q"));
     p->has_leftpad = true;

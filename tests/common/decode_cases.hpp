@@ -78,6 +78,23 @@ inline std::vector<CaseSpec> decode_option_cases() {
   s = decode_case("wide_contiguous_long_b1_leftpad_split", 0, 1, 1, {5000}, 32, 8, 128);
   s.leftpad = {3001};
   add(s);
+  // A leftpad in a paged cache (flash-attn refuses the pair; cuflash maps a
+  // leftpad's key positions through the block table): inside and at the edge
+  // of a page and of a tile, split over [leftpad, end), page sizes of 1, 16
+  // and 64 keys, the wide CTA.
+  s = decode_case("paged16_leftpad_edges_append1", 16, 1, 1, {0, 17, 63, 64, 200, 129}, 8, 2, 128);
+  s.leftpad = {0, 16, 62, 33, 128, 65};
+  add(s);
+  s = decode_case("paged64_long_b1_leftpad_split_rotary", 64, 1, 1, {5000}, 8, 2, 128);
+  s.leftpad = {1701};
+  s.rotary_dim = 128;
+  add(s);
+  s = decode_case("paged1_leftpad_spec4", 1, 4, 4, {300, 0, 65}, 4, 2, 64);
+  s.leftpad = {77, 0, 1};
+  add(s);
+  s = decode_case("wide_paged16_leftpad_split", 16, 1, 1, {3000, 40}, 32, 8, 128);
+  s.leftpad = {2999, 20};
+  add(s);
   s = decode_case("wide_contiguous_leftpad_rotary_interleaved_d64", 0, 2, 1, {300, 0, 1000}, 16, 8, 64);
   s.leftpad = {15, 0, 17};
   s.rotary_dim = 32;

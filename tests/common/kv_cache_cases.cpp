@@ -93,6 +93,15 @@ std::vector<CaseSpec> kv_cache_option_cases() {
   s.options.window_left = 9;
   s.alibi = AlibiKind::per_batch;
   add(s);
+  // ... in a paged cache: a leftpad counts key positions, the block table
+  // maps them to rows (one page or several before it, none at all).
+  s = kv_cache_case("paged16_leftpad_prefill3_append2", 16, 3, 2, {37, 5, 70});
+  s.leftpad = {33, 0, 16};
+  add(s);
+  s = kv_cache_case("paged1_leftpad_rotary_neox_append3", 1, 3, 3, {37, 5, 70});
+  s.leftpad = {10, 5, 69};
+  s.rotary_dim = 32;
+  add(s);
   // Rotary embedding of q and k_new: GPT-NeoX halves and GPT-J pairs, a part
   // of the head or all of it, 20 columns (halves of 10: no 16-byte chunk
   // boundary), queries at their own positions (causal, windowed) or all at

@@ -674,10 +674,11 @@ TEST_F(BadCacheOptions, ValidCallSucceedsAndAppends) {
   EXPECT_FALSE(untouched(cache_k));
 }
 
-TEST_F(BadCacheOptions, LeftpadWithAPagedCache) {
+TEST_F(BadCacheOptions, LeftpadBeyondTheCachedKeysOfAPagedCache) {
   ForwardArgs args = paged_args();
+  leftpad[0] = 1000;
   args.kv_cache.leftpad = make_view(leftpad.data(), DType::i32, {kBatch});
-  expect_invalid_forward(args, {"kv_cache.leftpad: not with a paged cache (kv_cache.block_table)"});
+  expect_invalid_forward(args, {"kv_cache.leftpad: leftpad[0] = 1000"});
   expect_cache_untouched();
 }
 

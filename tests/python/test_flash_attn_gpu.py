@@ -430,6 +430,7 @@ KV_CASES = {
     "paged_no_append": ("paged", None, True, 0, False),
     "batch_idx": ("batch_idx", None, True, 0, True),
     "batch_idx_interleaved_splits4": ("batch_idx", "interleaved", True, 4, True),
+    "batch_idx_leftpad_neox": ("batch_idx_leftpad", "neox", True, 0, True),
     "leftpad": ("leftpad", None, True, 0, True),
     "leftpad_neox": ("leftpad", "neox", True, 0, True),
     "leftpad_interleaved_noncausal_splits2": ("leftpad", "interleaved", False, 2, True),
@@ -455,10 +456,13 @@ def kvcache_setup(layout, device, dtype, append, batch=3, seqlen_q=3, heads=4, h
 
         def gather(cache):
             return cache[table.long().to(cache.device)].reshape(batch, CAPACITY, heads_kv, head_dim)
-    elif layout == "batch_idx":
+    elif layout.startswith("batch_idx"):
         shape = (batch + 2, CAPACITY, heads_kv, head_dim)
         index = torch.tensor([4, 0, 2], dtype=torch.int32)
         extra["cache_batch_idx"] = index.to(device)
+        if layout == "batch_idx_leftpad":
+            leftpad = [0, 7, 150]
+            extra["cache_leftpad"] = torch.tensor(leftpad, dtype=torch.int32, device=device)
 
         def gather(cache):
             return cache[index.long().to(cache.device)]
@@ -536,7 +540,7 @@ def test_kvcache_options(case, device, dtype, error_ledger):
     for b, start in enumerate(setup["seqlens"]):
         end = start + setup["new"]
         assert torch.equal(got_k[b, :start], k_before[b, :start]) and torch.equal(got_k[b, end:], k_before[b, end:])
-    if layout == "batch_idx":  # rows no sequence names stay as they were
+    if layout.startswith("batch_idx"):  # rows no sequence names stay as they were
         assert torch.equal(k_cache[[1, 3]], untouched[0][[1, 3]]) and torch.equal(v_cache[[1, 3]],
                                                                                   untouched[1][[1, 3]])
     if layout == "paged":  # so does the page no sequence uses

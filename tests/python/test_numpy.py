@@ -282,13 +282,21 @@ def test_errors_are_python_exceptions_with_the_library_message(rng):
         cuflash.flash_attn_func(big, big, big)
 
 
-def test_unimplemented_features_say_so(rng):
-    q = randn(rng, 1, 4, 2, 32)
-    # (Dropout, sinks and return_attn_probs run on the CPU backend: test_sinks_dropout.py.)
-    cache = randn(rng, 1, 8, 2, 32)
-    with pytest.raises(NotImplementedError, match="cache_leftpad with cache_batch_idx"):
-        cuflash.flash_attn_with_kvcache(q, cache, cache, cache_seqlens=4, cache_leftpad=np.zeros(1, np.int32),
-                                        cache_batch_idx=np.zeros(1, np.int32))
+def test_kvcache_leftpad_with_cache_batch_idx(rng):
+    """cache_leftpad with cache_batch_idx (a paged view of the caches, so the leftpad goes through the block
+    table): the call on the indexed caches, and the append lands in the named rows."""
+    q, k_new, v_new = randn(rng, 2, 1, 2, 32), randn(rng, 2, 1, 2, 32), randn(rng, 2, 1, 2, 32)
+    k_cache, v_cache = randn(rng, 3, 8, 2, 32), randn(rng, 3, 8, 2, 32)
+    index, leftpad = np.array([2, 0], np.int32), np.array([3, 0], np.int32)
+    seqlens = np.array([5, 2], np.int32)
+    k_gathered, v_gathered = k_cache[index].copy(), v_cache[index].copy()
+    want = cuflash.flash_attn_with_kvcache(q, k_gathered, v_gathered, k_new, v_new, cache_seqlens=seqlens,
+                                           cache_leftpad=leftpad, causal=True)
+    got = cuflash.flash_attn_with_kvcache(q, k_cache, v_cache, k_new, v_new, cache_seqlens=seqlens,
+                                          cache_leftpad=leftpad, cache_batch_idx=index, causal=True)
+    np.testing.assert_array_equal(got, want)
+    np.testing.assert_array_equal(k_cache[index], k_gathered)
+    np.testing.assert_array_equal(v_cache[index], v_gathered)
 
 
 def test_kvcache_leftpad_and_rotary(rng):
