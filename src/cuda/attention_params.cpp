@@ -30,10 +30,10 @@ KvCacheParams make_kv_cache_params(const Problem& problem) {
   if (problem.paged) {
     c.block_table = static_cast<const std::int32_t*>(problem.block_table.data);
     c.block_table_stride = problem.block_table.strides[0];
-    // The backend accepts powers of two only (flash_decode_supports,
-    // paged_varlen_supports), so this is exact: page and slot of a key are
-    // a shift and a mask.
-    c.page_shift = log2_exact(problem.page_size);
+    // flash_decode_supports and paged_varlen_supports took the size
+    // (cuda_page_size_supported): a power of two gets its shift.
+    c.page_size = problem.page_size;
+    c.page_shift = is_power_of_two(problem.page_size) ? log2_exact(problem.page_size) : -1;
     c.num_pages = problem.num_pages;
   }
   if (problem.has_leftpad) c.leftpad = static_cast<const std::int32_t*>(problem.leftpad.data);

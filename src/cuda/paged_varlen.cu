@@ -147,11 +147,10 @@ Status launch_gather(const GatherParams& g, cudaStream_t stream) {
 }  // namespace
 
 Status paged_varlen_supports(const Problem& problem) {
-  if ((problem.page_size & (problem.page_size - 1)) != 0)
+  if (!cuda_page_size_supported(problem.page_size))
     return Status::unsupported("backend cuda forward (varlen with kv_cache.block_table): page_size " +
-                               std::to_string(problem.page_size) +
-                               " is not a power of two (backend cuda finds a key's page and slot by shift and mask, "
-                               "as for KV caches; backend cpu takes any page size)");
+                               std::to_string(problem.page_size) + " is not " + kCudaPageSizeRule +
+                               " (as for KV caches; backend cpu takes any page size)");
   return {};
 }
 

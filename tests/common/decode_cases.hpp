@@ -164,6 +164,12 @@ inline std::vector<CaseSpec> decode_cases() {
     s.options.check_index_contents = false;
     add(s);
   }
+  // Pages that are no power of two but a multiple of 64 keys (flash-attn's
+  // are multiples of 256): page and slot by division; tiles at a page's end,
+  // a split, the wide CTA.
+  add(decode_case("paged192_lengths_edges_append1", 192, 1, 1, {0, 191, 192, 193, 1000}, 8, 2, 128));
+  add(decode_case("paged768_long_b1_spec4", 768, 4, 4, {5000}, 8, 2, 64));
+  add(decode_case("wide_paged320_split", 320, 1, 1, {3000, 319, 321}, 32, 8, 128));
   s = decode_case("paged64_no_lse_bhsd", 64, 1, 1, {300, 0, 1000}, 8, 2, 128);
   s.with_lse = false;
   s.bhsd = true;

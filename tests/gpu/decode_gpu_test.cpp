@@ -30,7 +30,8 @@ namespace {
 std::vector<std::string> cuda_kv_refusal(const CaseSpec& s) {
   if (s.dtype == DType::f32) return {"backend cuda", "f32"};
   if (s.head_dim > 256) return {"backend cuda", "head_dim " + std::to_string(s.head_dim)};
-  if (s.page_size > 0 && (s.page_size & (s.page_size - 1)) != 0) return {"backend cuda", "power of two"};
+  if (s.page_size > 0 && (s.page_size & (s.page_size - 1)) != 0 && s.page_size % 64 != 0)
+    return {"backend cuda", "power of two or a multiple of 64"};
   return {};
 }
 
@@ -136,6 +137,9 @@ std::vector<CaseSpec> sanitize_cases() {
   CaseSpec hk8 = decode_case("decode_hk8_leftpad_rotary", 0, 1, 1, {40, 3, 17}, 16, 8, 128);
   hk8.leftpad = {9, 3, 0};
   hk8.rotary_dim = 128;
+  CaseSpec paged_leftpad = decode_case("decode_paged16_leftpad_split_rotary", 16, 2, 2, {1500, 40, 17}, 8, 2, 128);
+  paged_leftpad.leftpad = {700, 17, 16};
+  paged_leftpad.rotary_dim = 64;
   return {in_dtype(decode_case("decode_paged16_gqa4_append1", 16, 1, 1, {37, 0, 70}, 8, 2, 128), DType::bf16),
           in_dtype(decode_case("decode_contiguous_spec8_append8_rows32", 0, 8, 8, {37, 0, 70}, 8, 2, 64), DType::f16),
           in_dtype(options, DType::bf16),
@@ -148,7 +152,8 @@ std::vector<CaseSpec> sanitize_cases() {
           in_dtype(neox20, DType::f16),
           in_dtype(interleaved, DType::bf16),
           in_dtype(leftpad_split, DType::f16),
-          in_dtype(hk8, DType::bf16)};
+          in_dtype(hk8, DType::bf16),
+          in_dtype(paged_leftpad, DType::f16)};
 }
 
 // Head dims between the kernels' (bounded columns) and not multiples of 8 (padded

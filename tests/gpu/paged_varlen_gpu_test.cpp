@@ -9,8 +9,9 @@
 // sequence's keys NaN. Then: the same bits as the call with the keys packed,
 // the same bits without index checks (the workspace then sized by the bound
 // batch x max_seqlen_k), bad block tables refused with nothing written or,
-// unchecked, kept inside the tensors; page sizes that are no power of two and
-// backend cudnn refused by name; auto runs it on cuda.
+// unchecked, kept inside the tensors; page sizes that are neither a power of
+// two nor a multiple of 64 (192 runs) and backend cudnn refused by name;
+// auto runs it on cuda.
 #include <gtest/gtest.h>
 
 #include <string>
@@ -29,7 +30,10 @@ CaseSpec in_pages(CaseSpec s, int page_size) {
   return s;
 }
 
-bool page_size_is_power_of_two(const CaseSpec& s) { return (s.page_size & (s.page_size - 1)) == 0; }
+// Backend cuda's page sizes: powers of two and multiples of 64.
+bool cuda_takes_page_size(const CaseSpec& s) {
+  return (s.page_size & (s.page_size - 1)) == 0 || s.page_size % 64 == 0;
+}
 
 // Lengths around the tiles (64 and 128 keys), a sequence without queries and
 // one without keys; the second has fewer queries than keys (causal aligned
@@ -63,7 +67,9 @@ std::vector<CaseSpec> forward_cases() {
   s.bhsd = true;          // cache memory [num_pages, Hk, page_size, D]
   s.row_padding = 8;      // 8 unused elements after each row
   half.push_back(in_pages(s, 64));
-  // No power of two: refused by backend cuda (the CPU suite runs page 48).
+  // A multiple of 64 that is no power of two (flash-attn's pages are multiples
+  // of 256); neither: refused by backend cuda (the CPU suite runs page 48).
+  half.push_back(in_pages(causal(varlen_case("gqa_causal_page192", {5, 300}, {190, 700}, 4, 2, 64)), 192));
   half.push_back(in_pages(causal(varlen_case("gqa_causal", {5, 40}, {50, 40}, 4, 2, 64)), 48));
   const std::vector<CaseSpec> f32 = {
       in_pages(causal(varlen_case("f32_gqa_causal_d40", {5, 0, 35, 7}, {12, 3, 20, 0}, 4, 2, 40)), 16),
@@ -76,8 +82,8 @@ void check_paged_varlen_case(const CaseSpec& spec) {
   CUFLASH_TEST_RNG(rng);
   AttentionCase c(spec, rng.engine());
   DeviceRunner runner;
-  if (!page_size_is_power_of_two(spec)) {
-    expect_refused(c, runner, TestPass::forward, {"backend cuda", "page_size", "power of two"});
+  if (!cuda_takes_page_size(spec)) {
+    expect_refused(c, runner, TestPass::forward, {"backend cuda", "page_size", "power of two or a multiple of 64"});
     return;
   }
   check_forward_gpu(c, runner);
@@ -110,7 +116,7 @@ void expect_same_bits_as_packed(const CaseSpec& spec, bool check_index_contents)
 
 TEST_P(CudaPagedVarlen, SameBitsAsPackedKeys) {
   SKIP_WITHOUT_GPU();
-  if (!page_size_is_power_of_two(GetParam())) GTEST_SKIP() << "refused (page size)";
+  if (!cuda_takes_page_size(GetParam())) GTEST_SKIP() << "refused (page size)";
   expect_same_bits_as_packed(GetParam(), true);
 }
 
@@ -118,7 +124,7 @@ TEST_P(CudaPagedVarlen, SameBitsAsPackedKeys) {
 // (rows past cu_seqlens_k[B] stay as the 0xFF workspace left them, unread).
 TEST_P(CudaPagedVarlen, UncheckedIndicesSameBitsAsPackedKeys) {
   SKIP_WITHOUT_GPU();
-  if (!page_size_is_power_of_two(GetParam())) GTEST_SKIP() << "refused (page size)";
+  if (!cuda_takes_page_size(GetParam())) GTEST_SKIP() << "refused (page size)";
   expect_same_bits_as_packed(GetParam(), false);
 }
 

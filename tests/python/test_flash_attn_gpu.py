@@ -621,7 +621,7 @@ def packed_keys(k_cache, v_cache, table, lengths_k):
 
 # Page sizes: flash-attn 2's 256, and 16, smaller than the kernels' key tiles (64, 128), so that a tile spans
 # several pages.
-PAGE_SIZES = [pytest.param(256, id="page256"), pytest.param(16, id="page16")]
+PAGE_SIZES = [pytest.param(256, id="page256"), pytest.param(768, id="page768"), pytest.param(16, id="page16")]
 
 
 @pytest.mark.parametrize("device", DEVICES)
@@ -686,6 +686,7 @@ def test_paged_prefill_has_no_backward(device):
 
 def test_paged_prefill_page_size_not_a_power_of_two():
     """Any page size on backend cpu; backend cuda (KV caches and paged prefill alike) takes powers of two
+    and multiples of 64 (flash-attn's page sizes are multiples of 256), not 48,
     and says so."""
     q, k_cache, v_cache, table, varlen, lengths_q, lengths_k = paged_prefill_setup("cpu", torch.float32, 48)
     out = cuflash.flash_attn_varlen_func(q, k_cache, v_cache, *varlen, causal=True, block_table=table)

@@ -23,10 +23,22 @@ struct RowStrides {
   std::int64_t batch = 0, row = 0, head = 0;
 };
 
+// Page sizes backend cuda takes (KV caches and paged prefill): powers of two,
+// whose page and slot are a shift and a mask, and multiples of
+// kPageSizeMultiple (flash-attn's page sizes are multiples of 256), whose
+// page and slot are a division: a decode key tile (64 keys, 16 in the wide
+// CTA) then never straddles two pages.
+inline constexpr int kPageSizeMultiple = 64;
+constexpr bool is_power_of_two(int n) { return n > 0 && (n & (n - 1)) == 0; }
+constexpr bool cuda_page_size_supported(int page_size) {
+  return is_power_of_two(page_size) || (page_size > 0 && page_size % kPageSizeMultiple == 0);
+}
+inline constexpr const char* kCudaPageSizeRule = "a power of two or a multiple of 64";
+
 // A KV cache (Layout::kv_cache) as the decode and append kernels see it; k/v
 // (and their strides) are the cache itself. Key j of sequence b lives in
-//   paged:      page = block_table[b * block_table_stride + (j >> page_shift)],
-//               slot = j & ((1 << page_shift) - 1)
+//   paged:      page = block_table[b * block_table_stride + j / page_size],
+//               slot = j % page_size (a shift and a mask when page_shift >= 0)
 //   contiguous: page = b, slot = j
 // at k + page * k_strides.batch + slot * k_strides.row + hk * k_strides.head.
 // Lengths (seqlens_k, leftpad) are read on the device, so that a call with
@@ -47,7 +59,8 @@ struct KvCacheParams {
   const std::int32_t* leftpad = nullptr;      // [B] cache row of each sequence's first key; nullptr: 0
   const std::int32_t* block_table = nullptr;  // paged: [B, max_pages]; nullptr: contiguous
   std::int64_t block_table_stride = 0;        // elements between two sequences' rows
-  int page_shift = 0;                         // paged: log2(page_size)
+  int page_size = 0;                          // paged: keys per page (cuda_page_size_supported)
+  int page_shift = -1;                        // paged: log2(page_size), or -1 if no power of two
   int num_pages = 0;                          // paged: pages in k/v (bound of an entry)
   int capacity = 0;                           // keys one sequence can hold
   int new_len = 0;                            // rows of k_new/v_new per sequence (0: none)

@@ -45,10 +45,19 @@ __device__ __forceinline__ bool cache_page_inside(const KvCacheParams& c, int pa
   return page >= 0 && page < c.num_pages;
 }
 
+// Paged: which of a sequence's pages holds key j (its block-table column),
+// and key j's slot in it (KvCacheParams).
+__device__ __forceinline__ int cache_page_number(const KvCacheParams& c, int j) {
+  return c.page_shift >= 0 ? j >> c.page_shift : j / c.page_size;
+}
+__device__ __forceinline__ int cache_slot_in_page(const KvCacheParams& c, int j) {
+  return c.page_shift >= 0 ? j & ((1 << c.page_shift) - 1) : j % c.page_size;
+}
+
 // Paged: the page that holds key j, read from a sequence's block-table row,
 // or -1 when the entry points outside the cache. j < capacity.
 __device__ __forceinline__ int cache_page_in(const KvCacheParams& c, const std::int32_t* pages, int j) {
-  const int page = __ldg(pages + (j >> c.page_shift));
+  const int page = __ldg(pages + cache_page_number(c, j));
   return cache_page_inside(c, page) ? page : -1;
 }
 
@@ -60,7 +69,7 @@ __device__ __forceinline__ int cache_page(const KvCacheParams& c, int b, int j) 
 }
 
 __device__ __forceinline__ int cache_slot(const KvCacheParams& c, int j) {
-  return c.block_table == nullptr ? j : j & ((1 << c.page_shift) - 1);
+  return c.block_table == nullptr ? j : cache_slot_in_page(c, j);
 }
 
 // Element offset of (page, slot, head hk) in a cache tensor with strides st.

@@ -27,7 +27,7 @@
 namespace cuflash::detail {
 
 // What backend cuda adds to validation for a paged varlen call: the page
-// size its page addressing takes (a power of two, as for KV caches).
+// size its page addressing takes (cuda_page_size_supported, as for KV caches).
 Status paged_varlen_supports(const Problem& problem);
 
 // Bytes of workspace the packed K and V take, a multiple of 256. Rows:

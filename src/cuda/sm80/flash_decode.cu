@@ -167,9 +167,9 @@ Status flash_decode_supports(const Problem& problem) {
   if (sm80::kernel_head_dim(problem.head_dim) == 0)
     return Status::unsupported(prefix + "head_dim " + std::to_string(problem.head_dim) +
                                " is not supported for f16/bf16 (supported: " + sm80::head_dim_rule() + ")");
-  if (problem.paged && (problem.page_size & (problem.page_size - 1)) != 0)
-    return Status::unsupported(prefix + "page_size " + std::to_string(problem.page_size) +
-                               " is not a power of two (the kernels find a key's page and slot by shift and mask)");
+  if (problem.paged && !cuda_page_size_supported(problem.page_size))
+    return Status::unsupported(prefix + "page_size " + std::to_string(problem.page_size) + " is not " +
+                               kCudaPageSizeRule + " (a key tile must not straddle two pages; backend cpu takes any)");
   if (problem.paged) {
     // The kernel forms a page's offset as int32 x int32 -> int64 and a slot's in 32 bits.
     const TensorView* caches[] = {&problem.k, &problem.v};
