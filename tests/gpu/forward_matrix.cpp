@@ -319,6 +319,21 @@ std::vector<CaseSpec> tma_cases() {
   add(causal(varlen_case("tma_narrow_d112_varlen_causal", {300, 1, 0, 129}, {500, 5, 0, 2049}, 2, 1, 112)));
   add(varlen_case("tma_narrow_d160_varlen", {300, 1, 129}, {500, 2049, 64}, 2, 2, 160));
   add(causal(dense_case("tma_narrow_d224_q257_k300", 257, 300, 2, 1, 224, 2)));
+  // The narrower instantiations (sm90::tma_columns: 48 columns on the 64
+  // kernel, 80 and 96 on the 128 one), plain and transformed scores, the
+  // persistent walk and the per-item grid, and split-KV partials.
+  s = dense_case("tma_columns80_d72_q700_k2100_alibi", 700, 2100, 4, 2, 72, 2);
+  s.alibi = AlibiKind::per_head;
+  add(s);
+  add(dense_case("tma_columns80_d80_q1100_k1300_gqa", 1100, 1300, 8, 2, 80, 2));
+  add(causal(varlen_case("tma_columns96_d88_varlen_causal", {300, 1, 0, 129}, {500, 5, 0, 2049}, 2, 1, 88)));
+  add(varlen_case("tma_columns96_d96_varlen", {300, 1, 129}, {500, 2049, 64}, 4, 2, 96));
+  add(causal(dense_case("tma_columns48_d48_q300_k2500", 300, 2500, 3, 3, 48, 2)));
+  s = dense_case("tma_columns48_d40_q500_k2048_softcap", 500, 2048, 4, 2, 40, 1);
+  s.options.softcap = 8.0f;
+  add(s);
+  add(dense_case("tma_columns80_splitkv_q1_k4097_d80", 1, 4097, 2, 1, 80, 1));
+  add(dense_case("tma_columns48_splitkv_q2_k4097_d40", 2, 4097, 2, 1, 40, 1));
   return for_gpu_dtypes(cases, kHalfDtypes);
 }
 

@@ -34,7 +34,7 @@ Status launch_flash_fwd(const ForwardParams& p, cudaStream_t stream);
 namespace sm90 {
 template <typename T, int D>
 Status launch_flash_fwd_wgmma(const ForwardParams& p, cudaStream_t stream);
-template <typename T, int D>
+template <typename T, int D, int DC>
 Status launch_flash_fwd_tma(const ForwardParams& p, const TmaForwardLaunch& launch, cudaStream_t stream);
 }  // namespace sm90
 
@@ -152,11 +152,15 @@ template <typename T>
 Status launch_for_dim(const ForwardParams& p, const Problem& problem, ForwardKind kind, cudaStream_t stream) {
   if (kind == ForwardKind::tma) {
     const sm90::TmaForwardLaunch launch{view_rows(problem.q), view_rows(problem.k), persistent_ctas(problem)};
-    switch (sm90::tma_head_dim(problem.head_dim)) {
-      case 64: return sm90::launch_flash_fwd_tma<T, 64>(p, launch, stream);
-      case 128: return sm90::launch_flash_fwd_tma<T, 128>(p, launch, stream);
-      case 192: return sm90::launch_flash_fwd_tma<T, 192>(p, launch, stream);
-      case 256: return sm90::launch_flash_fwd_tma<T, 256>(p, launch, stream);
+    // (kernel head dim, columns computed): sm90::tma_columns.
+    switch (sm90::tma_columns(problem.head_dim)) {
+      case 48: return sm90::launch_flash_fwd_tma<T, 64, 48>(p, launch, stream);
+      case 64: return sm90::launch_flash_fwd_tma<T, 64, 64>(p, launch, stream);
+      case 80: return sm90::launch_flash_fwd_tma<T, 128, 80>(p, launch, stream);
+      case 96: return sm90::launch_flash_fwd_tma<T, 128, 96>(p, launch, stream);
+      case 128: return sm90::launch_flash_fwd_tma<T, 128, 128>(p, launch, stream);
+      case 192: return sm90::launch_flash_fwd_tma<T, 192, 192>(p, launch, stream);
+      case 256: return sm90::launch_flash_fwd_tma<T, 256, 256>(p, launch, stream);
       default: return Status(StatusCode::internal, "backend cuda: no TMA kernel for head_dim " +
                                                        std::to_string(problem.head_dim));
     }

@@ -44,10 +44,16 @@ struct TmaForwardParams {
   int work_items = 0;  // m_blocks x heads x batch x splits
 };
 
-template <typename T, int D_, int BN_, int Consumers_, int Stages_>
+// D: the kernel's head dim (shared-memory tiles, TMA boxes); DC: the columns
+// it computes (flash_fwd_wgmma_tiles.hpp, tma_columns), D or fewer for a
+// narrower caller's head dim: Q K^T over DC / 16 k-steps, P V with N = DC.
+// The columns past the caller's head dim are zeros (TMA's fill), so both
+// only skip work on zeros.
+template <typename T, int D_, int BN_, int Consumers_, int Stages_, int DC_ = D_>
 struct TmaFwdConfig {
   using Element = T;
-  static constexpr int D = D_, BN = BN_, Consumers = Consumers_, Stages = Stages_;
+  static constexpr int D = D_, BN = BN_, Consumers = Consumers_, Stages = Stages_, DC = DC_;
+  static_assert(DC % 16 == 0 && DC <= D, "computed columns: whole k-steps of the kernel's head dim");
   static constexpr int BM = 64 * Consumers;
   static constexpr int kThreads = 128 * (Consumers + 1);
   // Registers per thread after the hand-over: 128 x (producer + consumers)
@@ -56,8 +62,8 @@ struct TmaFwdConfig {
   static constexpr int ConsumerRegs = Consumers == 2 ? 240 : 160;
   static_assert(128 * (ProducerRegs + Consumers * ConsumerRegs) <= 65536);
   static constexpr int NT = BN / 8;   // n8 column blocks of S per warp
-  static constexpr int DT = D / 8;    // n8 column blocks of O per warp
-  static constexpr int KQ = D / 16;   // k-steps of Q K^T
+  static constexpr int DT = DC / 8;   // n8 column blocks of O per warp
+  static constexpr int KQ = DC / 16;  // k-steps of Q K^T
   static constexpr int KP = BN / 16;  // k-steps of P V
   using QTile = Sw128Tile<BM, D>;
   using KVTile = Sw128Tile<BN, D>;
@@ -119,7 +125,7 @@ __device__ __forceinline__ void consume_item(const ForwardParams& p, const Forwa
     if (j > 0) {
 #pragma unroll
       for (int kk = 0; kk < C::KP; ++kk)
-        wgmma_rs<T, C::D, true>(o, pa[kk], desc_advance(v_desc, prev * C::kStageBytes + kk * 16 * 128), true);
+        wgmma_rs<T, C::DC, true>(o, pa[kk], desc_advance(v_desc, prev * C::kStageBytes + kk * 16 * 128), true);
       wgmma_commit();
       named_barrier_arrive(next_turn, 256);
       wgmma_wait<1>();
@@ -149,7 +155,7 @@ __device__ __forceinline__ void consume_item(const ForwardParams& p, const Forwa
   wgmma_fence();
 #pragma unroll
   for (int kk = 0; kk < C::KP; ++kk)
-    wgmma_rs<T, C::D, true>(o, pa[kk], desc_advance(v_desc, last * C::kStageBytes + kk * 16 * 128), true);
+    wgmma_rs<T, C::DC, true>(o, pa[kk], desc_advance(v_desc, last * C::kStageBytes + kk * 16 * 128), true);
   wgmma_commit();
   named_barrier_arrive(next_turn, 256);
   wgmma_wait<0>();
@@ -318,7 +324,7 @@ __global__ void __launch_bounds__(C::kThreads, 1) flash_fwd_tma_kernel(const __g
     float inv_sum[2];
     finish_rows_m16(p, f, row_max, row_sum, mult, f.m0 + warp_row0 + g, t4, inv_sum);
     if (p.num_splits > 1) {
-      write_partial_m16<C::D>(p, f, o, inv_sum, f.m0 + warp_row0 + g, t4);
+      write_partial_m16<C::DC>(p, f, o, inv_sum, f.m0 + warp_row0 + g, t4);
     } else {
       // O goes through this warp's own 16 rows of sQ (every GEMM that read
       // them has completed), swizzled as Q was, so both the fragment writes
@@ -334,7 +340,7 @@ __global__ void __launch_bounds__(C::kThreads, 1) flash_fwd_tma_kernel(const __g
       }
       __syncwarp();
       T* out_base = static_cast<T*>(p.out) + row_offset(p.out_strides, f.b, f.seq.q_start, 0, f.h);
-      constexpr int kChunksPerRow = C::D / 8;
+      constexpr int kChunksPerRow = C::DC / 8;
 #pragma unroll
       for (int idx = lane; idx < 16 * kChunksPerRow; idx += 32) {
         const int r = idx / kChunksPerRow, c = idx % kChunksPerRow;

@@ -42,14 +42,15 @@ Status launch_tma_config(const ForwardParams& p, const TmaForwardLaunch& launch,
   return launch_status("flash_fwd_tma_kernel");
 }
 
-template <typename T, int D>
+// D: the kernel head dim; DC: the columns computed (tma_columns).
+template <typename T, int D, int DC>
 Status launch_flash_fwd_tma(const ForwardParams& p, const TmaForwardLaunch& launch, cudaStream_t stream) {
   constexpr TmaFwdTile tile = tma_fwd_tile(D);
   static_assert(tile.block_n > 0, "no TMA forward for this head dim");
-  using C = TmaFwdConfig<T, D, tile.block_n, tile.consumers, tile.stages>;
+  using C = TmaFwdConfig<T, D, tile.block_n, tile.consumers, tile.stages, DC>;
   // Softcap/ALiBi scores need more registers than three consumer warpgroups
   // have (160 each: 460 bytes of spills at D = 64); they take two.
-  using CT = TmaFwdConfig<T, D, tile.block_n, tile.consumers == 3 ? 2 : tile.consumers, tile.stages>;
+  using CT = TmaFwdConfig<T, D, tile.block_n, tile.consumers == 3 ? 2 : tile.consumers, tile.stages, DC>;
   if (p.softcap > 0.0f || p.alibi_slopes != nullptr) return launch_tma_config<CT, true>(p, launch, stream);
   return launch_tma_config<C, false>(p, launch, stream);
 }

@@ -55,7 +55,7 @@ constexpr TmaFwdTile tma_fwd_tile(int head_dim) {
 // The TMA kernel's head dim for a caller's head dim (a multiple of 8): the
 // smallest one at or above it, 0 when none. TMA zero-fills the box columns
 // past the tensor's head dim, so a narrower head dim costs no load; the
-// wgmma GEMMs still run over the kernel's columns (wgmma's N is the whole
+// wgmma GEMMs run over tma_columns (below) of the kernel's columns (wgmma's N is the whole
 // head dim), which at 80 on the 128 kernel still beats the sm80 kernel at 96
 // on an H100 (docs/perf/head-dims.md).
 // Head dims up to 32 stay on the sm80 kernel, which has a 32.
@@ -64,6 +64,23 @@ constexpr int tma_head_dim(int head_dim) {
   for (int d : sm80::kHeadDims)
     if (d >= head_dim && tma_fwd_tile(d).block_n > 0) return d;
   return 0;
+}
+
+// Narrower instantiations of the TMA kernels (columns computed, below the
+// kernel head dim): Q K^T over fewer k-steps and P V with a narrower N, so
+// that a head dim of 80 does 80/128 of the 128 kernel's GEMM work instead of
+// all of it. Multiples of 16 (whole k-steps); wgmma takes any N that is a
+// multiple of 8 (scripts/gen_wgmma.py writes these N).
+inline constexpr int kTmaNarrowColumns[] = {48, 80, 96};
+
+// The columns the TMA kernel computes for a caller's head dim: the smallest
+// narrower instantiation that holds it, else the kernel head dim.
+constexpr int tma_columns(int head_dim) {
+  const int kernel = tma_head_dim(head_dim);
+  int columns = kernel;
+  for (int c : kTmaNarrowColumns)
+    if (c >= head_dim && c < columns) columns = c;
+  return columns;
 }
 
 }  // namespace cuflash::detail::sm90
