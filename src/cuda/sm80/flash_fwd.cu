@@ -125,9 +125,20 @@ ForwardKernel forward_kernel(const Problem& problem) {
 // when every item costs the same (no causal or sliding-window mask, dense
 // rows); items of unequal cost go to the hardware's block scheduler, which
 // balances them better than a static walk.
+// CUFLASH_TMA_PERSISTENT=1 walks every call's items that way, =0 none (read
+// once; for measuring the rule).
+int persistent_override() {
+  static const int value = [] {
+    const char* v = std::getenv("CUFLASH_TMA_PERSISTENT");
+    return v == nullptr ? -1 : std::string(v) != "0";
+  }();
+  return value;
+}
+
 int persistent_ctas(const Problem& problem) {
   const bool uniform = problem.window_left < 0 && problem.window_right < 0 && problem.layout != Layout::varlen;
-  if (!uniform || sm90::tma_head_dim(problem.head_dim) > 128) return 0;
+  const int forced = persistent_override();
+  if (forced == 0 || (forced < 0 && (!uniform || sm90::tma_head_dim(problem.head_dim) > 128))) return 0;
   return device_info(problem.device.index).sm_count;
 }
 

@@ -68,9 +68,18 @@ struct TmaFwdConfig {
   using QTile = Sw128Tile<BM, D>;
   using KVTile = Sw128Tile<BN, D>;
   static constexpr int kStageBytes = 2 * KVTile::kBytes;  // K, then V
-  static constexpr int kStagesOffset = QTile::kBytes;
+  // Q buffers: with two, the producer loads the next work item's Q while the
+  // consumers still stage this item's O in their own (the epilogue), so a
+  // short item (few key tiles) does not wait for its Q; one where two do not
+  // fit in shared memory (D = 256).
+  static constexpr int smem_bytes_with(int q_buffers) {
+    return q_buffers * QTile::kBytes + Stages * kStageBytes + 8 * (2 * q_buffers + 1 + 4 * Stages) + 1024;
+  }
+  static constexpr int QBuffers = smem_bytes_with(2) <= 227 * 1024 ? 2 : 1;
+  static constexpr int kStagesOffset = QBuffers * QTile::kBytes;
   static constexpr int kBarrierOffset = kStagesOffset + Stages * kStageBytes;
-  static constexpr int kBarriers = 3 + 4 * Stages;  // q_full, q_empty, k/v_full, k/v_empty, v_landed
+  // q_full[QBuffers], q_empty[QBuffers], k/v_full, k/v_empty, v_landed
+  static constexpr int kBarriers = 2 * QBuffers + 1 + 4 * Stages;
   // 1 KiB of slack to align the base to a swizzle atom.
   static constexpr int kSmemBytes = kBarrierOffset + 8 * kBarriers + 1024;
   static_assert(BN % 64 == 0 && BN <= 256, "S is one wgmma of N = BN");
@@ -179,13 +188,16 @@ __global__ void __launch_bounds__(C::kThreads, 1) flash_fwd_tma_kernel(const __g
   // wgmma's and TMA's swizzle is a function of the address: atoms must be
   // 1 KiB aligned.
   unsigned char* smem_base = smem_raw + ((1024 - (smem_address(smem_raw) & 1023)) & 1023);
-  T* sQ = reinterpret_cast<T*>(smem_base);
+  // Q buffer of the n-th work item this CTA takes, and the parity of its
+  // barriers' phase for that item.
+  auto sQ = [&](std::uint32_t n) { return reinterpret_cast<T*>(smem_base + (n % C::QBuffers) * C::QTile::kBytes); };
+  auto q_phase = [](std::uint32_t n) { return (n / C::QBuffers) & 1; };
   unsigned char* stage0 = smem_base + C::kStagesOffset;
   auto sK = [&](int st) { return reinterpret_cast<T*>(stage0 + st * C::kStageBytes); };
   auto sV = [&](int st) { return reinterpret_cast<T*>(stage0 + st * C::kStageBytes + C::KVTile::kBytes); };
   std::uint64_t* q_full = reinterpret_cast<std::uint64_t*>(smem_base + C::kBarrierOffset);
-  std::uint64_t* q_empty = q_full + 1;
-  std::uint64_t* k_full = q_empty + 1;
+  std::uint64_t* q_empty = q_full + C::QBuffers;
+  std::uint64_t* k_full = q_empty + C::QBuffers;
   std::uint64_t* v_full = k_full + C::Stages;
   std::uint64_t* k_empty = v_full + C::Stages;
   std::uint64_t* v_empty = k_empty + C::Stages;
@@ -193,8 +205,11 @@ __global__ void __launch_bounds__(C::kThreads, 1) flash_fwd_tma_kernel(const __g
 
   const int tid = threadIdx.x, wg = tid / 128;
   if (tid == 0) {
-    mbarrier_init(q_full, 1);
-    mbarrier_init(q_empty, 128 * C::Consumers);
+#pragma unroll
+    for (int qb = 0; qb < C::QBuffers; ++qb) {
+      mbarrier_init(&q_full[qb], 1);
+      mbarrier_init(&q_empty[qb], 128 * C::Consumers);
+    }
     mbarrier_init(v_landed, 1);
 #pragma unroll
     for (int st = 0; st < C::Stages; ++st) {
@@ -234,14 +249,15 @@ __global__ void __launch_bounds__(C::kThreads, 1) flash_fwd_tma_kernel(const __g
       const int batch_coord = varlen ? 0 : f.b;
       const int n_tiles = max(f.t_hi - f.t_lo, 0);
       if (leader) {
-        // Q waits until the consumers have finished the previous item's
-        // epilogue (which stages O in sQ).
-        mbarrier_wait(q_empty, (items & 1) ^ 1);
-        mbarrier_arrive_expect_tx(q_full, C::QTile::kBytes);
+        // Q waits until the consumers have finished the epilogue of the
+        // item that last used its buffer (which stages O there).
+        const int qb = items % C::QBuffers;
+        mbarrier_wait(&q_empty[qb], q_phase(items) ^ 1);
+        mbarrier_arrive_expect_tx(&q_full[qb], C::QTile::kBytes);
 #pragma unroll
         for (int c = 0; c < C::QTile::kBlocks; ++c)
-          tma_load_4d(sQ + c * (C::QTile::kBlockBytes / 2), &tp.q, q_full, c * 64, f.seq.q_start + f.m0, f.h,
-                      batch_coord);
+          tma_load_4d(sQ(items) + c * (C::QTile::kBlockBytes / 2), &tp.q, &q_full[qb], c * 64,
+                      f.seq.q_start + f.m0, f.h, batch_coord);
       }
       for (int j = 0; j < n_tiles; ++j, ++kv_count) {
         const int st = kv_count % C::Stages;
@@ -315,8 +331,10 @@ __global__ void __launch_bounds__(C::kThreads, 1) flash_fwd_tma_kernel(const __g
       for (int e = 0; e < 4; ++e) o[dt][e] = 0.0f;
     // Wait for Q even when there is no key tile: the epilogue stages O in
     // sQ, and the TMA write must not land after it.
-    mbarrier_wait(q_full, items & 1);
-    consume_item<C, Transformed>(p, f, n_tiles, kv_count, sQ, stage0, k_full, v_full, k_empty, v_empty, cw, my_turn,
+    const int qb = items % C::QBuffers;
+    T* const q_tile = sQ(items);
+    mbarrier_wait(&q_full[qb], q_phase(items));
+    consume_item<C, Transformed>(p, f, n_tiles, kv_count, q_tile, stage0, k_full, v_full, k_empty, v_empty, cw, my_turn,
                                  next_turn, o, row_max, row_sum, mult);
     kv_count += n_tiles;
 
@@ -335,7 +353,7 @@ __global__ void __launch_bounds__(C::kThreads, 1) flash_fwd_tma_kernel(const __g
         const int r = warp_row0 + g + half * 8;
 #pragma unroll
         for (int dt = 0; dt < C::DT; ++dt)
-          *reinterpret_cast<std::uint32_t*>(sQ + C::QTile::offset(r, dt) + 2 * t4) =
+          *reinterpret_cast<std::uint32_t*>(q_tile + C::QTile::offset(r, dt) + 2 * t4) =
               pack2<T>(o[dt][half * 2] * inv_sum[half], o[dt][half * 2 + 1] * inv_sum[half]);
       }
       __syncwarp();
@@ -347,12 +365,12 @@ __global__ void __launch_bounds__(C::kThreads, 1) flash_fwd_tma_kernel(const __g
         const int i = f.m0 + warp_row0 + r;
         if (i < f.seq.q_len && c * 8 < p.head_dim)  // a narrower head dim: its columns only
           *reinterpret_cast<uint4*>(out_base + static_cast<std::int64_t>(i) * p.out_strides.row + c * 8) =
-              *reinterpret_cast<const uint4*>(sQ + C::QTile::offset(warp_row0 + r, c));
+              *reinterpret_cast<const uint4*>(q_tile + C::QTile::offset(warp_row0 + r, c));
       }
       __syncwarp();
     }
-    // sQ (Q and the staged O) is free for the next item's Q.
-    mbarrier_arrive(q_empty);
+    // This Q buffer (Q and the staged O) is free for a later item's Q.
+    mbarrier_arrive(&q_empty[qb]);
     ++items;
   }
   if (cw == 0) named_barrier_sync(C::kTurnBarrier0, 256);
