@@ -145,8 +145,22 @@ int persistent_ctas(const Problem& problem) {
 // Split-KV when the grid would leave SMs idle: few (batch x head x query
 // block) CTAs over long keys. Each split keeps at least two key tiles.
 // Depends on shapes and the device only, so workspace queries agree.
+// CUFLASH_FORWARD_SPLITS=n > 0 fixes the split count (read once; for
+// measuring the rule; clamped like the rule's to what the keys allow).
+int splits_override() {
+  static const int value = [] {
+    const char* v = std::getenv("CUFLASH_FORWARD_SPLITS");
+    return v == nullptr ? 0 : std::atoi(v);
+  }();
+  return value;
+}
+
 int choose_splits(const Problem& problem, const ForwardKernel& kernel) {
   const sm80::FwdTile tile = kernel.tile;
+  if (splits_override() > 0) {
+    const long long key_tiles = tile.block_n > 0 ? (problem.max_kv_len + tile.block_n - 1) / tile.block_n : 1;
+    return static_cast<int>(std::clamp<long long>(splits_override(), 1, std::clamp<long long>(key_tiles, 1, kMaxSplits)));
+  }
   const DeviceInfo& info = device_info(problem.device.index);
   if (!info.valid || tile.block_m == 0) return 1;
   const long long m_blocks = (problem.max_q_len + tile.block_m - 1) / tile.block_m;
