@@ -346,7 +346,7 @@ std::vector<CaseSpec> split_kv_cases() {
   add(dense_case("splitkv_q1_k4097_d128", 1, 4097, 2, 1, 128, 1));
   add(dense_case("splitkv_q1_k4097_d32", 1, 4097, 2, 1, 32, 1));
   add(dense_case("splitkv_q1_k4097_d192", 1, 4097, 2, 1, 192, 1));
-  add(dense_case("splitkv_q1_k513_h1", 1, 513, 1, 1, 64, 1));  // just past the few-key-tiles threshold
+  add(dense_case("splitkv_q1_k1025_h1", 1, 1025, 1, 1, 64, 1));  // just past the few-key-tiles threshold (16 tiles)
   add(causal(dense_case("splitkv_q16_k5000_causal_b2_h4", 16, 5000, 4, 4, 64)));
   add(causal(dense_case("splitkv_q16_k4097_causal_gqa3_d96", 16, 4097, 6, 2, 96, 1)));
   add(causal(dense_case("splitkv_q65_k4097_causal", 65, 4097, 1, 1, 128, 1)));

@@ -143,8 +143,18 @@ int persistent_ctas(const Problem& problem) {
 }
 
 // Split-KV when the grid would leave SMs idle: few (batch x head x query
-// block) CTAs over long keys. Each split keeps at least two key tiles.
-// Depends on shapes and the device only, so workspace queries agree.
+// block) CTAs over long keys. A split costs a second launch (the combine) and
+// fp32 partials of every query row written and read back, so it pays only
+// when each split keeps a long run of key tiles: measured on the H100
+// (docs/perf/NOTES.md, "Split-KV on small problems"), B=1 x 16 heads at 512
+// and 1k keys ran 18-35 % faster unsplit, with one CTA per SM for at least
+// half of the SMs already. Depends on shapes and the device only, so
+// workspace queries agree.
+constexpr long long kMinKeyTilesPerSplit = 8;
+constexpr long long kMinKeyTilesToSplit = 2 * kMinKeyTilesPerSplit;
+// Key tiles from which a grid that already gives half the SMs a CTA may
+// still split (long keys: the partials are small next to the work).
+constexpr long long kLongKeyTiles = 64;
 // CUFLASH_FORWARD_SPLITS=n > 0 fixes the split count (read once; for
 // measuring the rule; clamped like the rule's to what the keys allow).
 int splits_override() {
@@ -167,9 +177,10 @@ int choose_splits(const Problem& problem, const ForwardKernel& kernel) {
   const long long ctas = m_blocks * problem.heads_q * problem.batch;
   const long long key_tiles = (problem.max_kv_len + tile.block_n - 1) / tile.block_n;
   const long long slots = static_cast<long long>(info.sm_count) * tile.min_blocks;
-  if (ctas * 2 > slots || key_tiles < 4) return 1;
+  if (ctas * 2 > slots || key_tiles < kMinKeyTilesToSplit) return 1;
+  if (ctas * 2 > info.sm_count && key_tiles < kLongKeyTiles) return 1;
   long long splits = (slots + ctas - 1) / ctas;
-  splits = std::min<long long>({splits, key_tiles / 2, kMaxSplits});
+  splits = std::min<long long>({splits, key_tiles / kMinKeyTilesPerSplit, kMaxSplits});
   return static_cast<int>(std::max<long long>(splits, 1));
 }
 
