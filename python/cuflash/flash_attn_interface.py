@@ -176,8 +176,8 @@ def _element_strides(x):
 
 def _batch_idx_as_pages(k_cache, v_cache, block_table, cache_batch_idx):
     """The contiguous caches ``[cache_batch, capacity, Hk, D]`` read through cache_batch_idx, as paged
-    views of the same memory: pages of the largest power-of-two divisor of the capacity (the cuda
-    decode kernel's page sizes are powers of two), sequence b's pages those of cache row
+    views of the same memory: pages of the largest power-of-two divisor of the capacity (a page size
+    every backend takes), sequence b's pages those of cache row
     cache_batch_idx[b]. No copy, so appends land in the caller's cache; a bad index is reported by
     the call's block-table check."""
     if block_table is not None:

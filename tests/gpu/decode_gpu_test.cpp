@@ -30,8 +30,7 @@ namespace {
 std::vector<std::string> cuda_kv_refusal(const CaseSpec& s) {
   if (s.dtype == DType::f32) return {"backend cuda", "f32"};
   if (s.head_dim > 256) return {"backend cuda", "head_dim " + std::to_string(s.head_dim)};
-  if (s.page_size > 0 && (s.page_size & (s.page_size - 1)) != 0 && s.page_size % 64 != 0)
-    return {"backend cuda", "power of two or a multiple of 64"};
+  if (s.page_size > 0 && !cuda_takes_page_size(s.page_size)) return {"backend cuda", kPageSizeRefusal};
   return {};
 }
 

@@ -23,6 +23,13 @@ inline const std::vector<int> kNarrowHeadDims = {8, 24, 40, 72, 80, 104, 112, 13
 // ... and the others, run on copies padded to the next multiple of 8.
 inline const std::vector<int> kPaddedHeadDims = {1, 3, 59, 111, 255};
 
+// Page sizes backend cuda takes (KV caches and paged prefill): powers of two
+// and multiples of 64; refused otherwise, naming kPageSizeRefusal.
+inline bool cuda_takes_page_size(int page_size) {
+  return (page_size & (page_size - 1)) == 0 || page_size % 64 == 0;
+}
+inline const char* const kPageSizeRefusal = "power of two or a multiple of 64";
+
 // for_dtypes, except that for f16/bf16 a row padding becomes the next
 // multiple of 8 elements: the tensor-core kernels need 16-byte rows (the CPU
 // suite's odd paddings stay for f32; misaligned rows are tested on their own

@@ -64,7 +64,6 @@ class DecodeKvLoader {
         k_col += b * p.k_strides.batch;
         v_col += b * p.v_strides.batch;
         its_per_page_ = kRows;
-        slot_mask_ = -1;
       } else {
         const int page_size = cache.page_size;
         pages_ = cache_pages(cache, b);
@@ -72,10 +71,6 @@ class DecodeKvLoader {
         // in one page, at slot n0 mod page_size).
         page_keys_ = page_size < C::BN ? page_size : C::BN;
         its_per_page_ = page_keys_ >= kRowStep ? page_keys_ / kRowStep : 0;
-        // A power of two is a mask; another size (a multiple of the tile,
-        // cuda_page_size_supported) a remainder.
-        slot_mask_ = cache.page_shift >= 0 ? page_size - 1 : -1;
-        slot_modulus_ = cache.page_shift >= 0 ? 0 : page_size;
         // flash_decode_supports keeps paged strides below 2^31 elements.
         k_page_bytes_ = static_cast<std::uint32_t>(p.k_strides.batch) * sizeof(T);
         v_page_bytes_ = static_cast<std::uint32_t>(p.v_strides.batch) * sizeof(T);
@@ -153,8 +148,8 @@ class DecodeKvLoader {
   template <int kIts, bool kPaged>
   __device__ __forceinline__ void issue(T* sK, T* sV, int n0, int page) {
     const Chunk own = chunk(threadIdx.x);
-    // Paged with pages < BN: 0.
-    const std::int64_t slot = slot_modulus_ > 0 ? n0 % slot_modulus_ : n0 & slot_mask_;
+    // The tile's first key's slot (kv_cache.cuh; paged with pages < BN: 0).
+    const std::int64_t slot = cache_slot(p_.cache, n0);
     const char* k_tile = k_col_ + slot * k_slot_bytes_;
     const char* v_tile = v_col_ + slot * v_slot_bytes_;
     const std::int64_t k_step = kRowStep * k_slot_bytes_, v_step = kRowStep * v_slot_bytes_;
@@ -208,8 +203,6 @@ class DecodeKvLoader {
   const std::int32_t* pages_ = nullptr;                // sequence b's block-table row (paged)
   int page_keys_ = C::BN;  // keys of a tile per page
   int its_per_page_ = 0;   // a thread's rows per page in a tile; 0: per-row loads only
-  int slot_mask_ = 0;      // a tile's first slot is n0 & slot_mask_ ...
-  int slot_modulus_ = 0;   // ... or, when this is not 0, n0 % slot_modulus_
   int next_page_ = -1;     // lane l: the next tile's l-th block-table entry
 };
 

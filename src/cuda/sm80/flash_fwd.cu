@@ -167,15 +167,13 @@ int splits_override() {
 
 int choose_splits(const Problem& problem, const ForwardKernel& kernel) {
   const sm80::FwdTile tile = kernel.tile;
-  if (splits_override() > 0) {
-    const long long key_tiles = tile.block_n > 0 ? (problem.max_kv_len + tile.block_n - 1) / tile.block_n : 1;
-    return static_cast<int>(std::clamp<long long>(splits_override(), 1, std::clamp<long long>(key_tiles, 1, kMaxSplits)));
-  }
   const DeviceInfo& info = device_info(problem.device.index);
   if (!info.valid || tile.block_m == 0) return 1;
+  const long long key_tiles = (problem.max_kv_len + tile.block_n - 1) / tile.block_n;
+  if (splits_override() > 0)
+    return static_cast<int>(std::clamp<long long>(splits_override(), 1, std::clamp<long long>(key_tiles, 1, kMaxSplits)));
   const long long m_blocks = (problem.max_q_len + tile.block_m - 1) / tile.block_m;
   const long long ctas = m_blocks * problem.heads_q * problem.batch;
-  const long long key_tiles = (problem.max_kv_len + tile.block_n - 1) / tile.block_n;
   const long long slots = static_cast<long long>(info.sm_count) * tile.min_blocks;
   if (ctas * 2 > slots || key_tiles < kMinKeyTilesToSplit) return 1;
   if (ctas * 2 > info.sm_count && key_tiles < kLongKeyTiles) return 1;
