@@ -3,8 +3,8 @@
 // output poisoned with NaN before the call and copied back whole. The matrix
 // covers feature map x normalize x causal x dense/varlen x f32/f16/bf16 with
 // GQA and Dk != Dv (f16/bf16 with head dims 64/128 run the chunked tensor-core
-// forward and backward: lengths around the 64-row chunk and the 256-row block,
-// 0 and 1); other head dims and unaligned rows take the SIMT path of the same
+// forward and backward: lengths around the 64-row chunk and past the state
+// walk's four stages, 0 and 1); other head dims and unaligned rows take the SIMT path of the same
 // backend, and so do the tensor-core cases under CUFLASH_LINEAR_KERNEL=simt;
 // backend cudnn still refuses by name. Skips without a GPU.
 #include <cuda_runtime_api.h>
@@ -156,7 +156,8 @@ void check_backward(LinearCase& c) {
 // ---- The matrix ---------------------------------------------------------------------------------
 
 
-// Dense lengths: around the 64-row chunk and the 256-row block (several blocks), and 1.
+// Dense lengths: around the 64-row chunk, past the state walk's four stages (600 rows: 10
+// chunks), and 1.
 const std::vector<int> kLengths = {1, 63, 64, 65, 200, 256, 300, 600};
 
 LinearSpec matrix_spec(const LinearMatrixParam& param) {

@@ -1,7 +1,7 @@
 // What the launches of the chunked tensor-core kernels share
 // (linear_chunk_launch.cu: support, workspace and the forward;
-// linear_chunk_backward.cu: the backward): the workspace's layout, the grid
-// of a per-block kernel, and the per-head-dim dispatch of a pass.
+// linear_chunk_backward.cu: the backward): the workspace's layout, the
+// walk's and the pass's grids, and the per-head-dim dispatch of a pass.
 #pragma once
 
 #include <cuda_runtime_api.h>
@@ -21,18 +21,16 @@ inline std::int64_t packed_rows(const LinearProblem& p) {
   return p.varlen ? p.q.shape[0] : static_cast<std::int64_t>(p.batch) * p.max_len;
 }
 
-inline std::int64_t record_floats(const LinearProblem& p) {
-  return static_cast<std::int64_t>(p.key_dim) * p.value_dim + p.key_dim;
+// Slots: first_row(b) / kChunk + b + chunk < packed_rows / kChunk + batch.
+inline std::int64_t chunk_slots(const LinearProblem& p) { return packed_rows(p) / kChunk + p.batch; }
+
+inline std::size_t states_bytes(const LinearProblem& p) {
+  return align256(static_cast<std::size_t>(chunk_slots(p) * p.heads_kv * p.key_dim * p.value_dim) * dtype_size(p.dtype));
 }
 
-// Slots: first_row(b) / kBlockRows + b + block < packed_rows / kBlockRows + batch.
-inline std::size_t records_bytes(const LinearProblem& p) {
-  const std::int64_t slots = packed_rows(p) / kBlockRows + p.batch;
-  return align256(static_cast<std::size_t>(slots * p.heads_kv * record_floats(p)) * sizeof(float));
-}
-
-inline std::size_t totals_bytes(const LinearProblem& p) {
-  return p.causal ? 0 : align256(static_cast<std::size_t>(p.batch) * p.heads_kv * record_floats(p) * sizeof(float));
+inline std::size_t key_sums_bytes(const LinearProblem& p) {
+  if (!p.normalize) return 0;
+  return align256(static_cast<std::size_t>(chunk_slots(p) * p.heads_kv * p.key_dim) * sizeof(float));
 }
 
 inline std::size_t row_stats_bytes(const LinearProblem& p) {
@@ -40,14 +38,14 @@ inline std::size_t row_stats_bytes(const LinearProblem& p) {
   return align256(static_cast<std::size_t>(packed_rows(p)) * p.heads_q * sizeof(RowStats));
 }
 
-// records, totals, row_stats: the backward reuses records and totals for the
-// gradient states once dq (the last reader of the states) is done.
+// states, key_sums, row_stats: the backward reuses states and key_sums for
+// the gradient states once dq (the last reader of the states) is done.
 inline ChunkWorkspace chunk_workspace(const LinearProblem& p, void* workspace) {
   char* bytes = static_cast<char*>(workspace);
   ChunkWorkspace w;
-  w.records = reinterpret_cast<float*>(bytes);
-  w.totals = reinterpret_cast<float*>(bytes + records_bytes(p));
-  w.row_stats = reinterpret_cast<RowStats*>(bytes + records_bytes(p) + totals_bytes(p));
+  w.states = bytes;
+  w.key_sums = reinterpret_cast<float*>(bytes + states_bytes(p));
+  w.row_stats = reinterpret_cast<RowStats*>(bytes + states_bytes(p) + key_sums_bytes(p));
   return w;
 }
 
@@ -57,31 +55,21 @@ Status for_half_dtype(DType dtype, Launch launch) {
   return dtype == DType::f16 ? launch(__half{}) : launch(__nv_bfloat16{});
 }
 
-inline int block_count(const LinearParams& p) { return (p.seq_len + kBlockRows - 1) / kBlockRows; }
+inline int chunk_count(const LinearParams& p) { return (p.seq_len + kChunk - 1) / kChunk; }
 
-// A per-block kernel: grid (blocks x slices, Hk, B), 4 warps. Nothing to do
-// without rows (the scans still run).
-template <typename Kernel>
-Status launch_per_block(Kernel* kernel, int slices, std::size_t smem, const char* name, const LinearParams& p,
-                        const ChunkWorkspace& w, cudaStream_t stream) {
-  if (block_count(p) == 0) return {};
-  CUFLASH_TRY(allow_dynamic_smem(kernel, smem, name));
-  kernel<<<dim3(block_count(p) * slices, p.heads_kv, p.batch), kChunkThreads, smem, stream>>>(p, w);
-  return launch_status(name);
-}
-
-// block_sum (the states: Pass::output; the gradient states: Pass::dv), its
-// Dk picked at run time.
+// The walk of the states (Pass::output) or of the gradient states (Pass::dv):
+// grid (Dk/64 x Dv/64, Hk, B), 4 warps. It runs without rows too (the totals
+// are the starts).
 template <typename T, Pass kPass>
-Status launch_block_sum(const LinearParams& p, const ChunkWorkspace& w, cudaStream_t stream) {
+Status launch_walk(const LinearParams& p, const ChunkWorkspace& w, const WalkEnds& ends, cudaStream_t stream) {
   const char* name =
-      kPass == Pass::output ? "linear_block_sum_kernel(states)" : "linear_block_sum_kernel(gradient states)";
-  const int slices = p.value_dim / kSlice;
-  if (p.key_dim == 64)
-    return launch_per_block(linear_block_sum_kernel<T, 64, kPass>, slices, sizeof(BlockSumSmem<T, 64>), name, p, w,
-                            stream);
-  return launch_per_block(linear_block_sum_kernel<T, 128, kPass>, slices, sizeof(BlockSumSmem<T, 128>), name, p, w,
-                          stream);
+      kPass == Pass::output ? "linear_state_walk_kernel(states)" : "linear_state_walk_kernel(gradient states)";
+  auto* kernel = linear_state_walk_kernel<T, kPass>;
+  constexpr std::size_t smem = sizeof(WalkSmem<T>);
+  CUFLASH_TRY(allow_dynamic_smem(kernel, smem, name));
+  const int tiles = (p.key_dim / kSlice) * (p.value_dim / kSlice);
+  kernel<<<dim3(tiles, p.heads_kv, p.batch), kChunkThreads, smem, stream>>>(p, w, ends);
+  return launch_status(name);
 }
 
 constexpr const char* pass_kernel_name(Pass pass) {
@@ -94,27 +82,39 @@ constexpr const char* pass_kernel_name(Pass pass) {
   }
 }
 
-// A pass, its DR (the width of A and B: Dk or Dv) picked at run time.
-template <typename T, Pass kPass>
-Status launch_pass(const LinearParams& p, const ChunkWorkspace& w, cudaStream_t stream) {
+// A pass: grid (chunks x slices, Hk, B), 4 warps; its DR (the width of A
+// and B: Dk or Dv) picked at run time. Nothing to do without rows.
+template <typename T, int DR, Pass kPass>
+Status launch_pass_of_width(const LinearParams& p, const ChunkWorkspace& w, cudaStream_t stream) {
   constexpr PassRoles kRoles = pass_roles(kPass);
+  if (chunk_count(p) == 0) return {};
+  auto* kernel = linear_chunk_pass_kernel<T, DR, kPass>;
+  // A second set of tiles only when a CTA runs several heads.
+  const bool several_heads = p.group > 1 && (p.causal || !kRoles.key_side);
+  const std::size_t smem = pass_smem_bytes<T, DR>(several_heads);
+  CUFLASH_TRY(allow_dynamic_smem(kernel, pass_smem_bytes<T, DR>(true), pass_kernel_name(kPass)));
   const int slices = operand_width(p, kRoles.vt) / kSlice;
-  if (operand_width(p, kRoles.a) == 64)
-    return launch_per_block(linear_chunk_pass_kernel<T, 64, kPass>, slices, sizeof(PassSmem<T, 64>),
-                            pass_kernel_name(kPass), p, w, stream);
-  return launch_per_block(linear_chunk_pass_kernel<T, 128, kPass>, slices, sizeof(PassSmem<T, 128>),
-                          pass_kernel_name(kPass), p, w, stream);
+  kernel<<<dim3(chunk_count(p) * slices, p.heads_kv, p.batch), kChunkThreads, smem, stream>>>(p, w);
+  return launch_status(pass_kernel_name(kPass));
 }
 
-// Launches 1-2 of the forward, which the backward repeats: the states at the
-// blocks' starts (non-causal: the totals) from the initial state, the total
-// to final_state / final_key_sum where given (linear_chunk_launch.cu, for
-// __half and __nv_bfloat16).
+template <typename T, Pass kPass>
+Status launch_pass(const LinearParams& p, const ChunkWorkspace& w, cudaStream_t stream) {
+  if (operand_width(p, pass_roles(kPass).a) == 64) return launch_pass_of_width<T, 64, kPass>(p, w, stream);
+  return launch_pass_of_width<T, 128, kPass>(p, w, stream);
+}
+
+// The forward's walk, which the backward repeats: the states at the chunks'
+// starts (non-causal: the totals) from the initial state, the total to
+// final_state / final_key_sum where given.
 template <typename T>
-Status launch_states(const LinearProblem& problem, const LinearParams& p, const ChunkWorkspace& w,
-                     cudaStream_t stream);
-// The scan of launch 2 (and of the gradient states): one thread per record element.
-Status launch_state_scan(const LinearProblem& problem, const LinearParams& p, const ChunkWorkspace& w,
-                         const ScanEnds& ends, cudaStream_t stream);
+Status launch_states(const LinearParams& p, const ChunkWorkspace& w, cudaStream_t stream) {
+  WalkEnds ends;
+  ends.start_state = p.initial_state;
+  ends.start_key_sum = p.initial_key_sum;
+  ends.total_state = p.final_state;
+  ends.total_key_sum = p.final_key_sum;
+  return launch_walk<T, Pass::output>(p, w, ends, stream);
+}
 
 }  // namespace cuflash::detail::linear

@@ -2,9 +2,10 @@
 // each tile of a pass, how it is transformed in shared memory, and the
 // per-row statistics of the normalized backward.
 //
-// Every pass (linear_chunk_pass.cuh) computes, per 64-row chunk of a block and
-// per 64-column slice of Vt, with S' [DR x 64] fp32 carried across the chunks:
-//   out = A S' + mask(A Bᵀ) Vt,   then S' += Bᵀ Vt
+// Every pass (linear_chunk_pass.cuh) computes, per 64-row chunk and per
+// 64-column slice of Vt, with S' [DR x 64] the chunk's state (16 bits, from
+// the walk of linear_chunk_state.cuh, which sums S += Bᵀ Vt chunk by chunk):
+//   out = A S' + mask(A Bᵀ) Vt
 // and the roles below make that one form the forward and the three gradients
 // (docs/linear.md, "Backward"; den_t the normalizer, δ_t = dout_t · o_t, so
 // that dnum_t = dout_t / den_t and dden_t = -δ_t / den_t):
@@ -84,14 +85,13 @@ struct ChunkRowStats {
 };
 
 // The RowStats of the chunk's rows [0, count) for query head h (normalize;
-// nothing without): cp.async, committed.
+// nothing without): cp.async, not committed.
 __device__ __forceinline__ void load_row_stats_async(RowStats* raw, const LinearParams& p, const RowStats* stats,
                                                      int b, const SequenceSpan& span, int first, int count, int h) {
   if (!p.normalize) return;
   static_assert(sizeof(RowStats) == 16, "one cp.async per row");
   for (int r = threadIdx.x; r < count; r += kChunkThreads)
     sm80::cp_async_16(raw + r, stats + row_stats_index(p, b, span, first + r, h));
-  sm80::cp_async_commit();
 }
 
 // raw (landed, after a barrier) -> out. No barrier.
@@ -111,7 +111,7 @@ __device__ __forceinline__ void convert_row_stats(ChunkRowStats& out, const Line
 
 // Rows [first, first + count) of `op` for head `head` (a query head or the kv
 // head, as the operand is), columns [col0, col0 + W), into a [64][W] tile;
-// cp.async, committed; rows >= count zero-filled.
+// cp.async, not committed; rows >= count zero-filled.
 template <int W, typename T>
 __device__ __forceinline__ void load_operand_async(T* tile, const LinearParams& p, Operand op, int b,
                                                    const SequenceSpan& span, int first, int count, int head,

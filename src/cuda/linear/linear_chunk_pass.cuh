@@ -1,14 +1,13 @@
-// The per-block pass of the chunked linear-attention kernels: the forward's
+// The per-chunk pass of the chunked linear-attention kernels: the forward's
 // output and the backward's row statistics, dq, dv and dk are one kernel,
 // whose roles (linear_chunk_operands.cuh) say which tensors fill its tiles.
-// grid (blocks x Vt slices, Hk, B), 4 warps. A CTA loads S' (its slice of the
-// state at its block's boundary, from the records that linear_chunk_state.cuh
-// scanned; non-causal the sequence's total) into fp32 registers, keeps a
-// 16-bit copy in shared memory for the tensor cores, and runs the block's
-// chunks (key side: in reverse), per chunk and query head
+// grid (chunks x Vt slices, Hk, B), 4 warps. A CTA loads S' (its slice of
+// the chunk's 16-bit state record, which the walk of linear_chunk_state.cuh
+// wrote; non-causal the sequence's total) into shared memory and, per query
+// head of the kv head's group,
 //     out = A S' + mask(A Bᵀ) Vt
-// then S' += Bᵀ Vt and the copy is refreshed. Non-causal: out = A S' with
-// the total, no intra-chunk part and no update.
+// (non-causal: out = A S', no intra-chunk part). It carries no state, so
+// every CTA is independent of the others.
 //   output:    o = out / den (normalize: den = φq·z + the masked row sum + eps)
 //   row_stats: den and dout · out (the normalized backward's RowStats)
 //   dq:        scale φ'(q) ⊙ (out - δ_t z) / den_t  (the scores minus δ_t)
@@ -17,24 +16,41 @@
 // (z, g: the key sum and its gradient; without normalize den = 1, δ = 0.)
 #pragma once
 
+#include <cstddef>
+
 #include "linear/linear_chunk_state.cuh"
 
 namespace cuflash::detail::linear {
 
 template <typename T, int DR>
+struct PassTiles {
+  alignas(128) T a[kChunk * DR];
+  alignas(128) T b[kChunk * DR];
+  alignas(128) T vt[kChunk * kSlice];
+  RowStats raw_stats[kChunk];
+};
+
+template <typename T, int DR>
 struct PassSmem {
-  // Two sets of tiles: an item's loads land in one while the previous item
-  // computes on the other (linear_chunk_state.cuh, BlockItems).
-  alignas(128) T a[2][kChunk * DR];
-  alignas(128) T b[2][kChunk * DR];
-  alignas(128) T vt[2][kChunk * kSlice];
-  alignas(128) T s[DR * kSlice];  // 16-bit copy of S'
+  // S' as the products read it: a 64-column slice of the record, [DR][64];
+  // or, contracted over Dv (A of dout or v: dq, dk), a 64-row slice, [64][DR],
+  // whose transpose is S'.
+  alignas(128) T s[DR * kSlice];
   // The key sum's part (normalize): output and row_stats z over A's columns
   // (Dk), dq z and dk g over the output's 64 columns.
   float vec[DR];
-  RowStats raw_stats[2][kChunk];
   ChunkRowStats stats;  // of the query head whose dout or φq/den is in a tile
+  // Two sets when a CTA runs several query heads (GQA): head i + 1's loads
+  // land in one while head i computes on the other. With one head only the
+  // first is part of the launch's shared memory (pass_smem_bytes).
+  PassTiles<T, DR> tiles[2];
 };
+
+template <typename T, int DR>
+constexpr std::size_t pass_smem_bytes(bool two_sets) {
+  // tiles is the last member, and PassTiles' size a multiple of its alignment.
+  return sizeof(PassSmem<T, DR>) - (two_sets ? 0 : sizeof(PassTiles<T, DR>));
+}
 
 // The tiles one item computes on, one of each double-buffered set.
 template <typename T>
@@ -60,22 +76,20 @@ constexpr VectorUse vector_use(Pass pass) {
   }
 }
 
-// S' from a record [Dk][Dv]: S'[i][j] = record[i][64 slice + j], or with a
-// contraction over Dv (A of dout or v: dq, dk) S'[j][i] = record[64 slice + i][j].
-template <int DR, bool kOverValues>
-__device__ __forceinline__ void load_state_slice(float (&state)[DR / 64][8][4], const float* record, int value_dim,
-                                                 int slice) {
-  for_each_state_pair<DR>(state, [&](float& lo, float& hi, int row, int col) {
-    col += slice * kSlice;
-    if constexpr (kOverValues) {
-      lo = record[static_cast<std::int64_t>(col) * value_dim + row];
-      hi = record[static_cast<std::int64_t>(col + 1) * value_dim + row];
-    } else {
-      const float2 pair = *reinterpret_cast<const float2*>(record + static_cast<std::int64_t>(row) * value_dim + col);
-      lo = pair.x;
-      hi = pair.y;
-    }
-  });
+// S' of a chunk from its record [Dk][Dv] (cp.async, not committed): rows
+// [0, DR) and columns [64 slice, + 64) into [DR][64], or contracted over Dv
+// rows [64 slice, + 64) and all DR = Dv columns into [64][DR].
+template <int DR, bool kOverValues, typename T>
+__device__ __forceinline__ void load_chunk_state_async(T* s_tile, const T* record, int value_dim, int slice) {
+  if constexpr (kOverValues) {
+    load_tile_async<DR>(s_tile, record + static_cast<std::int64_t>(slice) * kSlice * value_dim, value_dim, kChunk);
+  } else {
+#pragma unroll
+    for (int half = 0; half < DR / kChunk; ++half)
+      load_tile_async<kSlice>(s_tile + half * kChunk * kSlice,
+                              record + static_cast<std::int64_t>(half) * kChunk * value_dim + slice * kSlice,
+                              value_dim, kChunk);
+  }
 }
 
 // den_t of the warp's rows (half 0: lane/4, half 1: lane/4 + 8) =
@@ -137,11 +151,15 @@ __device__ __forceinline__ void accumulate_chunk_pairs(float (&out)[8][4], float
   });
 }
 
-// out += A S' (the 16-bit copy) for the warp's 16 rows.
-template <int DR, typename T>
+// out += A S' for the warp's 16 rows (s_tile as load_chunk_state_async laid it out).
+template <int DR, bool kOverValues, typename T>
 __device__ __forceinline__ void accumulate_state_product(float (&out)[8][4], const T* a_tile, const T* s_tile) {
-  accumulate_out<DR / 16>(out, s_tile, 0, DR / 16,
-                          [&](int kt, std::uint32_t(&a)[4]) { load_row_fragment<DR>(a, a_tile, kt); });
+  if constexpr (kOverValues) {
+    accumulate_row_products<DR>(out, a_tile, s_tile, 0, kChunk / 16);
+  } else {
+    accumulate_out<DR / 16>(out, s_tile, 0, DR / 16,
+                            [&](int kt, std::uint32_t(&a)[4]) { load_row_fragment<DR>(a, a_tile, kt); });
+  }
 }
 
 // row_stats' results for the warp's rows of the chunk: den_t (slice 0) and
@@ -230,13 +248,12 @@ __device__ __forceinline__ void store_pass_rows(const LinearParams& p, const Chu
   }
 }
 
-// At least one CTA per SM, said outright: without it ptxas for sm_90a caps
-// the dq pass at 168 registers (three CTAs per SM) and spills.
 template <typename T, int DR, Pass kPass>
-__global__ void __launch_bounds__(kChunkThreads, 1) linear_chunk_pass_kernel(LinearParams p, ChunkWorkspace w) {
+__global__ void __launch_bounds__(kChunkThreads) linear_chunk_pass_kernel(LinearParams p, ChunkWorkspace w) {
   constexpr PassRoles kRoles = pass_roles(kPass);
   constexpr VectorUse kVector = vector_use(kPass);
   constexpr bool kKeySide = kRoles.key_side;
+  constexpr bool kOverValues = !of_key_dim(kRoles.a);
   // B and Vt of the query side are k and v (no statistics); the key side's
   // and dq's tiles meet dout.
   constexpr bool kWithStats = kKeySide || kPass == Pass::dq;
@@ -244,79 +261,76 @@ __global__ void __launch_bounds__(kChunkThreads, 1) linear_chunk_pass_kernel(Lin
   auto& smem = *reinterpret_cast<PassSmem<T, DR>*>(smem_bytes);
   const int slices = operand_width(p, kRoles.vt) / kSlice;
   ChunkPlace at;
-  const int block = blockIdx.x / slices;
+  const int chunk = blockIdx.x / slices;
   at.slice = blockIdx.x % slices;
   at.hk = blockIdx.y;
   at.b = blockIdx.z;
   at.span = sequence_span(p, at.b);
-  if (block * kBlockRows >= at.span.length) return;
+  at.first = chunk * kChunk;
+  if (at.first >= at.span.length) return;
+  at.count = min(kChunk, at.span.length - at.first);
 
-  const float* record = block_record(p, w, at.b, at.span, block, at.hk);
-  float state[DR / 64][8][4];
-  load_state_slice<DR, !of_key_dim(kRoles.a)>(state, record, p.value_dim, at.slice);
-  store_state_copy<DR>(state, smem.s);
-  const float* key_sum = record + static_cast<std::int64_t>(p.key_dim) * p.value_dim;
+  const std::int64_t slot = chunk_slot(p, at.b, at.span, p.causal ? chunk : 0);
+  load_chunk_state_async<DR, kOverValues>(smem.s, state_record<T>(p, w, slot, at.hk), p.value_dim, at.slice);
   if constexpr (kVector == VectorUse::normalizer) {
     if (p.normalize)
-      for (int i = threadIdx.x; i < DR; i += kChunkThreads) smem.vec[i] = key_sum[i];
+      for (int i = threadIdx.x; i < DR; i += kChunkThreads) smem.vec[i] = key_sum_record(p, w, slot, at.hk)[i];
   } else if constexpr (kVector == VectorUse::rank_one) {
-    if (p.normalize && threadIdx.x < kSlice) smem.vec[threadIdx.x] = key_sum[at.slice * kSlice + threadIdx.x];
+    if (p.normalize && threadIdx.x < kSlice)
+      smem.vec[threadIdx.x] = key_sum_record(p, w, slot, at.hk)[at.slice * kSlice + threadIdx.x];
   }
   // (The loop's first barrier orders these stores before their readers.)
 
   // Per-head tiles: A of the query side, B and Vt (and the statistics) of the
-  // key side. A step's tiles: B and Vt of the query side, A of the key side.
-  // Non-causal a pass needs only A (out = A S'): the key side one item per chunk.
+  // key side; the others are the kv head's, loaded with head 0. Non-causal a
+  // pass needs only A (out = A S'): the key side one item.
   const bool per_head_tiles = !kKeySide || p.causal;
-  const bool step_tiles = kKeySide || p.causal;
-  const BlockItems items(block, at.span, per_head_tiles ? p.group : 1, kKeySide);
-  auto tiles_of = [&](int item) {
-    const int head_set = item % 2, step_set = items.step(item) % 2;
-    return kKeySide ? ItemTiles<T>{smem.a[step_set], smem.b[head_set], smem.vt[head_set]}
-                    : ItemTiles<T>{smem.a[head_set], smem.b[step_set], smem.vt[step_set]};
+  const bool kv_tiles = kKeySide || p.causal;
+  const int heads = per_head_tiles ? p.group : 1;
+  auto tiles_of = [&](int g) {
+    PassTiles<T, DR>& own = smem.tiles[g % 2];
+    PassTiles<T, DR>& shared = smem.tiles[0];
+    return kKeySide ? ItemTiles<T>{shared.a, own.b, own.vt} : ItemTiles<T>{own.a, shared.b, shared.vt};
   };
-  auto issue = [&](int item) {
-    const ItemTiles<T> tiles = tiles_of(item);
-    const int first = items.first_row(item), count = min(kChunk, at.span.length - first);
-    const int h = at.hk * p.group + items.head(item);
+  auto issue = [&](int g) {
+    const ItemTiles<T> tiles = tiles_of(g);
+    const int h = at.hk * p.group + g;
     const int col0 = at.slice * kSlice;
-    if (items.head(item) == 0 && step_tiles) {
+    if (g == 0 && kv_tiles) {
       if (kKeySide) {
-        load_operand_async<DR>(tiles.a, p, kRoles.a, at.b, at.span, first, count, at.hk, 0);
+        load_operand_async<DR>(tiles.a, p, kRoles.a, at.b, at.span, at.first, at.count, at.hk, 0);
       } else {
-        load_operand_async<DR>(tiles.b, p, kRoles.b, at.b, at.span, first, count, at.hk, 0);
-        load_operand_async<kSlice>(tiles.vt, p, kRoles.vt, at.b, at.span, first, count, at.hk, col0);
+        load_operand_async<DR>(tiles.b, p, kRoles.b, at.b, at.span, at.first, at.count, at.hk, 0);
+        load_operand_async<kSlice>(tiles.vt, p, kRoles.vt, at.b, at.span, at.first, at.count, at.hk, col0);
       }
     }
-    if (!per_head_tiles) return;
-    if (kKeySide) {
-      load_operand_async<DR>(tiles.b, p, kRoles.b, at.b, at.span, first, count, h, 0);
-      load_operand_async<kSlice>(tiles.vt, p, kRoles.vt, at.b, at.span, first, count, h, col0);
-    } else {
-      load_operand_async<DR>(tiles.a, p, kRoles.a, at.b, at.span, first, count, h, 0);
+    if (per_head_tiles) {
+      if (kKeySide) {
+        load_operand_async<DR>(tiles.b, p, kRoles.b, at.b, at.span, at.first, at.count, h, 0);
+        load_operand_async<kSlice>(tiles.vt, p, kRoles.vt, at.b, at.span, at.first, at.count, h, col0);
+      } else {
+        load_operand_async<DR>(tiles.a, p, kRoles.a, at.b, at.span, at.first, at.count, h, 0);
+      }
+      if (kWithStats)
+        load_row_stats_async(smem.tiles[g % 2].raw_stats, p, w.row_stats, at.b, at.span, at.first, at.count, h);
     }
-    if (kWithStats) load_row_stats_async(smem.raw_stats[item % 2], p, w.row_stats, at.b, at.span, first, count, h);
+    sm80::cp_async_commit();
   };
 
-  float out[8][4];      // key side: summed over the step's heads
+  float out[8][4];  // key side: summed over the group's heads
   float row_sum[2];
-  float vec_add = 0.0f;  // the step's share of the key sum (column threadIdx.x), joined at its end
-  issue(0);
-  for (int item = 0; item < items.count(); ++item) {
-    const ItemTiles<T> tiles = tiles_of(item);
-    const int g = items.head(item);
-    const bool step_begins = g == 0, step_ends = g == items.heads - 1;
+  issue(0);  // with S' in the same group
+  for (int g = 0; g < heads; ++g) {
+    const ItemTiles<T> tiles = tiles_of(g);
     const int h = at.hk * p.group + g;
-    at.first = items.first_row(item);
-    at.count = min(kChunk, at.span.length - at.first);
     sm80::cp_async_wait<0>();
-    __syncthreads();  // the item's tiles landed; the previous item's readers are done with the other set
-    if (item + 1 < items.count()) issue(item + 1);
+    __syncthreads();  // the head's tiles landed; the previous head's readers are done with the other set
+    if (g + 1 < heads) issue(g + 1);
     if (kWithStats && per_head_tiles) {
-      convert_row_stats(smem.stats, p, smem.raw_stats[item % 2], at.count);
+      convert_row_stats(smem.stats, p, smem.tiles[g % 2].raw_stats, at.count);
       __syncthreads();
     }
-    if (step_begins && step_tiles) {
+    if (g == 0 && kv_tiles) {
       if (kKeySide) {
         transform_operand<DR>(tiles.a, p, kRoles.a, at.count, smem.stats);
       } else {
@@ -333,7 +347,7 @@ __global__ void __launch_bounds__(kChunkThreads, 1) linear_chunk_pass_kernel(Lin
       }
     }
     __syncthreads();
-    if (!kKeySide || step_begins) {
+    if (!kKeySide || g == 0) {
 #pragma unroll
       for (int nt = 0; nt < 8; ++nt)
 #pragma unroll
@@ -341,39 +355,9 @@ __global__ void __launch_bounds__(kChunkThreads, 1) linear_chunk_pass_kernel(Lin
       row_sum[0] = row_sum[1] = 0.0f;
     }
     if (p.causal) accumulate_chunk_pairs<T, DR, kPass>(out, row_sum, tiles, smem.stats);
-    if constexpr (kKeySide) {
-      if (p.causal) {
-        // The fp32 S' takes this head's rows now; the copy (the rows after
-        // the chunk) is refreshed at the step's end.
-        accumulate_state<DR>(state, tiles.b, tiles.vt);
-        if constexpr (kVector == VectorUse::rank_one)
-          if (p.normalize && threadIdx.x < kSlice)
-            vec_add += column_sum<kSlice>(tiles.vt, threadIdx.x, at.count,
-                                          [&](int r) { return smem.stats.minus_delta[r]; });
-      }
-      if (!step_ends) continue;
-      accumulate_state_product<DR>(out, tiles.a, smem.s);
-      store_pass_rows<T, DR, kPass>(p, w, at, at.hk, out, row_sum, tiles.a, smem);
-    } else {
-      accumulate_state_product<DR>(out, tiles.a, smem.s);
-      store_pass_rows<T, DR, kPass>(p, w, at, h, out, row_sum, tiles.a, smem);
-      if (!step_ends || !p.causal) continue;
-      // The chunk joins the state: S' += Bᵀ Vt (fp32) and the key sum.
-      accumulate_state<DR>(state, tiles.b, tiles.vt);
-      if constexpr (kVector == VectorUse::normalizer) {
-        if (p.normalize && threadIdx.x < DR)
-          vec_add = column_sum<DR>(tiles.b, threadIdx.x, at.count, [](int) { return 1.0f; });
-      } else if constexpr (kVector == VectorUse::rank_one) {
-        if (p.normalize && threadIdx.x < kSlice)
-          vec_add = column_sum<kSlice>(tiles.vt, threadIdx.x, at.count, [](int) { return 1.0f; });
-      }
-    }
-    if (!p.causal) continue;
-    __syncthreads();  // every warp is done reading s and vec
-    store_state_copy<DR>(state, smem.s);
-    constexpr int kVectorWidth = kVector == VectorUse::normalizer ? DR : kSlice;
-    if (kVector != VectorUse::none && p.normalize && threadIdx.x < kVectorWidth) smem.vec[threadIdx.x] += vec_add;
-    vec_add = 0.0f;
+    if (kKeySide && g + 1 < heads) continue;
+    accumulate_state_product<DR, kOverValues>(out, tiles.a, smem.s);
+    store_pass_rows<T, DR, kPass>(p, w, at, kKeySide ? at.hk : h, out, row_sum, tiles.a, smem);
   }
 }
 

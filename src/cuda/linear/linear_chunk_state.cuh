@@ -1,39 +1,43 @@
-// The states at block boundaries of the chunked linear-attention kernels, in
-// two launches that every pass of linear_chunk_pass.cuh starts from:
-//  1. block_sum:  grid (blocks x Dv slices, Hk, B). Each CTA sums one block's
-//     (kBlockRows rows, 4 chunks) Bᵀ Vt [Dk x 64] of a pass's roles into its
-//     fp32 record, and in slice 0 (normalize) the weighted column sums of B:
-//       Pass::output, the states:          φKᵀ V              and Σ φk
-//       Pass::dv, the gradient states:     Σ_h (φQ_h/den)ᵀ dO_h and Σ_h Σ_t -δ_t φq_t/den_t
-//     (= Σ φq dnumᵀ and Σ dden φq). All blocks of all heads in parallel.
-//  2. state_scan: grid (record elements / 256, Hk, B). Per element, a
-//     sequential exclusive scan over the sequence's blocks in place, from a
-//     start (initial state, or the final state's gradient) forward or in
-//     reverse: a record becomes the state at its block's start (the gradient
-//     of the state at its block's end); the total goes to the call's output
-//     (final state, or dinitial_state) and, non-causal, to the totals record.
-// A block's record lives at slot(b, block) = first_row(b) / kBlockRows + b + block
-// (an upper bound of the blocks before it), so no table of offsets is needed.
+// The states of the chunked linear-attention kernels: one walk per
+// (sequence, kv head, 64 x 64 tile of the state) over the sequence's 64-row
+// chunks, in order (the states) or in reverse (the gradient states), with
+// the tile in fp32 registers. At each chunk it stores the running sum in the
+// input's 16-bit type as the chunk's record (what the pass's tensor cores
+// read, linear_chunk_pass.cuh), then adds the chunk's Bᵀ Vt of a pass's roles:
+//   Pass::output, the states:          S += φK[:, i]ᵀ V[:, j]               and z += Σ_t φk_t
+//   Pass::dv, the gradient states:     G += Σ_h (φQ_h/den)[:, i]ᵀ dO_h[:, j]  and g += Σ_h Σ_t -δ_t φq_t/den_t
+// (= Σ φq dnumᵀ and Σ dden φq), from a start (the initial state, or the final
+// state's gradient). The total goes to the call's output (final_state, or
+// dinitial_state) and, non-causal, to the record of chunk 0, the only one the
+// pass reads then. grid (Dk/64 x Dv/64, Hk, B), 4 warps.
+//
+// Why a walk and not per-block sums and a scan: the pass then keeps no state
+// (every (chunk, slice, head) CTA is independent), and the walk's records are
+// written once, in 16 bits. The walk is a chain, so its speed is its latency
+// per chunk: the loads of the next kWalkStages - 1 items fly while one computes.
+// A chunk's record lives at chunk_slot(b, chunk) = first_row(b) / 64 + b + chunk
+// (an upper bound of the chunks before it), so varlen needs no offset table.
 #pragma once
 
 #include "linear/linear_chunk_operands.cuh"
 
 namespace cuflash::detail::linear {
 
-__device__ __forceinline__ std::int64_t block_slot(const LinearParams& p, int b, const SequenceSpan& span, int block) {
+constexpr int kWalkStages = 4;
+
+__device__ __forceinline__ std::int64_t chunk_slot(const LinearParams& p, int b, const SequenceSpan& span, int chunk) {
   const std::int64_t first = p.cu_seqlens ? span.first : static_cast<std::int64_t>(b) * p.seq_len;
-  return first / kBlockRows + b + block;
+  return first / kChunk + b + chunk;
 }
 
-__device__ __forceinline__ std::int64_t record_floats(const LinearParams& p) {
-  return static_cast<std::int64_t>(p.key_dim) * p.value_dim + p.key_dim;
+// The 16-bit state record [Dk][Dv] and the fp32 key sum [Dk] of (slot, hk).
+template <typename T>
+__device__ __forceinline__ T* state_record(const LinearParams& p, const ChunkWorkspace& w, std::int64_t slot, int hk) {
+  return static_cast<T*>(w.states) + (slot * p.heads_kv + hk) * p.key_dim * p.value_dim;
 }
-
-// The record of (b, block, hk), or with !causal the totals record of (b, hk).
-__device__ __forceinline__ float* block_record(const LinearParams& p, const ChunkWorkspace& w, int b,
-                                               const SequenceSpan& span, int block, int hk) {
-  if (!p.causal) return w.totals + (static_cast<std::int64_t>(b) * p.heads_kv + hk) * record_floats(p);
-  return w.records + (block_slot(p, b, span, block) * p.heads_kv + hk) * record_floats(p);
+__device__ __forceinline__ float* key_sum_record(const LinearParams& p, const ChunkWorkspace& w, std::int64_t slot,
+                                                 int hk) {
+  return w.key_sums + (slot * p.heads_kv + hk) * p.key_dim;
 }
 
 // Σ_r weight(r) tile[r][col] over the chunk's rows [0, count).
@@ -44,98 +48,134 @@ __device__ __forceinline__ float column_sum(const T* tile, int col, int count, W
   return sum;
 }
 
-// The (chunk, head) items of a block in the order a kernel runs them: chunk
-// steps in order (reverse: from the block's last chunk), `heads` items per
-// step. Item i's tiles load into buffer set i % 2 while item i - 1 computes
-// on the other (a step's tiles into set step % 2).
-struct BlockItems {
-  int block_first;
-  int chunks;  // chunks of the block that hold rows of the sequence
+// The (chunk, head) items of a walk in the order it runs them: chunk steps
+// in order (reverse: from the last chunk), `heads` items per step (the key
+// side's B and Vt are per query head: the group's rows all join the sum).
+struct ChunkItems {
+  int chunks;
   int heads;
   bool reverse;
 
-  __device__ __forceinline__ BlockItems(int block, const SequenceSpan& span, int heads_per_step, bool in_reverse)
-      : block_first(block * kBlockRows),
-        chunks(min(kBlockChunks, (span.length - block * kBlockRows + kChunk - 1) / kChunk)),
-        heads(heads_per_step),
-        reverse(in_reverse) {}
+  __device__ __forceinline__ ChunkItems(const SequenceSpan& span, int heads_per_step, bool in_reverse)
+      : chunks((span.length + kChunk - 1) / kChunk), heads(heads_per_step), reverse(in_reverse) {}
   __device__ __forceinline__ int count() const { return chunks * heads; }
-  __device__ __forceinline__ int step(int item) const { return item / heads; }
   __device__ __forceinline__ int head(int item) const { return item % heads; }
-  // First row of the item's chunk in the sequence.
-  __device__ __forceinline__ int first_row(int item) const {
-    return block_first + (reverse ? chunks - 1 - step(item) : step(item)) * kChunk;
+  __device__ __forceinline__ int chunk(int item) const {
+    const int step = item / heads;
+    return reverse ? chunks - 1 - step : step;
   }
 };
 
-template <typename T, int DK>
-struct BlockSumSmem {
-  alignas(128) T b[2][kChunk * DK];
-  alignas(128) T vt[2][kChunk * kSlice];
-  RowStats raw_stats[2][kChunk];
-  ChunkRowStats stats;
+template <typename T>
+struct WalkStage {
+  alignas(128) T b[kChunk * kSlice];
+  alignas(128) T vt[kChunk * kSlice];
+  RowStats raw_stats[kChunk];
 };
 
-// kPass: Pass::output (the states) or Pass::dv (the gradient states); its
-// roles' B and Vt are summed, B of Dk columns and Vt a 64-column slice of Dv.
-// An item's loads fly while the previous item computes.
-template <typename T, int DK, Pass kPass>
-__global__ void __launch_bounds__(kChunkThreads) linear_block_sum_kernel(LinearParams p, ChunkWorkspace w) {
-  constexpr PassRoles kRoles = pass_roles(kPass);
-  static_assert(of_key_dim(kRoles.b) && !of_key_dim(kRoles.vt), "a record is [Dk][Dv]");
-  extern __shared__ __align__(128) unsigned char smem_bytes[];
-  auto& smem = *reinterpret_cast<BlockSumSmem<T, DK>*>(smem_bytes);
-  const int slices = p.value_dim / kSlice;
-  const int block = blockIdx.x / slices, slice = blockIdx.x % slices;
-  const int hk = blockIdx.y, b = blockIdx.z;
-  const SequenceSpan span = sequence_span(p, b);
-  if (block * kBlockRows >= span.length) return;
-  // The key side's B and Vt are per query head: its group's rows all join the sum.
-  const BlockItems items(block, span, kRoles.key_side ? p.group : 1, false);
-  auto head_of = [&](int item) { return kRoles.key_side ? hk * p.group + items.head(item) : hk; };
-  auto issue = [&](int item) {
-    const int first = items.first_row(item), count = min(kChunk, span.length - first), buffer = item % 2;
-    load_operand_async<DK>(smem.b[buffer], p, kRoles.b, b, span, first, count, head_of(item), 0);
-    load_operand_async<kSlice>(smem.vt[buffer], p, kRoles.vt, b, span, first, count, head_of(item), slice * kSlice);
-    if (kRoles.key_side)
-      load_row_stats_async(smem.raw_stats[buffer], p, w.row_stats, b, span, first, count, head_of(item));
-  };
+template <typename T>
+struct WalkSmem {
+  WalkStage<T> stages[kWalkStages];
+  alignas(128) T staging[kSlice * kSlice];  // a record's tile on its way out, 16-bit
+  ChunkRowStats stats;                      // of the item's query head (key side)
+};
 
-  float acc[DK / 64][8][4] = {};
-  const bool sums_column = p.normalize && slice == 0 && threadIdx.x < DK;
-  float column_part = 0.0f;  // column threadIdx.x of the weighted column sums of B
-  issue(0);
-  for (int item = 0; item < items.count(); ++item) {
-    const int count = min(kChunk, span.length - items.first_row(item)), buffer = item % 2;
-    sm80::cp_async_wait<0>();
-    __syncthreads();  // the item's tiles landed; the previous item's readers are done with the other set
-    if (item + 1 < items.count()) issue(item + 1);
-    if (kRoles.key_side) {
-      convert_row_stats(smem.stats, p, smem.raw_stats[buffer], count);
-      __syncthreads();
-    }
-    transform_operand<DK>(smem.b[buffer], p, kRoles.b, count, smem.stats);
-    transform_operand<kSlice>(smem.vt[buffer], p, kRoles.vt, count, smem.stats);
-    __syncthreads();
-    if (sums_column)
-      column_part += column_sum<DK>(smem.b[buffer], threadIdx.x, count, [&](int r) {
-        return kRoles.key_side ? smem.stats.minus_delta[r] : 1.0f;
-      });
-    accumulate_state<DK>(acc, smem.b[buffer], smem.vt[buffer]);
+// tile (16-bit, [64][64] swizzled) -> rows [0, 64) of `record` (row stride
+// row_stride), 16 bytes per store. After a barrier; no barrier.
+template <typename T>
+__device__ __forceinline__ void store_record_tile(T* record, std::int64_t row_stride, const T* tile) {
+  constexpr int kChunksPerRow = kSlice / 8;
+  for (int c = threadIdx.x; c < kSlice * kChunksPerRow; c += kChunkThreads) {
+    const int row = c / kChunksPerRow, chunk = c % kChunksPerRow;
+    *reinterpret_cast<uint4*>(record + row * row_stride + chunk * 8) =
+        *reinterpret_cast<const uint4*>(tile + SwizzledRows<kSlice>::offset(row, chunk));
   }
-  float* record = w.records + (block_slot(p, b, span, block) * p.heads_kv + hk) * record_floats(p);
-  for_each_state_pair<DK>(acc, [&](float lo, float hi, int row, int col) {
-    *reinterpret_cast<float2*>(record + static_cast<std::int64_t>(row) * p.value_dim + slice * kSlice + col) =
-        make_float2(lo, hi);
-  });
-  if (sums_column) record[static_cast<std::int64_t>(DK) * p.value_dim + threadIdx.x] = column_part;
 }
 
-constexpr int kScanThreads = 256;
+// kPass: Pass::output (the states) or Pass::dv (the gradient states); its
+// roles' B (a 64-column slice of Dk) and Vt (of Dv) are summed.
+template <typename T, Pass kPass>
+__global__ void __launch_bounds__(kChunkThreads) linear_state_walk_kernel(LinearParams p, ChunkWorkspace w,
+                                                                          WalkEnds ends) {
+  constexpr PassRoles kRoles = pass_roles(kPass);
+  static_assert(of_key_dim(kRoles.b) && !of_key_dim(kRoles.vt), "a state is [Dk][Dv]");
+  extern __shared__ __align__(128) unsigned char smem_bytes[];
+  auto& smem = *reinterpret_cast<WalkSmem<T>*>(smem_bytes);
+  const int column_tiles = p.value_dim / kSlice;
+  const int row0 = blockIdx.x / column_tiles * kSlice, col0 = blockIdx.x % column_tiles * kSlice;
+  const int hk = blockIdx.y, b = blockIdx.z;
+  const SequenceSpan span = sequence_span(p, b);
+  const ChunkItems items(span, kRoles.key_side ? p.group : 1, ends.reverse);
+  auto head_of = [&](int item) { return kRoles.key_side ? hk * p.group + items.head(item) : hk; };
+  auto issue = [&](int item) {
+    if (item < items.count()) {
+      const int first = items.chunk(item) * kChunk, count = min(kChunk, span.length - first);
+      WalkStage<T>& stage = smem.stages[item % kWalkStages];
+      load_operand_async<kSlice>(stage.b, p, kRoles.b, b, span, first, count, head_of(item), row0);
+      load_operand_async<kSlice>(stage.vt, p, kRoles.vt, b, span, first, count, head_of(item), col0);
+      if (kRoles.key_side) load_row_stats_async(stage.raw_stats, p, w.row_stats, b, span, first, count, head_of(item));
+    }
+    sm80::cp_async_commit();  // past the end an empty group: the count of groups in flight stays right
+  };
 
-// One thread per record element (state, then key sum, which only normalize reads);
-// defined in linear_chunk_launch.cu, the one file that launches it (a non-template
-// kernel defined here would be defined again in every file that includes this).
-__global__ void linear_state_scan_kernel(LinearParams p, ChunkWorkspace w, ScanEnds ends);
+  float state[1][8][4];
+  for_each_state_pair<kSlice>(state, [&](float& lo, float& hi, int row, int col) {
+    const float* start = ends.start_state.data ? ends.start_state.at(b, hk, row0 + row) + col0 + col : nullptr;
+    lo = start ? start[0] : 0.0f;
+    hi = start ? start[1] : 0.0f;
+  });
+  // Column row0 + threadIdx.x of the key sum, kept by the CTAs of the first column tile.
+  const bool sums_keys = p.normalize && col0 == 0 && threadIdx.x < kSlice;
+  float key_sum = 0.0f;
+  if (sums_keys && ends.start_key_sum.data) key_sum = ends.start_key_sum.at(b, hk, 0)[row0 + threadIdx.x];
+
+  for (int s = 0; s + 1 < kWalkStages; ++s) issue(s);
+  for (int item = 0; item < items.count(); ++item) {
+    WalkStage<T>& stage = smem.stages[item % kWalkStages];
+    const int chunk = items.chunk(item), count = min(kChunk, span.length - chunk * kChunk);
+    sm80::cp_async_wait<kWalkStages - 2>();
+    // The item's tiles landed; every thread is done with the stage the issue
+    // below overwrites, with the staging tile and with the statistics.
+    __syncthreads();
+    issue(item + kWalkStages - 1);
+    if (kRoles.key_side) {
+      convert_row_stats(smem.stats, p, stage.raw_stats, count);
+      __syncthreads();
+    }
+    // A step's record: the sum before its rows.
+    const bool stores_record = p.causal && items.head(item) == 0;
+    if (stores_record) store_state_copy<kSlice>(state, smem.staging);
+    transform_operand<kSlice>(stage.b, p, kRoles.b, count, smem.stats);
+    transform_operand<kSlice>(stage.vt, p, kRoles.vt, count, smem.stats);
+    __syncthreads();
+    if (stores_record) {
+      const std::int64_t slot = chunk_slot(p, b, span, chunk);
+      store_record_tile(state_record<T>(p, w, slot, hk) + static_cast<std::int64_t>(row0) * p.value_dim + col0,
+                        p.value_dim, smem.staging);
+      if (sums_keys) key_sum_record(p, w, slot, hk)[row0 + threadIdx.x] = key_sum;
+    }
+    if (sums_keys)
+      key_sum += column_sum<kSlice>(stage.b, threadIdx.x, count,
+                                    [&](int r) { return kRoles.key_side ? smem.stats.minus_delta[r] : 1.0f; });
+    accumulate_state<kSlice>(state, stage.b, stage.vt);
+  }
+
+  if (ends.total_state.data)
+    for_each_state_pair<kSlice>(state, [&](float lo, float hi, int row, int col) {
+      float* total = ends.total_state.at(b, hk, row0 + row) + col0 + col;  // any strides: no float2
+      total[0] = lo;
+      total[1] = hi;
+    });
+  if (sums_keys && ends.total_key_sum.data) ends.total_key_sum.at(b, hk, 0)[row0 + threadIdx.x] = key_sum;
+  if (p.causal) return;
+  // Non-causal: the total is every chunk's S'.
+  const std::int64_t slot = chunk_slot(p, b, span, 0);
+  __syncthreads();  // the loop's readers of the staging tile are done
+  store_state_copy<kSlice>(state, smem.staging);
+  __syncthreads();
+  store_record_tile(state_record<T>(p, w, slot, hk) + static_cast<std::int64_t>(row0) * p.value_dim + col0, p.value_dim,
+                    smem.staging);
+  if (sums_keys) key_sum_record(p, w, slot, hk)[row0 + threadIdx.x] = key_sum;
+}
 
 }  // namespace cuflash::detail::linear

@@ -1,13 +1,13 @@
 // The tile operations the chunked linear-attention kernels share: loading a
 // 64-row tile into swizzled shared memory, transforming it there (feature
-// map, scale, 1/normalizer), and the three tensor-core products of a chunk
-// (mma m16n8k16, fp32 accumulation), written for the generic pass of
-// linear_chunk_pass.cuh (out = A S' + mask(A Bᵀ) Vt, S' += Bᵀ Vt):
-//   state:  S'[DR x 64] += Bᵀ Vt     (A = B transposed, B = Vt: both ldmatrix.trans)
-//   scores: P[16 x 64]  = A Bᵀ       (plain ldmatrix)
-//   out:    O[16 x 64] += P Vt + A S' (B = Vt or the 16-bit copy of S': ldmatrix.trans)
+// map, scale, 1/normalizer), and the tensor-core products (mma m16n8k16,
+// fp32 accumulation) of the state walk (linear_chunk_state.cuh) and of the
+// per-chunk pass (linear_chunk_pass.cuh, out = A S' + mask(A Bᵀ) Vt):
+//   state:  S[DR x 64] += Bᵀ Vt          (A = B transposed, B = Vt: both ldmatrix.trans)
+//   scores: P[16 x 64]  = A Bᵀ           (plain ldmatrix; also A S'ᵀ when S' is stored transposed)
+//   out:    O[16 x 64] += P Vt + A S'    (B = Vt or the 16-bit S': ldmatrix.trans)
 // A CTA is 4 warps; in the state product warp w owns rows [w DR/4, (w+1) DR/4)
-// of S', in the others rows [16 w, 16 w + 16) of the chunk.
+// of S, in the others rows [16 w, 16 w + 16) of the chunk.
 #pragma once
 
 #include <cuda_bf16.h>
@@ -23,8 +23,6 @@ namespace cuflash::detail::linear {
 
 constexpr int kChunk = 64;        // rows of one chunk
 constexpr int kSlice = 64;        // columns of Vt (and of the output) of one CTA
-constexpr int kBlockChunks = 4;   // chunks of one block: a state is kept per block of rows
-constexpr int kBlockRows = kChunk * kBlockChunks;
 constexpr int kChunkWarps = 4;
 constexpr int kChunkThreads = 32 * kChunkWarps;
 
@@ -57,7 +55,8 @@ __device__ __forceinline__ float2 unpack2(std::uint32_t bits) {
 }
 
 // Rows [0, count) of a 64-row tile from global memory (row r at base + r *
-// row_stride, columns [0, D)); rows >= count are zero-filled. cp.async, committed.
+// row_stride, columns [0, D)); rows >= count are zero-filled. cp.async, not
+// committed: the caller commits a stage's loads as one group.
 template <int D, typename T>
 __device__ __forceinline__ void load_tile_async(T* tile, const T* base, std::int64_t row_stride, int count) {
   constexpr int kChunksPerRow = D / 8;
@@ -67,7 +66,6 @@ __device__ __forceinline__ void load_tile_async(T* tile, const T* base, std::int
     const T* src = valid ? base + row * row_stride + chunk * 8 : base;
     sm80::cp_async_16(tile + SwizzledRows<D>::offset(row, chunk), src, valid);
   }
-  sm80::cp_async_commit();
 }
 
 // tile[row][col] := f(row, tile[row][col]) for every element of a 64-row tile,
@@ -138,7 +136,7 @@ __device__ __forceinline__ void for_each_state_pair(Acc& acc, F f) {
         f(acc[mt][nt][2 * half], acc[mt][nt][2 * half + 1], state_row<DR>(mt, 2 * half), acc_col(nt, 0));
 }
 
-// The 16-bit copy of S' the out product reads: [DR][64] swizzled. No barrier.
+// The state in 16 bits, [DR][64] swizzled (the walk's staging of a record). No barrier.
 template <int DR, typename T>
 __device__ __forceinline__ void store_state_copy(const float (&acc)[DR / 64][8][4], T* s_tile) {
   for_each_state_pair<DR>(acc, [&](float lo, float hi, int row, int col) {
@@ -154,17 +152,14 @@ __device__ __forceinline__ void load_row_fragment(std::uint32_t (&a)[4], const T
   sm80::ldmatrix_x4(a, a_tile + tile_index<DR>(warp * 16 + (quad % 2) * 8 + r, kt * 16 + (quad / 2) * 8));
 }
 
-// scores[nt] = A Bᵀ for warp w's 16 rows and the columns of n-tile pairs
-// [first_pair, last_pair) (16 columns each); the other n-tiles are left alone.
+// acc[nt] += A Bᵀ for warp w's 16 rows and the columns of n-tile pairs
+// [first_pair, last_pair) (16 columns each; B [64][DR] swizzled, its rows the
+// columns of the product); the other n-tiles are left alone.
 template <int DR, typename T>
-__device__ __forceinline__ void chunk_scores(float (&scores)[8][4], const T* a_tile, const T* b_tile, int first_pair,
-                                             int last_pair) {
+__device__ __forceinline__ void accumulate_row_products(float (&acc)[8][4], const T* a_tile, const T* b_tile,
+                                                        int first_pair, int last_pair) {
   const int lane = threadIdx.x % 32;
   const int quad = lane / 8, r = lane % 8;
-#pragma unroll
-  for (int nt = 0; nt < 8; ++nt)
-#pragma unroll
-    for (int e = 0; e < 4; ++e) scores[nt][e] = 0.0f;
 #pragma unroll
   for (int kt = 0; kt < DR / 16; ++kt) {
     std::uint32_t a[4];
@@ -175,16 +170,27 @@ __device__ __forceinline__ void chunk_scores(float (&scores)[8][4], const T* a_t
       std::uint32_t b[4];
       sm80::ldmatrix_x4(b, b_tile + tile_index<DR>(np * 16 + (quad / 2) * 8 + r, kt * 16 + (quad % 2) * 8));
       const std::uint32_t b0[2] = {b[0], b[1]}, b1[2] = {b[2], b[3]};
-      sm80::mma_16816<T>(scores[2 * np], a, b0);
-      sm80::mma_16816<T>(scores[2 * np + 1], a, b1);
+      sm80::mma_16816<T>(acc[2 * np], a, b0);
+      sm80::mma_16816<T>(acc[2 * np + 1], a, b1);
     }
   }
 }
 
+// scores = A Bᵀ over n-tile pairs [first_pair, last_pair), 0 elsewhere.
+template <int DR, typename T>
+__device__ __forceinline__ void chunk_scores(float (&scores)[8][4], const T* a_tile, const T* b_tile, int first_pair,
+                                             int last_pair) {
+#pragma unroll
+  for (int nt = 0; nt < 8; ++nt)
+#pragma unroll
+    for (int e = 0; e < 4; ++e) scores[nt][e] = 0.0f;
+  accumulate_row_products<DR>(scores, a_tile, b_tile, first_pair, last_pair);
+}
+
 // out += A B over k-tiles [first, last) (within [0, kMaxTiles), unrolled so
 // that a_of may index register arrays by kt), A 16 x 16 per k-tile from
-// `a_of(kt, a)`, B from a [16 kMaxTiles][64] swizzled tile (Vt or the copy of
-// S') through ldmatrix.trans.
+// `a_of(kt, a)`, B from a [16 kMaxTiles][64] swizzled tile (Vt or S')
+// through ldmatrix.trans.
 template <int kMaxTiles, typename T, typename AFragment>
 __device__ __forceinline__ void accumulate_out(float (&out)[8][4], const T* b_tile, int first, int last,
                                                AFragment a_of) {

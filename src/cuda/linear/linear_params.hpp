@@ -62,21 +62,23 @@ struct alignas(16) RowStats {
   float unused;
 };
 
-// The fp32 workspace of the chunked tensor-core kernels (laid out by
-// linear_chunk_launch.cu). A block's record is the sum over its rows, then
-// (after a scan) the state at its boundary, in the layout of a state and key
-// sum: [Dk][Dv] then [Dk].
+// The workspace of the chunked tensor-core kernels (laid out by
+// linear_chunk_launch.cuh). The state walk (linear_chunk_state.cuh) writes
+// one record per chunk: the state at the chunk's start (the gradient state
+// at its end) in the input's 16-bit type, which is what the pass's tensor
+// cores read, and with normalize the key sum in fp32. Non-causal, the
+// record of a sequence's chunk 0 holds its total instead.
 struct ChunkWorkspace {
-  float* records;       // [slots][Hk][Dk * Dv + Dk]
-  float* totals;        // [B][Hk][Dk * Dv + Dk]: non-causal, the whole sequence's sums
+  void* states;         // [slots][Hk][Dk][Dv], 16-bit
+  float* key_sums;      // [slots][Hk][Dk]: normalize
   RowStats* row_stats;  // [packed rows][Hq]: the backward with normalize
 };
 
-// One scan over the blocks of each sequence: where the running sum starts
+// One walk over the chunks of each sequence: where the running sum starts
 // (a state and key sum, 0 when not given), where its total goes (when
 // given), and its direction (reverse: the gradient states, which flow from
 // the sequence's end).
-struct ScanEnds {
+struct WalkEnds {
   StateView start_state, start_key_sum;
   StateView total_state, total_key_sum;
   bool reverse = false;
