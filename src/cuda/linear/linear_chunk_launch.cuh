@@ -58,7 +58,7 @@ Status for_half_dtype(DType dtype, Launch launch) {
 inline int chunk_count(const LinearParams& p) { return (p.seq_len + kChunk - 1) / kChunk; }
 
 // The walk of the states (Pass::output) or of the gradient states (Pass::dv):
-// grid (Dk/64 x Dv/64, Hk, B), 4 warps. It runs without rows too (the totals
+// grid (Dk/64 x Dv/64, Hk, B), 8 warps. It runs without rows too (the totals
 // are the starts).
 template <typename T, Pass kPass>
 Status launch_walk(const LinearParams& p, const ChunkWorkspace& w, const WalkEnds& ends, cudaStream_t stream) {
@@ -68,7 +68,7 @@ Status launch_walk(const LinearParams& p, const ChunkWorkspace& w, const WalkEnd
   constexpr std::size_t smem = sizeof(WalkSmem<T>);
   CUFLASH_TRY(allow_dynamic_smem(kernel, smem, name));
   const int tiles = (p.key_dim / kSlice) * (p.value_dim / kSlice);
-  kernel<<<dim3(tiles, p.heads_kv, p.batch), kChunkThreads, smem, stream>>>(p, w, ends);
+  kernel<<<dim3(tiles, p.heads_kv, p.batch), kWalkThreads, smem, stream>>>(p, w, ends);
   return launch_status(name);
 }
 

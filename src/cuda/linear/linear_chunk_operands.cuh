@@ -112,35 +112,50 @@ __device__ __forceinline__ void convert_row_stats(ChunkRowStats& out, const Line
 // Rows [first, first + count) of `op` for head `head` (a query head or the kv
 // head, as the operand is), columns [col0, col0 + W), into a [64][W] tile;
 // cp.async, not committed; rows >= count zero-filled.
-template <int W, typename T>
+template <int W, int kThreads = kChunkThreads, typename T>
 __device__ __forceinline__ void load_operand_async(T* tile, const LinearParams& p, Operand op, int b,
                                                    const SequenceSpan& span, int first, int count, int head,
                                                    int col0) {
   const RowsView& view = operand_view(p, op);
-  load_tile_async<W>(tile, row_pointer<const T>(view, b, span, first, head) + col0, view.row_stride, count);
+  load_tile_async<W, kThreads>(tile, row_pointer<const T>(view, b, span, first, head) + col0, view.row_stride, count);
 }
 
-// The operand's transform in place (after its cp.async landed and a barrier;
-// `stats` loaded for query_over_den). Padding rows stay 0 (φ(0) is 1 for
-// elu+1: they must not join the sums). No barrier.
-template <int W, typename T>
-__device__ __forceinline__ void transform_operand(T* tile, const LinearParams& p, Operand op, int count,
-                                                  const ChunkRowStats& stats) {
+// Whether a tile of `op` needs its transform in shared memory: a feature map
+// other than identity, or 1/den (normalize). Otherwise the loaded rows are
+// the operand up to operand_multiplier's constant (rows past the sequence
+// are zero-filled by the load), and the kernels apply that constant to their
+// fp32 products instead: a pass of tiles and a barrier saved per operand.
+CUFLASH_LINEAR_HD bool transformed_in_tile(const LinearParams& p, Operand op) {
   switch (op) {
     case Operand::query:
-    case Operand::query_over_den: {
-      const bool over_den = op == Operand::query_over_den;
-      transform_tile<W>(tile, [&](int row, float x) {
-        const float multiplier = over_den ? p.scale * stats.inv_den[row] : p.scale;
-        return row < count ? multiplier * feature(p.map, x) : 0.0f;
-      });
-      break;
-    }
-    case Operand::key:
-      transform_tile<W>(tile, [&](int row, float x) { return row < count ? feature(p.map, x) : 0.0f; });
-      break;
-    default: break;  // v and dout as loaded
+    case Operand::key: return p.map != Map::identity;
+    case Operand::query_over_den: return p.map != Map::identity || p.normalize;
+    default: return false;  // v and dout as loaded
   }
+}
+
+// The constant a products' user multiplies by for an untransformed tile (the scale of φ(q)).
+CUFLASH_LINEAR_HD float operand_multiplier(const LinearParams& p, Operand op) {
+  const bool of_queries = op == Operand::query || op == Operand::query_over_den;
+  return of_queries && !transformed_in_tile(p, op) ? p.scale : 1.0f;
+}
+
+// The operand's transform in place where transformed_in_tile says so (after
+// its cp.async landed and a barrier; `stats` loaded for query_over_den).
+// Padding rows stay 0 (φ(0) is 1 for elu+1: they must not join the sums). No barrier.
+template <int W, int kThreads = kChunkThreads, typename T>
+__device__ __forceinline__ void transform_operand(T* tile, const LinearParams& p, Operand op, int count,
+                                                  const ChunkRowStats& stats) {
+  if (!transformed_in_tile(p, op)) return;
+  if (op == Operand::key) {
+    transform_tile<W, kThreads>(tile, [&](int row, float x) { return row < count ? feature(p.map, x) : 0.0f; });
+    return;
+  }
+  const bool over_den = op == Operand::query_over_den;
+  transform_tile<W, kThreads>(tile, [&](int row, float x) {
+    const float multiplier = over_den ? p.scale * stats.inv_den[row] : p.scale;
+    return row < count ? multiplier * feature(p.map, x) : 0.0f;
+  });
 }
 
 }  // namespace cuflash::detail::linear

@@ -94,8 +94,9 @@ __device__ __forceinline__ void load_chunk_state_async(T* s_tile, const T* recor
 
 // den_t of the warp's rows (half 0: lane/4, half 1: lane/4 + 8) =
 // A_t · z + the masked row sum + eps: the quad's four lanes split DR.
+// (a_multiplier: A's operand_multiplier; row_sum has it already.)
 template <int DR, typename T>
-__device__ __forceinline__ void row_normalizers(float (&den)[2], const T* a_tile, const float* z,
+__device__ __forceinline__ void row_normalizers(float (&den)[2], const T* a_tile, float a_multiplier, const float* z,
                                                 const float (&row_sum)[2]) {
   const int lane = threadIdx.x % 32;
 #pragma unroll
@@ -103,7 +104,7 @@ __device__ __forceinline__ void row_normalizers(float (&den)[2], const T* a_tile
     const int row = chunk_row(2 * half);
     float part = 0.0f;
     for (int col = lane % 4; col < DR; col += 4) part += to_float(a_tile[tile_index<DR>(row, col)]) * z[col];
-    part += row_sum[half];
+    part = a_multiplier * part + row_sum[half];
     part += __shfl_xor_sync(0xffffffffu, part, 1);
     part += __shfl_xor_sync(0xffffffffu, part, 2);
     den[half] = part + kLinearNormalizerEps;
@@ -119,9 +120,11 @@ struct ChunkPlace {
 
 // The masked scores P = mask(A Bᵀ) (minus δ on dout's side for dq and dk)
 // and out += P Vt, for the warp's 16 rows; row_sum gets P's row sums.
+// score_multiplier: B's and Vt's operand_multiplier (P Vt is linear in both).
 template <typename T, int DR, Pass kPass>
 __device__ __forceinline__ void accumulate_chunk_pairs(float (&out)[8][4], float (&row_sum)[2],
-                                                       const ItemTiles<T>& tiles, const ChunkRowStats& stats) {
+                                                       const ItemTiles<T>& tiles, const ChunkRowStats& stats,
+                                                       float score_multiplier) {
   constexpr bool kKeySide = pass_roles(kPass).key_side;
   const int warp = threadIdx.x / 32;
   // n-tile pairs (16 columns) with a kept column: key side from the warp's
@@ -139,7 +142,7 @@ __device__ __forceinline__ void accumulate_chunk_pairs(float (&out)[8][4], float
       float x = scores[nt][e];
       if constexpr (kPass == Pass::dq) x += stats.minus_delta[row];
       if constexpr (kPass == Pass::dk) x += stats.minus_delta[col];
-      x = kept ? x : 0.0f;
+      x = kept ? x * score_multiplier : 0.0f;
       scores[nt][e] = x;
       row_sum[e / 2] += x;
     }
@@ -193,14 +196,15 @@ __device__ __forceinline__ void store_row_stats(const LinearParams& p, const Chu
 // The pass's results for the warp's rows of the chunk (query side: of query
 // head h; key side: of the kv head, out summed over the group). Per output
 // column c: multiplier · φ'(raw[c]) · (out + weight · vec[c]).
+// (out and row_sum with A's multiplier applied.)
 template <typename T, int DR, Pass kPass>
 __device__ __forceinline__ void store_pass_rows(const LinearParams& p, const ChunkWorkspace& w, const ChunkPlace& at,
                                                 int h, const float (&out)[8][4], const float (&row_sum)[2],
-                                                const T* a_tile, const PassSmem<T, DR>& smem) {
+                                                const T* a_tile, float a_multiplier, const PassSmem<T, DR>& smem) {
   const int col0 = at.slice * kSlice;
   float den[2] = {1.0f, 1.0f};
   if constexpr (vector_use(kPass) == VectorUse::normalizer)
-    if (p.normalize) row_normalizers<DR>(den, a_tile, smem.vec, row_sum);
+    if (p.normalize) row_normalizers<DR>(den, a_tile, a_multiplier, smem.vec, row_sum);
   if constexpr (kPass == Pass::row_stats) {
     store_row_stats<T>(p, w, at, h, out, den);
   } else {
@@ -319,6 +323,10 @@ __global__ void __launch_bounds__(kChunkThreads) linear_chunk_pass_kernel(Linear
 
   float out[8][4];  // key side: summed over the group's heads
   float row_sum[2];
+  const bool tiles_transformed = transformed_in_tile(p, kRoles.a) || transformed_in_tile(p, kRoles.b) ||
+                                 transformed_in_tile(p, kRoles.vt);
+  const float a_multiplier = operand_multiplier(p, kRoles.a);
+  const float score_multiplier = operand_multiplier(p, kRoles.b) * operand_multiplier(p, kRoles.vt);
   issue(0);  // with S' in the same group
   for (int g = 0; g < heads; ++g) {
     const ItemTiles<T> tiles = tiles_of(g);
@@ -346,7 +354,7 @@ __global__ void __launch_bounds__(kChunkThreads) linear_chunk_pass_kernel(Linear
         transform_operand<DR>(tiles.a, p, kRoles.a, at.count, smem.stats);
       }
     }
-    __syncthreads();
+    if (tiles_transformed) __syncthreads();
     if (!kKeySide || g == 0) {
 #pragma unroll
       for (int nt = 0; nt < 8; ++nt)
@@ -354,10 +362,18 @@ __global__ void __launch_bounds__(kChunkThreads) linear_chunk_pass_kernel(Linear
         for (int e = 0; e < 4; ++e) out[nt][e] = 0.0f;
       row_sum[0] = row_sum[1] = 0.0f;
     }
-    if (p.causal) accumulate_chunk_pairs<T, DR, kPass>(out, row_sum, tiles, smem.stats);
+    if (p.causal) accumulate_chunk_pairs<T, DR, kPass>(out, row_sum, tiles, smem.stats, score_multiplier);
     if (kKeySide && g + 1 < heads) continue;
     accumulate_state_product<DR, kOverValues>(out, tiles.a, smem.s);
-    store_pass_rows<T, DR, kPass>(p, w, at, kKeySide ? at.hk : h, out, row_sum, tiles.a, smem);
+    if (a_multiplier != 1.0f) {
+#pragma unroll
+      for (int nt = 0; nt < 8; ++nt)
+#pragma unroll
+        for (int e = 0; e < 4; ++e) out[nt][e] *= a_multiplier;
+      row_sum[0] *= a_multiplier;
+      row_sum[1] *= a_multiplier;
+    }
+    store_pass_rows<T, DR, kPass>(p, w, at, kKeySide ? at.hk : h, out, row_sum, tiles.a, a_multiplier, smem);
   }
 }
 

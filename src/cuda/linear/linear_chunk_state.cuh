@@ -9,7 +9,7 @@
 // (= Σ φq dnumᵀ and Σ dden φq), from a start (the initial state, or the final
 // state's gradient). The total goes to the call's output (final_state, or
 // dinitial_state) and, non-causal, to the record of chunk 0, the only one the
-// pass reads then. grid (Dk/64 x Dv/64, Hk, B), 4 warps.
+// pass reads then. grid (Dk/64 x Dv/64, Hk, B), 8 warps.
 //
 // Why a walk and not per-block sums and a scan: the pass then keeps no state
 // (every (chunk, slice, head) CTA is independent), and the walk's records are
@@ -66,6 +66,9 @@ struct ChunkItems {
   }
 };
 
+constexpr int kWalkWarps = 8;
+constexpr int kWalkThreads = 32 * kWalkWarps;
+
 template <typename T>
 struct WalkStage {
   alignas(128) T b[kChunk * kSlice];
@@ -76,29 +79,80 @@ struct WalkStage {
 template <typename T>
 struct WalkSmem {
   WalkStage<T> stages[kWalkStages];
-  alignas(128) T staging[kSlice * kSlice];  // a record's tile on its way out, 16-bit
+  alignas(128) T staging[kSlice * kSlice];  // a record's tile on its way out, 16-bit; each warp its own part
   ChunkRowStats stats;                      // of the item's query head (key side)
 };
 
-// tile (16-bit, [64][64] swizzled) -> rows [0, 64) of `record` (row stride
-// row_stride), 16 bytes per store. After a barrier; no barrier.
+// Warp w's part of the 64 x 64 state tile: rows [16 (w % 4), + 16) and
+// columns [32 (w / 4), + 32), as four m16n8 accumulators.
+struct WalkPart {
+  int row0, col0;
+  __device__ __forceinline__ WalkPart() : row0(threadIdx.x / 32 % 4 * 16), col0(threadIdx.x / 32 / 4 * 32) {}
+  __device__ __forceinline__ int row(int e) const { return row0 + threadIdx.x % 32 / 4 + (e >= 2 ? 8 : 0); }
+  __device__ __forceinline__ int col(int nt) const { return col0 + nt * 8 + 2 * (threadIdx.x % 4); }
+};
+
+// f(lo, hi, row, col) for each two adjacent accumulator elements (columns col, col + 1).
+template <typename Acc, typename F>
+__device__ __forceinline__ void for_each_walk_pair(const WalkPart& part, Acc& acc, F f) {
+#pragma unroll
+  for (int nt = 0; nt < 4; ++nt)
+#pragma unroll
+    for (int half = 0; half < 2; ++half) f(acc[nt][2 * half], acc[nt][2 * half + 1], part.row(2 * half), part.col(nt));
+}
+
+// acc += Bᵀ Vt over the warp's part (b_tile, vt_tile: [64][64] swizzled).
 template <typename T>
-__device__ __forceinline__ void store_record_tile(T* record, std::int64_t row_stride, const T* tile) {
-  constexpr int kChunksPerRow = kSlice / 8;
-  for (int c = threadIdx.x; c < kSlice * kChunksPerRow; c += kChunkThreads) {
-    const int row = c / kChunksPerRow, chunk = c % kChunksPerRow;
-    *reinterpret_cast<uint4*>(record + row * row_stride + chunk * 8) =
-        *reinterpret_cast<const uint4*>(tile + SwizzledRows<kSlice>::offset(row, chunk));
+__device__ __forceinline__ void accumulate_walk_part(const WalkPart& part, float (&acc)[4][4], const T* b_tile,
+                                                     const T* vt_tile) {
+  const int lane = threadIdx.x % 32;
+  const int quad = lane / 8, r = lane % 8;
+#pragma unroll
+  for (int kk = 0; kk < kChunk / 16; ++kk) {
+    std::uint32_t a[4];
+    sm80::ldmatrix_x4_trans(a, b_tile + tile_index<kSlice>(kk * 16 + (quad / 2) * 8 + r, part.row0 + (quad % 2) * 8));
+#pragma unroll
+    for (int np = 0; np < 2; ++np) {
+      std::uint32_t b[4];
+      sm80::ldmatrix_x4_trans(
+          b, vt_tile + tile_index<kSlice>(kk * 16 + (quad % 2) * 8 + r, part.col0 + np * 16 + (quad / 2) * 8));
+      const std::uint32_t b0[2] = {b[0], b[1]}, b1[2] = {b[2], b[3]};
+      sm80::mma_16816<T>(acc[2 * np], a, b0);
+      sm80::mma_16816<T>(acc[2 * np + 1], a, b1);
+    }
   }
 }
 
+// The warp's part of the state, in 16 bits, to its tile of `record` (the
+// record's row row0 and column col0 at `record`) through its own part of the
+// staging tile: no barrier but the warp's.
+template <typename T>
+__device__ __forceinline__ void store_walk_part(const WalkPart& part, const float (&acc)[4][4], T* staging, T* record,
+                                                std::int64_t row_stride) {
+  for_each_walk_pair(part, acc, [&](float lo, float hi, int row, int col) {
+    *reinterpret_cast<std::uint32_t*>(staging + tile_index<kSlice>(row, col)) = sm80::pack2<T>(lo, hi);
+  });
+  __syncwarp();
+  const int lane = threadIdx.x % 32;
+#pragma unroll
+  for (int i = 0; i < 2; ++i) {  // 16 rows x 4 chunks of 16 bytes
+    const int row = part.row0 + (lane + 32 * i) / 4, chunk = part.col0 / 8 + lane % 4;
+    *reinterpret_cast<uint4*>(record + row * row_stride + chunk * 8) =
+        *reinterpret_cast<const uint4*>(staging + SwizzledRows<kSlice>::offset(row, chunk));
+  }
+  __syncwarp();  // the warp's reads of its part are done before its next writes
+}
+
 // kPass: Pass::output (the states) or Pass::dv (the gradient states); its
-// roles' B (a 64-column slice of Dk) and Vt (of Dv) are summed.
+// roles' B (a 64-column slice of Dk) and Vt (of Dv) are summed. 8 warps:
+// the walk is a chain of dependent steps, and two warps per scheduler hide
+// each other's latency.
 template <typename T, Pass kPass>
-__global__ void __launch_bounds__(kChunkThreads) linear_state_walk_kernel(LinearParams p, ChunkWorkspace w,
-                                                                          WalkEnds ends) {
+__global__ void __launch_bounds__(kWalkThreads) linear_state_walk_kernel(LinearParams p, ChunkWorkspace w,
+                                                                         WalkEnds ends) {
   constexpr PassRoles kRoles = pass_roles(kPass);
   static_assert(of_key_dim(kRoles.b) && !of_key_dim(kRoles.vt), "a state is [Dk][Dv]");
+  static_assert(!kRoles.key_side || kRoles.vt == Operand::dout, "Vt is never transformed in a tile");
   extern __shared__ __align__(128) unsigned char smem_bytes[];
   auto& smem = *reinterpret_cast<WalkSmem<T>*>(smem_bytes);
   const int column_tiles = p.value_dim / kSlice;
@@ -106,20 +160,21 @@ __global__ void __launch_bounds__(kChunkThreads) linear_state_walk_kernel(Linear
   const int hk = blockIdx.y, b = blockIdx.z;
   const SequenceSpan span = sequence_span(p, b);
   const ChunkItems items(span, kRoles.key_side ? p.group : 1, ends.reverse);
+  const WalkPart part;
   auto head_of = [&](int item) { return kRoles.key_side ? hk * p.group + items.head(item) : hk; };
   auto issue = [&](int item) {
     if (item < items.count()) {
       const int first = items.chunk(item) * kChunk, count = min(kChunk, span.length - first);
       WalkStage<T>& stage = smem.stages[item % kWalkStages];
-      load_operand_async<kSlice>(stage.b, p, kRoles.b, b, span, first, count, head_of(item), row0);
-      load_operand_async<kSlice>(stage.vt, p, kRoles.vt, b, span, first, count, head_of(item), col0);
+      load_operand_async<kSlice, kWalkThreads>(stage.b, p, kRoles.b, b, span, first, count, head_of(item), row0);
+      load_operand_async<kSlice, kWalkThreads>(stage.vt, p, kRoles.vt, b, span, first, count, head_of(item), col0);
       if (kRoles.key_side) load_row_stats_async(stage.raw_stats, p, w.row_stats, b, span, first, count, head_of(item));
     }
     sm80::cp_async_commit();  // past the end an empty group: the count of groups in flight stays right
   };
 
-  float state[1][8][4];
-  for_each_state_pair<kSlice>(state, [&](float& lo, float& hi, int row, int col) {
+  float state[4][4];
+  for_each_walk_pair(part, state, [&](float& lo, float& hi, int row, int col) {
     const float* start = ends.start_state.data ? ends.start_state.at(b, hk, row0 + row) + col0 + col : nullptr;
     lo = start ? start[0] : 0.0f;
     hi = start ? start[1] : 0.0f;
@@ -128,6 +183,11 @@ __global__ void __launch_bounds__(kChunkThreads) linear_state_walk_kernel(Linear
   const bool sums_keys = p.normalize && col0 == 0 && threadIdx.x < kSlice;
   float key_sum = 0.0f;
   if (sums_keys && ends.start_key_sum.data) key_sum = ends.start_key_sum.at(b, hk, 0)[row0 + threadIdx.x];
+  // An untransformed B (φ(q) of the identity, without normalize) carries the scale.
+  const float multiplier = operand_multiplier(p, kRoles.b) * operand_multiplier(p, kRoles.vt);
+  const bool b_transformed = transformed_in_tile(p, kRoles.b);
+  // The key side's statistics: 1/den for B's transform and -δ for the key sum, both with normalize only.
+  const bool needs_stats = kRoles.key_side && p.normalize;
 
   for (int s = 0; s + 1 < kWalkStages; ++s) issue(s);
   for (int item = 0; item < items.count(); ++item) {
@@ -135,46 +195,53 @@ __global__ void __launch_bounds__(kChunkThreads) linear_state_walk_kernel(Linear
     const int chunk = items.chunk(item), count = min(kChunk, span.length - chunk * kChunk);
     sm80::cp_async_wait<kWalkStages - 2>();
     // The item's tiles landed; every thread is done with the stage the issue
-    // below overwrites, with the staging tile and with the statistics.
+    // below overwrites and with the statistics.
     __syncthreads();
     issue(item + kWalkStages - 1);
-    if (kRoles.key_side) {
+    if (needs_stats) {
       convert_row_stats(smem.stats, p, stage.raw_stats, count);
       __syncthreads();
     }
+    if (b_transformed) {
+      transform_operand<kSlice, kWalkThreads>(stage.b, p, kRoles.b, count, smem.stats);
+      __syncthreads();
+    }
     // A step's record: the sum before its rows.
-    const bool stores_record = p.causal && items.head(item) == 0;
-    if (stores_record) store_state_copy<kSlice>(state, smem.staging);
-    transform_operand<kSlice>(stage.b, p, kRoles.b, count, smem.stats);
-    transform_operand<kSlice>(stage.vt, p, kRoles.vt, count, smem.stats);
-    __syncthreads();
-    if (stores_record) {
+    if (p.causal && items.head(item) == 0) {
       const std::int64_t slot = chunk_slot(p, b, span, chunk);
-      store_record_tile(state_record<T>(p, w, slot, hk) + static_cast<std::int64_t>(row0) * p.value_dim + col0,
-                        p.value_dim, smem.staging);
+      store_walk_part(part, state, smem.staging,
+                      state_record<T>(p, w, slot, hk) + static_cast<std::int64_t>(row0) * p.value_dim + col0,
+                      p.value_dim);
       if (sums_keys) key_sum_record(p, w, slot, hk)[row0 + threadIdx.x] = key_sum;
     }
     if (sums_keys)
       key_sum += column_sum<kSlice>(stage.b, threadIdx.x, count,
                                     [&](int r) { return kRoles.key_side ? smem.stats.minus_delta[r] : 1.0f; });
-    accumulate_state<kSlice>(state, stage.b, stage.vt);
+    if (multiplier == 1.0f) {
+      accumulate_walk_part(part, state, stage.b, stage.vt);
+    } else {
+      float product[4][4] = {};
+      accumulate_walk_part(part, product, stage.b, stage.vt);
+#pragma unroll
+      for (int nt = 0; nt < 4; ++nt)
+#pragma unroll
+        for (int e = 0; e < 4; ++e) state[nt][e] += multiplier * product[nt][e];
+    }
   }
 
-  if (ends.total_state.data)
-    for_each_state_pair<kSlice>(state, [&](float lo, float hi, int row, int col) {
-      float* total = ends.total_state.at(b, hk, row0 + row) + col0 + col;  // any strides: no float2
-      total[0] = lo;
-      total[1] = hi;
-    });
+  for_each_walk_pair(part, state, [&](float lo, float hi, int row, int col) {
+    if (!ends.total_state.data) return;
+    float* total = ends.total_state.at(b, hk, row0 + row) + col0 + col;  // any strides: no float2
+    total[0] = lo;
+    total[1] = hi;
+  });
   if (sums_keys && ends.total_key_sum.data) ends.total_key_sum.at(b, hk, 0)[row0 + threadIdx.x] = key_sum;
   if (p.causal) return;
   // Non-causal: the total is every chunk's S'.
   const std::int64_t slot = chunk_slot(p, b, span, 0);
-  __syncthreads();  // the loop's readers of the staging tile are done
-  store_state_copy<kSlice>(state, smem.staging);
-  __syncthreads();
-  store_record_tile(state_record<T>(p, w, slot, hk) + static_cast<std::int64_t>(row0) * p.value_dim + col0, p.value_dim,
-                    smem.staging);
+  store_walk_part(part, state, smem.staging,
+                  state_record<T>(p, w, slot, hk) + static_cast<std::int64_t>(row0) * p.value_dim + col0,
+                  p.value_dim);
   if (sums_keys) key_sum_record(p, w, slot, hk)[row0 + threadIdx.x] = key_sum;
 }
 

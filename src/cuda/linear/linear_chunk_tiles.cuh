@@ -1,13 +1,12 @@
 // The tile operations the chunked linear-attention kernels share: loading a
 // 64-row tile into swizzled shared memory, transforming it there (feature
 // map, scale, 1/normalizer), and the tensor-core products (mma m16n8k16,
-// fp32 accumulation) of the state walk (linear_chunk_state.cuh) and of the
-// per-chunk pass (linear_chunk_pass.cuh, out = A S' + mask(A Bᵀ) Vt):
-//   state:  S[DR x 64] += Bᵀ Vt          (A = B transposed, B = Vt: both ldmatrix.trans)
+// fp32 accumulation) of the per-chunk pass (linear_chunk_pass.cuh,
+// out = A S' + mask(A Bᵀ) Vt; the state walk's own product is in
+// linear_chunk_state.cuh):
 //   scores: P[16 x 64]  = A Bᵀ           (plain ldmatrix; also A S'ᵀ when S' is stored transposed)
 //   out:    O[16 x 64] += P Vt + A S'    (B = Vt or the 16-bit S': ldmatrix.trans)
-// A CTA is 4 warps; in the state product warp w owns rows [w DR/4, (w+1) DR/4)
-// of S, in the others rows [16 w, 16 w + 16) of the chunk.
+// A pass CTA is 4 warps, warp w on rows [16 w, 16 w + 16) of the chunk.
 #pragma once
 
 #include <cuda_bf16.h>
@@ -57,10 +56,12 @@ __device__ __forceinline__ float2 unpack2(std::uint32_t bits) {
 // Rows [0, count) of a 64-row tile from global memory (row r at base + r *
 // row_stride, columns [0, D)); rows >= count are zero-filled. cp.async, not
 // committed: the caller commits a stage's loads as one group.
-template <int D, typename T>
+// kThreads: the CTA's threads, which share the work.
+template <int D, int kThreads = kChunkThreads, typename T>
 __device__ __forceinline__ void load_tile_async(T* tile, const T* base, std::int64_t row_stride, int count) {
   constexpr int kChunksPerRow = D / 8;
-  for (int c = threadIdx.x; c < kChunk * kChunksPerRow; c += kChunkThreads) {
+#pragma unroll
+  for (int c = threadIdx.x; c < kChunk * kChunksPerRow; c += kThreads) {
     const int row = c / kChunksPerRow, chunk = c % kChunksPerRow;
     const bool valid = row < count;
     const T* src = valid ? base + row * row_stride + chunk * 8 : base;
@@ -71,11 +72,12 @@ __device__ __forceinline__ void load_tile_async(T* tile, const T* base, std::int
 // tile[row][col] := f(row, tile[row][col]) for every element of a 64-row tile,
 // 16 bytes per step. The swizzle permutes 16-byte chunks within a row only, so
 // the storage order visits whole rows in order. No barrier.
-template <int D, typename T, typename F>
+template <int D, int kThreads = kChunkThreads, typename T, typename F>
 __device__ __forceinline__ void transform_tile(T* tile, F f) {
   static_assert(SwizzledRows<D>::kPitch == D, "rows stored back to back");
   constexpr int kChunksPerRow = D / 8;
-  for (int c = threadIdx.x; c < kChunk * kChunksPerRow; c += kChunkThreads) {
+#pragma unroll
+  for (int c = threadIdx.x; c < kChunk * kChunksPerRow; c += kThreads) {
     const int row = c / kChunksPerRow;
     alignas(16) T elements[8];
     *reinterpret_cast<uint4*>(elements) = *reinterpret_cast<const uint4*>(tile + c * 8);
@@ -85,64 +87,10 @@ __device__ __forceinline__ void transform_tile(T* tile, F f) {
   }
 }
 
-// acc[m][n] (DR/64 m-tiles of 16 rows, 8 n-tiles of 8 columns) += Bᵀ Vt for warp w's rows of S'.
-// b_tile: [64][DR] swizzled; vt_tile: [64][64] swizzled.
-template <int DR, typename T>
-__device__ __forceinline__ void accumulate_state(float (&acc)[DR / 64][8][4], const T* b_tile, const T* vt_tile) {
-  const int warp = threadIdx.x / 32, lane = threadIdx.x % 32;
-  const int quad = lane / 8, r = lane % 8;
-#pragma unroll
-  for (int kk = 0; kk < kChunk / 16; ++kk) {
-    std::uint32_t a[DR / 64][4];
-#pragma unroll
-    for (int mt = 0; mt < DR / 64; ++mt) {
-      const int m0 = warp * (DR / 4) + mt * 16;
-      sm80::ldmatrix_x4_trans(a[mt], b_tile + tile_index<DR>(kk * 16 + (quad / 2) * 8 + r, m0 + (quad % 2) * 8));
-    }
-#pragma unroll
-    for (int np = 0; np < 4; ++np) {
-      std::uint32_t b[4];
-      sm80::ldmatrix_x4_trans(b, vt_tile + tile_index<kSlice>(kk * 16 + (quad % 2) * 8 + r, np * 16 + (quad / 2) * 8));
-      const std::uint32_t b0[2] = {b[0], b[1]}, b1[2] = {b[2], b[3]};
-#pragma unroll
-      for (int mt = 0; mt < DR / 64; ++mt) {
-        sm80::mma_16816<T>(acc[mt][2 * np], a[mt], b0);
-        sm80::mma_16816<T>(acc[mt][2 * np + 1], a[mt], b1);
-      }
-    }
-  }
-}
-
-// Row and column of accumulator element e (0..3) of n-tile nt in m-tile mt of warp w's state rows.
-template <int DR>
-__device__ __forceinline__ int state_row(int mt, int e) {
-  const int warp = threadIdx.x / 32, lane = threadIdx.x % 32;
-  return warp * (DR / 4) + mt * 16 + lane / 4 + (e >= 2 ? 8 : 0);
-}
+// Column of accumulator element e (0..3) of n-tile nt.
 __device__ __forceinline__ int acc_col(int nt, int e) { return nt * 8 + 2 * (threadIdx.x % 4) + (e & 1); }
 // Chunk row of accumulator element e of the warp's 16 rows (out, scores).
 __device__ __forceinline__ int chunk_row(int e) { return (threadIdx.x / 32) * 16 + (threadIdx.x % 32) / 4 + (e >= 2 ? 8 : 0); }
-
-// f(lo, hi, row, col) for each two adjacent accumulator elements (columns
-// col, col + 1) of warp w's rows of S' (acc: float[DR / 64][8][4], const or not).
-template <int DR, typename Acc, typename F>
-__device__ __forceinline__ void for_each_state_pair(Acc& acc, F f) {
-#pragma unroll
-  for (int mt = 0; mt < DR / 64; ++mt)
-#pragma unroll
-    for (int nt = 0; nt < 8; ++nt)
-#pragma unroll
-      for (int half = 0; half < 2; ++half)
-        f(acc[mt][nt][2 * half], acc[mt][nt][2 * half + 1], state_row<DR>(mt, 2 * half), acc_col(nt, 0));
-}
-
-// The state in 16 bits, [DR][64] swizzled (the walk's staging of a record). No barrier.
-template <int DR, typename T>
-__device__ __forceinline__ void store_state_copy(const float (&acc)[DR / 64][8][4], T* s_tile) {
-  for_each_state_pair<DR>(acc, [&](float lo, float hi, int row, int col) {
-    *reinterpret_cast<std::uint32_t*>(s_tile + tile_index<kSlice>(row, col)) = sm80::pack2<T>(lo, hi);
-  });
-}
 
 // A fragment of A (warp w's 16 rows, k-tile kt) from a_tile [64][DR] swizzled.
 template <int DR, typename T>
