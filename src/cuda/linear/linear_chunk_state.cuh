@@ -186,8 +186,9 @@ __global__ void __launch_bounds__(kWalkThreads) linear_state_walk_kernel(LinearP
   // An untransformed B (φ(q) of the identity, without normalize) carries the scale.
   const float multiplier = operand_multiplier(p, kRoles.b) * operand_multiplier(p, kRoles.vt);
   const bool b_transformed = transformed_in_tile(p, kRoles.b);
-  // The key side's statistics: 1/den for B's transform and -δ for the key sum, both with normalize only.
-  const bool needs_stats = kRoles.key_side && p.normalize;
+  // The key side's statistics: 1/den for B's transform (1 for the rows of
+  // the sequence without normalize, 0 past it) and -δ for the key sum.
+  const bool needs_stats = kRoles.key_side && (p.normalize || b_transformed);
 
   for (int s = 0; s + 1 < kWalkStages; ++s) issue(s);
   for (int item = 0; item < items.count(); ++item) {
