@@ -10,6 +10,7 @@
 #include <cstdint>
 
 #include "common/cuda_check.hpp"
+#include "common/device_info.hpp"
 #include "common/kernel_attributes.hpp"
 #include "common/scratch.hpp"
 #include "linear/linear_chunk_pass.cuh"
@@ -57,19 +58,37 @@ Status for_half_dtype(DType dtype, Launch launch) {
 
 inline int chunk_count(const LinearParams& p) { return (p.seq_len + kChunk - 1) / kChunk; }
 
-// The walk of the states (Pass::output) or of the gradient states (Pass::dv):
-// grid (Dk/64 x Dv/64, Hk, B), 8 warps. It runs without rows too (the totals
-// are the starts).
-template <typename T, Pass kPass>
-Status launch_walk(const LinearParams& p, const ChunkWorkspace& w, const WalkEnds& ends, cudaStream_t stream) {
+template <typename T, Pass kPass, int kStages>
+Status launch_walk_with(const LinearParams& p, const ChunkWorkspace& w, const WalkEnds& ends, dim3 grid,
+                        cudaStream_t stream) {
   const char* name =
       kPass == Pass::output ? "linear_state_walk_kernel(states)" : "linear_state_walk_kernel(gradient states)";
-  auto* kernel = linear_state_walk_kernel<T, kPass>;
-  constexpr std::size_t smem = sizeof(WalkSmem<T>);
+  auto* kernel = linear_state_walk_kernel<T, kPass, kStages>;
+  constexpr std::size_t smem = sizeof(WalkSmem<T, kStages>);
   CUFLASH_TRY(allow_dynamic_smem(kernel, smem, name));
-  const int tiles = (p.key_dim / kSlice) * (p.value_dim / kSlice);
-  kernel<<<dim3(tiles, p.heads_kv, p.batch), kWalkThreads, smem, stream>>>(p, w, ends);
+  kernel<<<grid, kWalkThreads, smem, stream>>>(p, w, ends);
   return launch_status(name);
+}
+
+// The walk of the states (Pass::output) or of the gradient states (Pass::dv):
+// grid (Dk/64 x Dv/64, Hk, B), 8 warps. It runs without rows too (the totals
+// are the starts). The deep ring of loads when every CTA finds an SM place
+// at once, the shallow one (more CTAs per SM) when the grid would otherwise
+// run in two waves.
+template <typename T, Pass kPass>
+Status launch_walk(const LinearParams& p, const ChunkWorkspace& w, const WalkEnds& ends, cudaStream_t stream) {
+  const dim3 grid((p.key_dim / kSlice) * (p.value_dim / kSlice), p.heads_kv, p.batch);
+  const std::int64_t ctas = static_cast<std::int64_t>(grid.x) * grid.y * grid.z;
+  int device = 0;
+  CUFLASH_TRY(cuda_status(cudaGetDevice(&device), "cudaGetDevice"));
+  const DeviceInfo& info = device_info(device);
+  constexpr std::size_t kReservedPerCta = 1024;  // the shared memory the driver keeps per CTA
+  const std::int64_t deep_slots =
+      info.valid ? static_cast<std::int64_t>(info.sm_count) *
+                       (info.smem_per_sm / (sizeof(WalkSmem<T, kWalkDeepStages>) + kReservedPerCta))
+                 : ctas;
+  if (ctas > deep_slots) return launch_walk_with<T, kPass, kWalkShallowStages>(p, w, ends, grid, stream);
+  return launch_walk_with<T, kPass, kWalkDeepStages>(p, w, ends, grid, stream);
 }
 
 constexpr const char* pass_kernel_name(Pass pass) {

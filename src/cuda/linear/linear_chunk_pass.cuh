@@ -241,7 +241,7 @@ __device__ __forceinline__ void store_pass_rows(const LinearParams& p, const Chu
         }
         x0 *= multiplier;
         x1 *= multiplier;
-        if (raw != nullptr) {
+        if (raw != nullptr && p.map != Map::identity) {  // identity: φ' = 1, no read of the input
           const float2 x = unpack2<T>(*reinterpret_cast<const std::uint32_t*>(raw + col0 + col));
           x0 *= feature_derivative(p.map, x.x);
           x1 *= feature_derivative(p.map, x.y);

@@ -14,7 +14,10 @@
 // Why a walk and not per-block sums and a scan: the pass then keeps no state
 // (every (chunk, slice, head) CTA is independent), and the walk's records are
 // written once, in 16 bits. The walk is a chain, so its speed is its latency
-// per chunk: the loads of the next kWalkStages - 1 items fly while one computes.
+// per chunk: the loads of the next kStages - 1 items fly while one computes
+// (kWalkDeepStages when the grid leaves SMs free, kWalkShallowStages when
+// more CTAs than the deep ring lets an SM hold must share the SMs:
+// linear_chunk_launch.cuh).
 // A chunk's record lives at chunk_slot(b, chunk) = first_row(b) / 64 + b + chunk
 // (an upper bound of the chunks before it), so varlen needs no offset table.
 #pragma once
@@ -22,8 +25,6 @@
 #include "linear/linear_chunk_operands.cuh"
 
 namespace cuflash::detail::linear {
-
-constexpr int kWalkStages = 4;
 
 __device__ __forceinline__ std::int64_t chunk_slot(const LinearParams& p, int b, const SequenceSpan& span, int chunk) {
   const std::int64_t first = p.cu_seqlens ? span.first : static_cast<std::int64_t>(b) * p.seq_len;
@@ -66,6 +67,8 @@ struct ChunkItems {
   }
 };
 
+constexpr int kWalkDeepStages = 4;
+constexpr int kWalkShallowStages = 2;
 constexpr int kWalkWarps = 8;
 constexpr int kWalkThreads = 32 * kWalkWarps;
 
@@ -76,9 +79,9 @@ struct WalkStage {
   RowStats raw_stats[kChunk];
 };
 
-template <typename T>
+template <typename T, int kStages>
 struct WalkSmem {
-  WalkStage<T> stages[kWalkStages];
+  WalkStage<T> stages[kStages];
   alignas(128) T staging[kSlice * kSlice];  // a record's tile on its way out, 16-bit; each warp its own part
   ChunkRowStats stats;                      // of the item's query head (key side)
 };
@@ -101,16 +104,24 @@ __device__ __forceinline__ void for_each_walk_pair(const WalkPart& part, Acc& ac
     for (int half = 0; half < 2; ++half) f(acc[nt][2 * half], acc[nt][2 * half + 1], part.row(2 * half), part.col(nt));
 }
 
-// acc += Bᵀ Vt over the warp's part (b_tile, vt_tile: [64][64] swizzled).
+// acc += (b_multiplier B)ᵀ Vt over the warp's part (b_tile, vt_tile: [64][64]
+// swizzled). The multiplier goes into B's 16-bit fragments, rounded once as
+// the tile's transform would have rounded it.
 template <typename T>
 __device__ __forceinline__ void accumulate_walk_part(const WalkPart& part, float (&acc)[4][4], const T* b_tile,
-                                                     const T* vt_tile) {
+                                                     const T* vt_tile, float b_multiplier) {
   const int lane = threadIdx.x % 32;
   const int quad = lane / 8, r = lane % 8;
 #pragma unroll
   for (int kk = 0; kk < kChunk / 16; ++kk) {
     std::uint32_t a[4];
     sm80::ldmatrix_x4_trans(a, b_tile + tile_index<kSlice>(kk * 16 + (quad / 2) * 8 + r, part.row0 + (quad % 2) * 8));
+    if (b_multiplier != 1.0f)
+#pragma unroll
+      for (int i = 0; i < 4; ++i) {
+        const float2 pair = unpack2<T>(a[i]);
+        a[i] = sm80::pack2<T>(b_multiplier * pair.x, b_multiplier * pair.y);
+      }
 #pragma unroll
     for (int np = 0; np < 2; ++np) {
       std::uint32_t b[4];
@@ -146,15 +157,16 @@ __device__ __forceinline__ void store_walk_part(const WalkPart& part, const floa
 // kPass: Pass::output (the states) or Pass::dv (the gradient states); its
 // roles' B (a 64-column slice of Dk) and Vt (of Dv) are summed. 8 warps:
 // the walk is a chain of dependent steps, and two warps per scheduler hide
-// each other's latency.
-template <typename T, Pass kPass>
-__global__ void __launch_bounds__(kWalkThreads) linear_state_walk_kernel(LinearParams p, ChunkWorkspace w,
+// each other's latency. At most 64 registers, so that four CTAs of the
+// shallow ring share an SM (a cap that costs the deep ring nothing: 62 without it).
+template <typename T, Pass kPass, int kStages>
+__global__ void __launch_bounds__(kWalkThreads, 4) linear_state_walk_kernel(LinearParams p, ChunkWorkspace w,
                                                                          WalkEnds ends) {
   constexpr PassRoles kRoles = pass_roles(kPass);
   static_assert(of_key_dim(kRoles.b) && !of_key_dim(kRoles.vt), "a state is [Dk][Dv]");
   static_assert(!kRoles.key_side || kRoles.vt == Operand::dout, "Vt is never transformed in a tile");
   extern __shared__ __align__(128) unsigned char smem_bytes[];
-  auto& smem = *reinterpret_cast<WalkSmem<T>*>(smem_bytes);
+  auto& smem = *reinterpret_cast<WalkSmem<T, kStages>*>(smem_bytes);
   const int column_tiles = p.value_dim / kSlice;
   const int row0 = blockIdx.x / column_tiles * kSlice, col0 = blockIdx.x % column_tiles * kSlice;
   const int hk = blockIdx.y, b = blockIdx.z;
@@ -165,7 +177,7 @@ __global__ void __launch_bounds__(kWalkThreads) linear_state_walk_kernel(LinearP
   auto issue = [&](int item) {
     if (item < items.count()) {
       const int first = items.chunk(item) * kChunk, count = min(kChunk, span.length - first);
-      WalkStage<T>& stage = smem.stages[item % kWalkStages];
+      WalkStage<T>& stage = smem.stages[item % kStages];
       load_operand_async<kSlice, kWalkThreads>(stage.b, p, kRoles.b, b, span, first, count, head_of(item), row0);
       load_operand_async<kSlice, kWalkThreads>(stage.vt, p, kRoles.vt, b, span, first, count, head_of(item), col0);
       if (kRoles.key_side) load_row_stats_async(stage.raw_stats, p, w.row_stats, b, span, first, count, head_of(item));
@@ -183,22 +195,23 @@ __global__ void __launch_bounds__(kWalkThreads) linear_state_walk_kernel(LinearP
   const bool sums_keys = p.normalize && col0 == 0 && threadIdx.x < kSlice;
   float key_sum = 0.0f;
   if (sums_keys && ends.start_key_sum.data) key_sum = ends.start_key_sum.at(b, hk, 0)[row0 + threadIdx.x];
-  // An untransformed B (φ(q) of the identity, without normalize) carries the scale.
-  const float multiplier = operand_multiplier(p, kRoles.b) * operand_multiplier(p, kRoles.vt);
+  // An untransformed B (φ(q) of the identity, without normalize) carries the
+  // scale; Vt (v or dout) is never transformed.
+  const float b_multiplier = operand_multiplier(p, kRoles.b);
   const bool b_transformed = transformed_in_tile(p, kRoles.b);
   // The key side's statistics: 1/den for B's transform (1 for the rows of
   // the sequence without normalize, 0 past it) and -δ for the key sum.
   const bool needs_stats = kRoles.key_side && (p.normalize || b_transformed);
 
-  for (int s = 0; s + 1 < kWalkStages; ++s) issue(s);
+  for (int s = 0; s + 1 < kStages; ++s) issue(s);
   for (int item = 0; item < items.count(); ++item) {
-    WalkStage<T>& stage = smem.stages[item % kWalkStages];
+    WalkStage<T>& stage = smem.stages[item % kStages];
     const int chunk = items.chunk(item), count = min(kChunk, span.length - chunk * kChunk);
-    sm80::cp_async_wait<kWalkStages - 2>();
+    sm80::cp_async_wait<kStages - 2>();
     // The item's tiles landed; every thread is done with the stage the issue
     // below overwrites and with the statistics.
     __syncthreads();
-    issue(item + kWalkStages - 1);
+    issue(item + kStages - 1);
     if (needs_stats) {
       convert_row_stats(smem.stats, p, stage.raw_stats, count);
       __syncthreads();
@@ -218,16 +231,7 @@ __global__ void __launch_bounds__(kWalkThreads) linear_state_walk_kernel(LinearP
     if (sums_keys)
       key_sum += column_sum<kSlice>(stage.b, threadIdx.x, count,
                                     [&](int r) { return kRoles.key_side ? smem.stats.minus_delta[r] : 1.0f; });
-    if (multiplier == 1.0f) {
-      accumulate_walk_part(part, state, stage.b, stage.vt);
-    } else {
-      float product[4][4] = {};
-      accumulate_walk_part(part, product, stage.b, stage.vt);
-#pragma unroll
-      for (int nt = 0; nt < 4; ++nt)
-#pragma unroll
-        for (int e = 0; e < 4; ++e) state[nt][e] += multiplier * product[nt][e];
-    }
+    accumulate_walk_part(part, state, stage.b, stage.vt, b_multiplier);
   }
 
   for_each_walk_pair(part, state, [&](float lo, float hi, int row, int col) {
