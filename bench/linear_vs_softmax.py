@@ -83,7 +83,7 @@ DECODE_LABELS = {
 }
 SERIES_TEXT = {"tokens16k": f"{TOKENS_PER_BATCH // 1024}k tokens per batch (batch = max(1, "
                             f"{TOKENS_PER_BATCH} / seqlen))",
-               "b1": "one sequence (batch 1)"}
+               "b1": "batch 1"}
 PASS_TEXT = {"fwd": "forward", "fwdbwd": "forward + backward"}
 SKIPPED_QUADRATIC = "quadratic"
 OOM_PREFIX = "out of memory: "
@@ -206,8 +206,8 @@ def decode_callables(torch, batch, context, heads, dim, dtype, fla_step):
 
     gen = torch.Generator(device="cuda").manual_seed(0)
     q, k, v = (torch.randn((batch, 1, heads, dim), device="cuda", dtype=dtype, generator=gen) for _ in range(3))
-    # The linear state is the same size at every context; zeros keep it finite
-    # however many steps the timing adds into it.
+    # The linear state is the same size at every context. It starts at zeros and
+    # every timed step adds the same k vᵀ into it: it grows linearly, far from fp32's range.
     state = torch.zeros((batch, heads, dim, dim), device="cuda", dtype=torch.float32)
     k_cache, v_cache = (torch.randn((batch, context, heads, dim), device="cuda", dtype=dtype, generator=gen)
                         for _ in range(2))
@@ -285,7 +285,8 @@ def time_kernels(torch, args, row, kernels, make_calls, tokens) -> None:
             row["median_ms"][name] = time_ms(calls[name], args.warmup_ms, args.rep_ms)
         except Exception as exc:
             row["errors"][name] = failure_text(torch, exc)
-            release(torch)
+        if name in row["errors"]:
+            release(torch)  # out here, where the failure's traceback (and what its frames held) is gone
     del calls
     release(torch)
     for name in kernels:
@@ -536,8 +537,8 @@ def failures(rows) -> list[str]:
         if "same_point_as" in r:
             continue  # listed under the series that measured it
         for kernel, error in r["errors"].items():
-            where.setdefault((kernel, error), []).append(f"{r['series']} {r['pass']} {length_label(r['seqlen'])} "
-                                                         f"B={r['batch']}")
+            what = r["series"] if r["series"] == r["pass"] else f"{r['series']} {r['pass']}"
+            where.setdefault((kernel, error), []).append(f"{what} {length_label(r['seqlen'])} B={r['batch']}")
     if not where:
         return []
     lines = ["## Failures", ""]
@@ -553,8 +554,8 @@ def conditions(header) -> str:
             f"{header.get('dtype', 'bf16')}, causal, φ identity, normalize=False. Softmax kernels are not run above "
             f"{length_label(header.get('softmax_max_len', SOFTMAX_MAX_LEN))} tokens nor at the linear-only lengths "
             f"({', '.join(length_label(n) for n in header.get('linear_only_lengths', [])) or 'none'}): "
-            f"\"skipped (quadratic)\". Median of CUDA-event times ({header.get('timer', 'triton do_bench')}, "
-            f"warm-up {header.get('warmup_ms', '?')} ms, repetitions {header.get('rep_ms', '?')} ms).")
+            f"\"skipped (quadratic)\". Times: {header.get('timer', 'triton.testing.do_bench')} (warm-up "
+            f"{header.get('warmup_ms', '?')} ms, repetitions {header.get('rep_ms', '?')} ms).")
 
 
 def partial_note(header) -> list[str]:
@@ -719,11 +720,11 @@ def main(argv=None) -> int:
     parser.add_argument("--series", nargs="+", choices=SERIES, default=list(SERIES))
     parser.add_argument("--lengths", type=int, nargs="+", default=LENGTHS)
     parser.add_argument("--linear-only-lengths", type=int, nargs="*", default=LINEAR_ONLY_LENGTHS,
-                        help="lengths (batch 1 in every series) where only the linear kernels run")
+                        help="lengths where only the linear kernels run (softmax: skipped, quadratic)")
     parser.add_argument("--softmax-max-len", type=int, default=SOFTMAX_MAX_LEN,
                         help="softmax kernels are skipped above this length")
     parser.add_argument("--decode-contexts", type=int, nargs="*", default=DECODE_CONTEXTS)
-    parser.add_argument("--decode-batches", type=int, nargs="*", default=DECODE_BATCHES)
+    parser.add_argument("--decode-batches", "--decode-batch", type=int, nargs="*", default=DECODE_BATCHES)
     parser.add_argument("--kernels", nargs="+", choices=DECODE_KERNELS, default=list(DECODE_KERNELS))
     parser.add_argument("--heads", type=int, default=16)
     parser.add_argument("--dim", type=int, default=128)
