@@ -187,7 +187,12 @@ __device__ __forceinline__ void store_row_stats(const LinearParams& p, const Chu
     dot += __shfl_xor_sync(0xffffffffu, dot, 2);
     if (lane % 4 == 0 && row < at.count) {
       RowStats& stats = w.row_stats[row_stats_index(p, at.b, at.span, at.first + row, h)];
-      if (at.slice == 0) stats.den = den[half];
+      if (at.slice == 0) {
+        // Every byte of the record is written (the loads copy it whole, 16 bytes).
+        stats.den = den[half];
+        stats.unused = 0.0f;
+        if (p.value_dim <= kSlice) stats.dot[1] = 0.0f;
+      }
       stats.dot[at.slice] = dot;
     }
   }
