@@ -45,6 +45,7 @@ from __future__ import annotations
 import argparse
 import datetime
 import gc
+import importlib.util
 import json
 import os
 import shutil
@@ -371,11 +372,13 @@ def benchmark(args) -> int:
 
 def plot(header, rows, path) -> str:
     """Draws the plot; a sentence saying what happened (never raises for a missing matplotlib)."""
-    if HERE not in sys.path:
-        sys.path.insert(0, HERE)
-    from plot_linear import draw
+    # Loaded by path, not through sys.path: a test process that imports this
+    # module must not find bench/'s other modules (bench/test_ring.py) first.
+    spec = importlib.util.spec_from_file_location("plot_linear", os.path.join(HERE, "plot_linear.py"))
+    plot_linear = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(plot_linear)
     try:
-        draw({"header": header, "rows": rows}, path)
+        plot_linear.draw({"header": header, "rows": rows}, path)
     except ImportError as exc:
         return (f"no plot ({exc}); draw it elsewhere with: python3 bench/plot_linear.py "
                 f"<the json> {os.path.basename(path)}")
