@@ -203,6 +203,15 @@ __global__ void __launch_bounds__(kWalkThreads, 4) linear_state_walk_kernel(Line
   // the sequence without normalize, 0 past it) and -δ for the key sum.
   const bool needs_stats = kRoles.key_side && (p.normalize || b_transformed);
 
+  // The running sum (and key sum) as the record of `chunk`.
+  auto store_record = [&](int chunk) {
+    const std::int64_t slot = chunk_slot(p, b, span, chunk);
+    store_walk_part(part, state, smem.staging,
+                    state_record<T>(p, w, slot, hk) + static_cast<std::int64_t>(row0) * p.value_dim + col0,
+                    p.value_dim);
+    if (sums_keys) key_sum_record(p, w, slot, hk)[row0 + threadIdx.x] = key_sum;
+  };
+
   for (int s = 0; s + 1 < kStages; ++s) issue(s);
   for (int item = 0; item < items.count(); ++item) {
     WalkStage<T>& stage = smem.stages[item % kStages];
@@ -221,13 +230,7 @@ __global__ void __launch_bounds__(kWalkThreads, 4) linear_state_walk_kernel(Line
       __syncthreads();
     }
     // A step's record: the sum before its rows.
-    if (p.causal && items.head(item) == 0) {
-      const std::int64_t slot = chunk_slot(p, b, span, chunk);
-      store_walk_part(part, state, smem.staging,
-                      state_record<T>(p, w, slot, hk) + static_cast<std::int64_t>(row0) * p.value_dim + col0,
-                      p.value_dim);
-      if (sums_keys) key_sum_record(p, w, slot, hk)[row0 + threadIdx.x] = key_sum;
-    }
+    if (p.causal && items.head(item) == 0) store_record(chunk);
     if (sums_keys)
       key_sum += column_sum<kSlice>(stage.b, threadIdx.x, count,
                                     [&](int r) { return kRoles.key_side ? smem.stats.minus_delta[r] : 1.0f; });
@@ -242,12 +245,7 @@ __global__ void __launch_bounds__(kWalkThreads, 4) linear_state_walk_kernel(Line
   });
   if (sums_keys && ends.total_key_sum.data) ends.total_key_sum.at(b, hk, 0)[row0 + threadIdx.x] = key_sum;
   if (p.causal) return;
-  // Non-causal: the total is every chunk's S'.
-  const std::int64_t slot = chunk_slot(p, b, span, 0);
-  store_walk_part(part, state, smem.staging,
-                  state_record<T>(p, w, slot, hk) + static_cast<std::int64_t>(row0) * p.value_dim + col0,
-                  p.value_dim);
-  if (sums_keys) key_sum_record(p, w, slot, hk)[row0 + threadIdx.x] = key_sum;
+  store_record(0);  // non-causal: the total is every chunk's S'
 }
 
 }  // namespace cuflash::detail::linear
