@@ -297,6 +297,45 @@ TEST(LinearGpuShapes, HeadsDimsAndAlignment) {
       }
 }
 
+// The split walk (linear_chunk_launch.cuh, walk_segments: a grid of fewer
+// than 256 CTAs walks each sequence in up to 8 segments of at least 32
+// chunks, two launches). With Dk 64, Dv 128 and 2 kv heads the grid is
+// 4 CTAs per sequence, so the segments follow the longest sequence:
+// 8229 rows (129 chunks, the last partial) walk in 4 segments, 16384 in 8,
+// and the varlen batch (longest 4100: 65 chunks) in 2, where its 70-row
+// sequence has a segment of one chunk and its empty one two empty segments.
+// Causal and not (the non-causal total is the sums alone), forward and
+// backward (the gradient walk runs its segments in reverse), with states.
+TEST(LinearGpuShapes, SplitWalkMatchesOracle) {
+  SKIP_WITHOUT_GPU();
+  CUFLASH_TEST_RNG(rng);
+  struct Case {
+    std::vector<int> lengths;
+    bool varlen;
+    FeatureMap map;
+    bool normalize;
+  };
+  for (const Case& shape : {Case{{8229}, false, FeatureMap::identity, false},
+                            Case{{4100, 0, 70, 2500}, true, FeatureMap::elu_plus_one, true},
+                            Case{{16384}, false, FeatureMap::relu, false}})
+    for (bool causal : {true, false}) {
+      LinearSpec s = gpu_spec();
+      s.lengths = shape.lengths;
+      s.varlen = shape.varlen;
+      if (shape.varlen) s.layout = MemoryLayout::padded(8);
+      s.map = shape.map;
+      s.normalize = shape.normalize;
+      s.causal = causal;
+      s.with_state = true;
+      SCOPED_TRACE(std::to_string(shape.lengths[0]) + (shape.varlen ? " varlen" : " dense") +
+                   (causal ? " causal" : " full"));
+      LinearCase forward(s, rng.engine());
+      check_forward(forward);
+      LinearCase backward(s, rng.engine());
+      check_backward(backward);
+    }
+}
+
 // relu with normalize where some queries have no positive entry: φq = 0, the
 // normalizer is eps (1e-10) and dout / den is 1e10 dout, past f16's range.
 // Such a row's output is 0 and it adds nothing to dk, dv or the state's

@@ -51,7 +51,7 @@ bool linear_chunk_supports(const LinearProblem& p) {
 }
 
 std::size_t linear_chunk_workspace_bytes(const LinearProblem& p) {
-  return linear::states_bytes(p) + linear::key_sums_bytes(p) + linear::row_stats_bytes(p);
+  return linear::chunk_workspace_bytes(p);
 }
 
 Status linear_chunk_forward(const LinearProblem& problem, const LinearParams& params, void* workspace,

@@ -6,6 +6,7 @@
 
 #include <cuda_runtime_api.h>
 
+#include <algorithm>
 #include <cstddef>
 #include <cstdint>
 
@@ -34,19 +35,65 @@ inline std::size_t key_sums_bytes(const LinearProblem& p) {
   return align256(static_cast<std::size_t>(chunk_slots(p) * p.heads_kv * p.key_dim) * sizeof(float));
 }
 
+// How many segments a walk splits each sequence into (WalkSegments): enough
+// for about kWalkTargetCtas CTAs when (Dk/64 x Dv/64) x Hk x B leaves SMs
+// idle (two per SM of an H100), none shorter than kMinSegmentChunks chunks
+// of the longest sequence, at most kMaxWalkSegments. From the problem
+// alone, not the device, so that the workspace's size is a function of the
+// problem.
+constexpr int kWalkTargetCtas = 256;
+constexpr int kMinSegmentChunks = 32;
+constexpr int kMaxWalkSegments = 8;
+inline int walk_segments(int batch, int heads_kv, int key_dim, int value_dim, int longest) {
+  const std::int64_t ctas = static_cast<std::int64_t>(key_dim / kSlice) * (value_dim / kSlice) * heads_kv * batch;
+  const std::int64_t chunks = (static_cast<std::int64_t>(longest) + kChunk - 1) / kChunk;
+  std::int64_t segments = ctas > 0 ? kWalkTargetCtas / ctas : 1;
+  segments = std::min<std::int64_t>({segments, kMaxWalkSegments, chunks / kMinSegmentChunks});
+  return static_cast<int>(std::max<std::int64_t>(segments, 1));
+}
+inline int walk_segments(const LinearProblem& p) {
+  return walk_segments(p.batch, p.heads_kv, p.key_dim, p.value_dim, p.max_len);
+}
+inline int walk_segments(const LinearParams& p) {
+  return walk_segments(p.batch, p.heads_kv, p.key_dim, p.value_dim, p.seq_len);
+}
+
+inline std::size_t segment_sums_bytes(const LinearProblem& p) {
+  const int segments = walk_segments(p);
+  if (segments == 1) return 0;
+  return align256(static_cast<std::size_t>(p.batch) * segments * p.heads_kv * p.key_dim * p.value_dim * sizeof(float));
+}
+
+inline std::size_t segment_key_sums_bytes(const LinearProblem& p) {
+  const int segments = walk_segments(p);
+  if (segments == 1 || !p.normalize) return 0;
+  return align256(static_cast<std::size_t>(p.batch) * segments * p.heads_kv * p.key_dim * sizeof(float));
+}
+
 inline std::size_t row_stats_bytes(const LinearProblem& p) {
   if (p.pass != LinearPass::backward || !p.normalize) return 0;
   return align256(static_cast<std::size_t>(packed_rows(p)) * p.heads_q * sizeof(RowStats));
 }
 
-// states, key_sums, row_stats: the backward reuses states and key_sums for
-// the gradient states once dq (the last reader of the states) is done.
+inline std::size_t chunk_workspace_bytes(const LinearProblem& p) {
+  return states_bytes(p) + key_sums_bytes(p) + row_stats_bytes(p) + segment_sums_bytes(p) + segment_key_sums_bytes(p);
+}
+
+// states, key_sums, row_stats, segment sums: the backward reuses states and
+// key_sums for the gradient states once dq (the last reader of the states)
+// is done, and the segment sums for each walk.
 inline ChunkWorkspace chunk_workspace(const LinearProblem& p, void* workspace) {
   char* bytes = static_cast<char*>(workspace);
   ChunkWorkspace w;
   w.states = bytes;
-  w.key_sums = reinterpret_cast<float*>(bytes + states_bytes(p));
-  w.row_stats = reinterpret_cast<RowStats*>(bytes + states_bytes(p) + key_sums_bytes(p));
+  bytes += states_bytes(p);
+  w.key_sums = reinterpret_cast<float*>(bytes);
+  bytes += key_sums_bytes(p);
+  w.row_stats = reinterpret_cast<RowStats*>(bytes);
+  bytes += row_stats_bytes(p);
+  w.segment_sums = reinterpret_cast<float*>(bytes);
+  bytes += segment_sums_bytes(p);
+  w.segment_key_sums = reinterpret_cast<float*>(bytes);
   return w;
 }
 
@@ -59,25 +106,29 @@ Status for_half_dtype(DType dtype, Launch launch) {
 inline int chunk_count(const LinearParams& p) { return (p.seq_len + kChunk - 1) / kChunk; }
 
 template <typename T, Pass kPass, int kStages>
-Status launch_walk_with(const LinearParams& p, const ChunkWorkspace& w, const WalkEnds& ends, dim3 grid,
-                        cudaStream_t stream) {
-  const char* name =
-      kPass == Pass::output ? "linear_state_walk_kernel(states)" : "linear_state_walk_kernel(gradient states)";
+Status launch_walk_with(const LinearParams& p, const ChunkWorkspace& w, const WalkEnds& ends,
+                        const WalkSegments& segments, dim3 grid, cudaStream_t stream) {
+  const char* name = segments.sums_only ? (kPass == Pass::output ? "linear_state_walk_kernel(state segment sums)"
+                                                                 : "linear_state_walk_kernel(gradient segment sums)")
+                                        : (kPass == Pass::output ? "linear_state_walk_kernel(states)"
+                                                                 : "linear_state_walk_kernel(gradient states)");
   auto* kernel = linear_state_walk_kernel<T, kPass, kStages>;
   constexpr std::size_t smem = sizeof(WalkSmem<T, kStages>);
   CUFLASH_TRY(allow_dynamic_smem(kernel, smem, name));
-  kernel<<<grid, kWalkThreads, smem, stream>>>(p, w, ends);
+  kernel<<<grid, kWalkThreads, smem, stream>>>(p, w, ends, segments);
   return launch_status(name);
 }
 
 // The walk of the states (Pass::output) or of the gradient states (Pass::dv):
-// grid (Dk/64 x Dv/64, Hk, B), 8 warps. It runs without rows too (the totals
-// are the starts). The deep ring of loads when every CTA finds an SM place
-// at once, the shallow one (more CTAs per SM) when the grid would otherwise
+// grid (Dk/64 x Dv/64, Hk, B x segments), 8 warps; split (walk_segments),
+// the segment sums' launch first. It runs without rows too (the totals are
+// the starts). The deep ring of loads when every CTA finds an SM place at
+// once, the shallow one (more CTAs per SM) when the grid would otherwise
 // run in two waves.
 template <typename T, Pass kPass>
 Status launch_walk(const LinearParams& p, const ChunkWorkspace& w, const WalkEnds& ends, cudaStream_t stream) {
-  const dim3 grid((p.key_dim / kSlice) * (p.value_dim / kSlice), p.heads_kv, p.batch);
+  const int segment_count = walk_segments(p);
+  const dim3 grid((p.key_dim / kSlice) * (p.value_dim / kSlice), p.heads_kv, p.batch * segment_count);
   const std::int64_t ctas = static_cast<std::int64_t>(grid.x) * grid.y * grid.z;
   int device = 0;
   CUFLASH_TRY(cuda_status(cudaGetDevice(&device), "cudaGetDevice"));
@@ -87,8 +138,19 @@ Status launch_walk(const LinearParams& p, const ChunkWorkspace& w, const WalkEnd
       info.valid ? static_cast<std::int64_t>(info.sm_count) *
                        (info.smem_per_sm / (sizeof(WalkSmem<T, kWalkDeepStages>) + kReservedPerCta))
                  : ctas;
-  if (ctas > deep_slots) return launch_walk_with<T, kPass, kWalkShallowStages>(p, w, ends, grid, stream);
-  return launch_walk_with<T, kPass, kWalkDeepStages>(p, w, ends, grid, stream);
+  const bool deep = ctas <= deep_slots;
+  auto launch = [&](const WalkSegments& segments) {
+    return deep ? launch_walk_with<T, kPass, kWalkDeepStages>(p, w, ends, segments, grid, stream)
+                : launch_walk_with<T, kPass, kWalkShallowStages>(p, w, ends, segments, grid, stream);
+  };
+  WalkSegments segments;
+  segments.count = segment_count;
+  if (segment_count > 1) {
+    segments.sums_only = true;
+    CUFLASH_TRY(launch(segments));
+    segments.sums_only = false;
+  }
+  return launch(segments);
 }
 
 constexpr const char* pass_kernel_name(Pass pass) {

@@ -9,7 +9,12 @@
 // (= Σ φq dnumᵀ and Σ dden φq), from a start (the initial state, or the final
 // state's gradient). The total goes to the call's output (final_state, or
 // dinitial_state) and, non-causal, to the record of chunk 0, the only one the
-// pass reads then. grid (Dk/64 x Dv/64, Hk, B), 8 warps.
+// pass reads then. grid (Dk/64 x Dv/64, Hk, B x segments), 8 warps.
+//
+// Split (WalkSegments, for grids that leave SMs idle: batch 1 at long
+// lengths), a first launch walks each segment of the chunks from 0 and keeps
+// its sum; the second starts each segment from the walk's start plus the
+// sums before it. Twice the reads, in a fraction of the chain's length.
 //
 // Why a walk and not per-block sums and a scan: the pass then keeps no state
 // (every (chunk, slice, head) CTA is independent), and the walk's records are
@@ -49,23 +54,42 @@ __device__ __forceinline__ float column_sum(const T* tile, int col, int count, W
   return sum;
 }
 
-// The (chunk, head) items of a walk in the order it runs them: chunk steps
-// in order (reverse: from the last chunk), `heads` items per step (the key
-// side's B and Vt are per query head: the group's rows all join the sum).
+// The (chunk, head) items of a walk over a segment's chunks [begin, end)
+// in the order it runs them: chunk steps in order (reverse: from the last
+// chunk), `heads` items per step (the key side's B and Vt are per query
+// head: the group's rows all join the sum). Segment s of n holds the
+// sequence's chunks [chunks s / n, chunks (s + 1) / n).
 struct ChunkItems {
-  int chunks;
+  int begin, end;
   int heads;
   bool reverse;
 
-  __device__ __forceinline__ ChunkItems(const SequenceSpan& span, int heads_per_step, bool in_reverse)
-      : chunks((span.length + kChunk - 1) / kChunk), heads(heads_per_step), reverse(in_reverse) {}
-  __device__ __forceinline__ int count() const { return chunks * heads; }
+  __device__ __forceinline__ ChunkItems(const SequenceSpan& span, int heads_per_step, bool in_reverse, int segment,
+                                        int segments)
+      : heads(heads_per_step), reverse(in_reverse) {
+    const int chunks = (span.length + kChunk - 1) / kChunk;
+    begin = chunks * segment / segments;
+    end = chunks * (segment + 1) / segments;
+  }
+  __device__ __forceinline__ int count() const { return (end - begin) * heads; }
   __device__ __forceinline__ int head(int item) const { return item % heads; }
   __device__ __forceinline__ int chunk(int item) const {
     const int step = item / heads;
-    return reverse ? chunks - 1 - step : step;
+    return reverse ? end - 1 - step : begin + step;
   }
 };
+
+// Segment sums of a split walk (ChunkWorkspace::segment_sums): the fp32 tile
+// row of (b, segment, hk) and its key sum.
+__device__ __forceinline__ float* segment_sum_row(const LinearParams& p, const ChunkWorkspace& w, int b, int segment,
+                                                  int segments, int hk, int row) {
+  return w.segment_sums + ((static_cast<std::int64_t>(b) * segments + segment) * p.heads_kv + hk) * p.key_dim * p.value_dim +
+         static_cast<std::int64_t>(row) * p.value_dim;
+}
+__device__ __forceinline__ float* segment_key_sum(const LinearParams& p, const ChunkWorkspace& w, int b, int segment,
+                                                  int segments, int hk) {
+  return w.segment_key_sums + ((static_cast<std::int64_t>(b) * segments + segment) * p.heads_kv + hk) * p.key_dim;
+}
 
 constexpr int kWalkDeepStages = 4;
 constexpr int kWalkShallowStages = 2;
@@ -161,7 +185,7 @@ __device__ __forceinline__ void store_walk_part(const WalkPart& part, const floa
 // shallow ring share an SM (a cap that costs the deep ring nothing: 62 without it).
 template <typename T, Pass kPass, int kStages>
 __global__ void __launch_bounds__(kWalkThreads, 4) linear_state_walk_kernel(LinearParams p, ChunkWorkspace w,
-                                                                         WalkEnds ends) {
+                                                                         WalkEnds ends, WalkSegments segments) {
   constexpr PassRoles kRoles = pass_roles(kPass);
   static_assert(of_key_dim(kRoles.b) && !of_key_dim(kRoles.vt), "a state is [Dk][Dv]");
   static_assert(!kRoles.key_side || kRoles.vt == Operand::dout, "Vt is never transformed in a tile");
@@ -169,13 +193,24 @@ __global__ void __launch_bounds__(kWalkThreads, 4) linear_state_walk_kernel(Line
   auto& smem = *reinterpret_cast<WalkSmem<T, kStages>*>(smem_bytes);
   const int column_tiles = p.value_dim / kSlice;
   const int row0 = blockIdx.x / column_tiles * kSlice, col0 = blockIdx.x % column_tiles * kSlice;
-  const int hk = blockIdx.y, b = blockIdx.z;
+  const int hk = blockIdx.y, b = blockIdx.z / segments.count, segment = blockIdx.z % segments.count;
+  // The segment the walk ends in: it writes the totals (and non-causal, chunk 0's record).
+  const bool last_segment = ends.reverse ? segment == 0 : segment == segments.count - 1;
+  const bool split = segments.count > 1;
+  // Split and non-causal, the records launch has no rows to walk: the
+  // total is the start plus every segment's sum, and only the last
+  // segment's CTAs store it.
+  const bool walks = segments.sums_only || !split || p.causal;
+  if (!walks && !last_segment) return;
+  const bool stores_records = !segments.sums_only;
   const SequenceSpan span = sequence_span(p, b);
-  const ChunkItems items(span, kRoles.key_side ? p.group : 1, ends.reverse);
+  const ChunkItems items(span, kRoles.key_side ? p.group : 1, ends.reverse, walks ? segment : 0,
+                         walks ? segments.count : 1);
+  const int item_count = walks ? items.count() : 0;
   const WalkPart part;
   auto head_of = [&](int item) { return kRoles.key_side ? hk * p.group + items.head(item) : hk; };
   auto issue = [&](int item) {
-    if (item < items.count()) {
+    if (item < item_count) {
       const int first = items.chunk(item) * kChunk, count = min(kChunk, span.length - first);
       WalkStage<T>& stage = smem.stages[item % kStages];
       load_operand_async<kSlice, kWalkThreads>(stage.b, p, kRoles.b, b, span, first, count, head_of(item), row0);
@@ -184,17 +219,33 @@ __global__ void __launch_bounds__(kWalkThreads, 4) linear_state_walk_kernel(Line
     }
     sm80::cp_async_commit();  // past the end an empty group: the count of groups in flight stays right
   };
+  // The segments whose sums come before this one's start (all of them when it does not walk).
+  auto before = [&](int other) {
+    return !walks || (ends.reverse ? other > segment : other < segment);
+  };
 
+  // Column row0 + threadIdx.x of the key sum, kept by the CTAs of the first column tile.
+  const bool sums_keys = p.normalize && col0 == 0 && threadIdx.x < kSlice;
   float state[4][4];
+  float key_sum = 0.0f;
   for_each_walk_pair(part, state, [&](float& lo, float& hi, int row, int col) {
-    const float* start = ends.start_state.data ? ends.start_state.at(b, hk, row0 + row) + col0 + col : nullptr;
+    const float* start = ends.start_state.data && stores_records ? ends.start_state.at(b, hk, row0 + row) + col0 + col
+                                                                 : nullptr;
     lo = start ? start[0] : 0.0f;
     hi = start ? start[1] : 0.0f;
   });
-  // Column row0 + threadIdx.x of the key sum, kept by the CTAs of the first column tile.
-  const bool sums_keys = p.normalize && col0 == 0 && threadIdx.x < kSlice;
-  float key_sum = 0.0f;
-  if (sums_keys && ends.start_key_sum.data) key_sum = ends.start_key_sum.at(b, hk, 0)[row0 + threadIdx.x];
+  if (sums_keys && stores_records && ends.start_key_sum.data) key_sum = ends.start_key_sum.at(b, hk, 0)[row0 + threadIdx.x];
+  if (split && stores_records)
+    for (int other = 0; other < segments.count; ++other) {
+      if (!before(other)) continue;
+      for_each_walk_pair(part, state, [&](float& lo, float& hi, int row, int col) {
+        const float2 sum = *reinterpret_cast<const float2*>(
+            segment_sum_row(p, w, b, other, segments.count, hk, row0 + row) + col0 + col);
+        lo += sum.x;
+        hi += sum.y;
+      });
+      if (sums_keys) key_sum += segment_key_sum(p, w, b, other, segments.count, hk)[row0 + threadIdx.x];
+    }
   // An untransformed B (φ(q) of the identity, without normalize) carries the
   // scale; Vt (v or dout) is never transformed.
   const float b_multiplier = operand_multiplier(p, kRoles.b);
@@ -213,7 +264,7 @@ __global__ void __launch_bounds__(kWalkThreads, 4) linear_state_walk_kernel(Line
   };
 
   for (int s = 0; s + 1 < kStages; ++s) issue(s);
-  for (int item = 0; item < items.count(); ++item) {
+  for (int item = 0; item < item_count; ++item) {
     WalkStage<T>& stage = smem.stages[item % kStages];
     const int chunk = items.chunk(item), count = min(kChunk, span.length - chunk * kChunk);
     sm80::cp_async_wait<kStages - 2>();
@@ -230,13 +281,22 @@ __global__ void __launch_bounds__(kWalkThreads, 4) linear_state_walk_kernel(Line
       __syncthreads();
     }
     // A step's record: the sum before its rows.
-    if (p.causal && items.head(item) == 0) store_record(chunk);
+    if (p.causal && stores_records && items.head(item) == 0) store_record(chunk);
     if (sums_keys)
       key_sum += column_sum<kSlice>(stage.b, threadIdx.x, count,
                                     [&](int r) { return kRoles.key_side ? smem.stats.minus_delta[r] : 1.0f; });
     accumulate_walk_part(part, state, stage.b, stage.vt, b_multiplier);
   }
 
+  if (segments.sums_only) {  // the segment's own sum, for the records launch
+    for_each_walk_pair(part, state, [&](float lo, float hi, int row, int col) {
+      *reinterpret_cast<float2*>(segment_sum_row(p, w, b, segment, segments.count, hk, row0 + row) + col0 + col) =
+          make_float2(lo, hi);
+    });
+    if (sums_keys) segment_key_sum(p, w, b, segment, segments.count, hk)[row0 + threadIdx.x] = key_sum;
+    return;
+  }
+  if (!last_segment) return;
   for_each_walk_pair(part, state, [&](float lo, float hi, int row, int col) {
     if (!ends.total_state.data) return;
     float* total = ends.total_state.at(b, hk, row0 + row) + col0 + col;  // any strides: no float2

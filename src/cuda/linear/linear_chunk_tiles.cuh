@@ -60,8 +60,13 @@ __device__ __forceinline__ float2 unpack2(std::uint32_t bits) {
 template <int D, int kThreads = kChunkThreads, typename T>
 __device__ __forceinline__ void load_tile_async(T* tile, const T* base, std::int64_t row_stride, int count) {
   constexpr int kChunksPerRow = D / 8;
+  static_assert(kChunk * kChunksPerRow % kThreads == 0, "every thread the same count of 16-byte chunks");
+  // A trip count known at compile time (not `c = threadIdx.x; c < n; c += kThreads`,
+  // which nvcc keeps as a loop with a remainder): the walk's step is a chain, and
+  // the loop's overhead was a good part of its instructions.
 #pragma unroll
-  for (int c = threadIdx.x; c < kChunk * kChunksPerRow; c += kThreads) {
+  for (int i = 0; i < kChunk * kChunksPerRow / kThreads; ++i) {
+    const int c = threadIdx.x + i * kThreads;
     const int row = c / kChunksPerRow, chunk = c % kChunksPerRow;
     const bool valid = row < count;
     const T* src = valid ? base + row * row_stride + chunk * 8 : base;
@@ -76,8 +81,10 @@ template <int D, int kThreads = kChunkThreads, typename T, typename F>
 __device__ __forceinline__ void transform_tile(T* tile, F f) {
   static_assert(SwizzledRows<D>::kPitch == D, "rows stored back to back");
   constexpr int kChunksPerRow = D / 8;
+  static_assert(kChunk * kChunksPerRow % kThreads == 0, "every thread the same count of 16-byte chunks");
 #pragma unroll
-  for (int c = threadIdx.x; c < kChunk * kChunksPerRow; c += kThreads) {
+  for (int i = 0; i < kChunk * kChunksPerRow / kThreads; ++i) {  // a compile-time trip count (load_tile_async)
+    const int c = threadIdx.x + i * kThreads;
     const int row = c / kChunksPerRow;
     alignas(16) T elements[8];
     *reinterpret_cast<uint4*>(elements) = *reinterpret_cast<const uint4*>(tile + c * 8);

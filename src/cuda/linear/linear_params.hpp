@@ -72,6 +72,10 @@ struct ChunkWorkspace {
   void* states;         // [slots][Hk][Dk][Dv], 16-bit
   float* key_sums;      // [slots][Hk][Dk]: normalize
   RowStats* row_stats;  // [packed rows][Hq]: the backward with normalize
+  // A split walk's segment sums (WalkSegments): [B][segments][Hk][Dk][Dv]
+  // and, with normalize, [B][segments][Hk][Dk]; fp32, unused when not split.
+  float* segment_sums;
+  float* segment_key_sums;
 };
 
 // One walk over the chunks of each sequence: where the running sum starts
@@ -82,6 +86,17 @@ struct WalkEnds {
   StateView start_state, start_key_sum;
   StateView total_state, total_key_sum;
   bool reverse = false;
+};
+
+// A walk split into `count` segments of each sequence's chunks, for grids
+// that would leave SMs idle (the walk is a chain: its time is its length).
+// Two launches: the first (sums_only) walks every segment from 0 at once
+// and keeps only its sum; the second starts each segment from the walk's
+// start plus the sums of the segments before it, and stores the records.
+// count 1: one launch, the plain walk.
+struct WalkSegments {
+  int count = 1;
+  bool sums_only = false;
 };
 
 #ifdef __CUDACC__
