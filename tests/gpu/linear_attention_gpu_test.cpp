@@ -15,6 +15,7 @@
 #include <cstdint>
 #include <cstdlib>
 #include <optional>
+#include <random>
 #include <string>
 #include <tuple>
 #include <utility>
@@ -122,11 +123,7 @@ void expect_close(const HostTensor& got, const std::vector<double>& ref, double 
   EXPECT_LE(st.max_abs, 10 * tol * std::max(1.0, st.ref_max_abs)) << what << ": " << st.describe();
 }
 
-void check_forward(LinearCase& c) {
-  oracle::LinearForwardResult ref;
-  ASSERT_TRUE(oracle::linear_forward_float64(c.forward_args(), c.options(Backend::cpu), &ref).ok());
-  const Status status = gpu_forward(c);
-  ASSERT_TRUE(status.ok()) << status.to_string();
+void expect_forward_close(const LinearCase& c, const oracle::LinearForwardResult& ref) {
   expect_close(c.out, ref.out, tolerance(c.spec.dtype), "out");
   // The state sums fp32 products of the inputs (φk rounded to the dtype on the tensor-core path).
   const double state_tol = c.spec.dtype == DType::f32 ? 2e-5 : tolerance(c.spec.dtype) / 2;
@@ -134,11 +131,7 @@ void check_forward(LinearCase& c) {
   if (!c.final_key_sum.empty()) expect_close(c.final_key_sum, ref.final_key_sum, state_tol, "final_key_sum");
 }
 
-void check_backward(LinearCase& c) {
-  oracle::LinearBackwardResult ref;
-  ASSERT_TRUE(oracle::linear_backward_float64(c.backward_args(), c.options(Backend::cpu), &ref).ok());
-  const Status status = gpu_backward(c);
-  ASSERT_TRUE(status.ok()) << status.to_string();
+void expect_backward_close(const LinearCase& c, const oracle::LinearBackwardResult& ref) {
   const double tol = 2 * tolerance(c.spec.dtype);
   EXPECT_TRUE(all_written(c.dq, "dq"));
   EXPECT_TRUE(all_written(c.dk, "dk"));
@@ -151,6 +144,51 @@ void check_backward(LinearCase& c) {
   if (!c.dinitial_state.empty()) expect_close(c.dinitial_state, ref.dinitial_state, state_tol, "dinitial_state");
   if (!c.dinitial_key_sum.empty())
     expect_close(c.dinitial_key_sum, ref.dinitial_key_sum, state_tol, "dinitial_key_sum");
+}
+
+void check_forward(LinearCase& c) {
+  oracle::LinearForwardResult ref;
+  ASSERT_TRUE(oracle::linear_forward_float64(c.forward_args(), c.options(Backend::cpu), &ref).ok());
+  const Status status = gpu_forward(c);
+  ASSERT_TRUE(status.ok()) << status.to_string();
+  expect_forward_close(c, ref);
+}
+
+void check_backward(LinearCase& c) {
+  oracle::LinearBackwardResult ref;
+  ASSERT_TRUE(oracle::linear_backward_float64(c.backward_args(), c.options(Backend::cpu), &ref).ok());
+  const Status status = gpu_backward(c);
+  ASSERT_TRUE(status.ok()) << status.to_string();
+  expect_backward_close(c, ref);
+}
+
+// Against the CPU reference (backend cpu: fp32 and chunked, linear in the
+// length, itself held against the float64 oracle by the CPU tests) where the
+// oracle's quadratic sums would take minutes: `twin` has c's inputs.
+void check_forward_against_cpu(LinearCase& c, LinearCase& twin) {
+  const Status reference = linear_attention_forward(twin.forward_args(), twin.options(Backend::cpu));
+  ASSERT_TRUE(reference.ok()) << reference.to_string();
+  oracle::LinearForwardResult ref;
+  ref.out = twin.out.to_doubles();
+  if (!twin.final_state.empty()) ref.final_state = twin.final_state.to_doubles();
+  if (!twin.final_key_sum.empty()) ref.final_key_sum = twin.final_key_sum.to_doubles();
+  const Status status = gpu_forward(c);
+  ASSERT_TRUE(status.ok()) << status.to_string();
+  expect_forward_close(c, ref);
+}
+
+void check_backward_against_cpu(LinearCase& c, LinearCase& twin) {
+  const Status reference = linear_attention_backward(twin.backward_args(), twin.options(Backend::cpu));
+  ASSERT_TRUE(reference.ok()) << reference.to_string();
+  oracle::LinearBackwardResult ref;
+  ref.dq = twin.dq.to_doubles();
+  ref.dk = twin.dk.to_doubles();
+  ref.dv = twin.dv.to_doubles();
+  if (!twin.dinitial_state.empty()) ref.dinitial_state = twin.dinitial_state.to_doubles();
+  if (!twin.dinitial_key_sum.empty()) ref.dinitial_key_sum = twin.dinitial_key_sum.to_doubles();
+  const Status status = gpu_backward(c);
+  ASSERT_TRUE(status.ok()) << status.to_string();
+  expect_backward_close(c, ref);
 }
 
 // ---- The matrix ---------------------------------------------------------------------------------
@@ -298,15 +336,17 @@ TEST(LinearGpuShapes, HeadsDimsAndAlignment) {
 }
 
 // The split walk (linear_chunk_launch.cuh, walk_segments: a grid of fewer
-// than 256 CTAs walks each sequence in up to 8 segments of at least 32
+// than 256 CTAs walks each sequence in 3 to 8 segments of at least 32
 // chunks, two launches). With Dk 64, Dv 128 and 2 kv heads the grid is
 // 4 CTAs per sequence, so the segments follow the longest sequence:
 // 8229 rows (129 chunks, the last partial) walk in 4 segments, 16384 in 8,
-// and the varlen batch (longest 4100: 65 chunks) in 2, where its 70-row
-// sequence has a segment of one chunk and its empty one two empty segments.
+// and the varlen batch (longest 6200: 97 chunks) in 3 of 32, 32 and 33
+// chunks, where its 70-row sequence has an empty segment and segments of
+// one chunk, and its empty sequence three empty ones.
 // Causal and not (the non-causal total is the sums alone), forward and
-// backward (the gradient walk runs its segments in reverse), with states.
-TEST(LinearGpuShapes, SplitWalkMatchesOracle) {
+// backward (the gradient walk runs its segments in reverse), with states;
+// against the CPU reference (the oracle is quadratic in the length).
+TEST(LinearGpuShapes, SplitWalkMatchesCpuReference) {
   SKIP_WITHOUT_GPU();
   CUFLASH_TEST_RNG(rng);
   struct Case {
@@ -316,7 +356,7 @@ TEST(LinearGpuShapes, SplitWalkMatchesOracle) {
     bool normalize;
   };
   for (const Case& shape : {Case{{8229}, false, FeatureMap::identity, false},
-                            Case{{4100, 0, 70, 2500}, true, FeatureMap::elu_plus_one, true},
+                            Case{{6200, 0, 70, 2500}, true, FeatureMap::elu_plus_one, true},
                             Case{{16384}, false, FeatureMap::relu, false}})
     for (bool causal : {true, false}) {
       LinearSpec s = gpu_spec();
@@ -329,10 +369,12 @@ TEST(LinearGpuShapes, SplitWalkMatchesOracle) {
       s.with_state = true;
       SCOPED_TRACE(std::to_string(shape.lengths[0]) + (shape.varlen ? " varlen" : " dense") +
                    (causal ? " causal" : " full"));
-      LinearCase forward(s, rng.engine());
-      check_forward(forward);
-      LinearCase backward(s, rng.engine());
-      check_backward(backward);
+      std::mt19937 twin_engine = rng.engine();
+      LinearCase forward(s, rng.engine()), forward_twin(s, twin_engine);
+      check_forward_against_cpu(forward, forward_twin);
+      twin_engine = rng.engine();
+      LinearCase backward(s, rng.engine()), backward_twin(s, twin_engine);
+      check_backward_against_cpu(backward, backward_twin);
     }
 }
 

@@ -38,7 +38,8 @@ inline std::size_t key_sums_bytes(const LinearProblem& p) {
 // How many segments a walk splits each sequence into (WalkSegments): enough
 // for about kWalkTargetCtas CTAs when (Dk/64 x Dv/64) x Hk x B leaves SMs
 // idle (two per SM of an H100), none shorter than kMinSegmentChunks chunks
-// of the longest sequence, at most kMaxWalkSegments. From the problem
+// of the longest sequence, at most kMaxWalkSegments, and 1 rather than 2.
+// The walk's time is then 2/segments of the unsplit chain. From the problem
 // alone, not the device, so that the workspace's size is a function of the
 // problem.
 constexpr int kWalkTargetCtas = 256;
@@ -49,7 +50,9 @@ inline int walk_segments(int batch, int heads_kv, int key_dim, int value_dim, in
   const std::int64_t chunks = (static_cast<std::int64_t>(longest) + kChunk - 1) / kChunk;
   std::int64_t segments = ctas > 0 ? kWalkTargetCtas / ctas : 1;
   segments = std::min<std::int64_t>({segments, kMaxWalkSegments, chunks / kMinSegmentChunks});
-  return static_cast<int>(std::max<std::int64_t>(segments, 1));
+  // Two segments chain as long as one (half the chunks in each launch) and
+  // read more: only three or more shorten the walk.
+  return segments >= 3 ? static_cast<int>(segments) : 1;
 }
 inline int walk_segments(const LinearProblem& p) {
   return walk_segments(p.batch, p.heads_kv, p.key_dim, p.value_dim, p.max_len);

@@ -202,6 +202,8 @@ __global__ void __launch_bounds__(kWalkThreads, 4) linear_state_walk_kernel(Line
   // segment's CTAs store it.
   const bool walks = segments.sums_only || !split || p.causal;
   if (!walks && !last_segment) return;
+  // Causal, no segment starts after the last one: its sum is never read.
+  if (segments.sums_only && p.causal && last_segment) return;
   const bool stores_records = !segments.sums_only;
   const SequenceSpan span = sequence_span(p, b);
   const ChunkItems items(span, kRoles.key_side ? p.group : 1, ends.reverse, walks ? segment : 0,
