@@ -211,13 +211,21 @@ __global__ void __launch_bounds__(kWalkThreads, 4) linear_state_walk_kernel(Line
   const int item_count = walks ? items.count() : 0;
   const WalkPart part;
   auto head_of = [&](int item) { return kRoles.key_side ? hk * p.group + items.head(item) : hk; };
+  // Row 0 of the sequence (head 0) of B's and Vt's views at the CTA's
+  // columns, once: the issue, on the walk's chain, adds a head and a chunk.
+  const RowsView& b_view = operand_view(p, kRoles.b);
+  const RowsView& vt_view = operand_view(p, kRoles.vt);
+  const T* const b_rows = row_pointer<const T>(b_view, b, span, 0, 0) + row0;
+  const T* const vt_rows = row_pointer<const T>(vt_view, b, span, 0, 0) + col0;
   auto issue = [&](int item) {
     if (item < item_count) {
-      const int first = items.chunk(item) * kChunk, count = min(kChunk, span.length - first);
+      const int first = items.chunk(item) * kChunk, count = min(kChunk, span.length - first), head = head_of(item);
       WalkStage<T>& stage = smem.stages[item % kStages];
-      load_operand_async<kSlice, kWalkThreads>(stage.b, p, kRoles.b, b, span, first, count, head_of(item), row0);
-      load_operand_async<kSlice, kWalkThreads>(stage.vt, p, kRoles.vt, b, span, first, count, head_of(item), col0);
-      if (kRoles.key_side) load_row_stats_async(stage.raw_stats, p, w.row_stats, b, span, first, count, head_of(item));
+      load_tile_async<kSlice, kWalkThreads>(stage.b, b_rows + head * b_view.head_stride + first * b_view.row_stride,
+                                            b_view.row_stride, count);
+      load_tile_async<kSlice, kWalkThreads>(stage.vt, vt_rows + head * vt_view.head_stride + first * vt_view.row_stride,
+                                            vt_view.row_stride, count);
+      if (kRoles.key_side) load_row_stats_async(stage.raw_stats, p, w.row_stats, b, span, first, count, head);
     }
     sm80::cp_async_commit();  // past the end an empty group: the count of groups in flight stays right
   };
@@ -271,9 +279,8 @@ __global__ void __launch_bounds__(kWalkThreads, 4) linear_state_walk_kernel(Line
     const int chunk = items.chunk(item), count = min(kChunk, span.length - chunk * kChunk);
     sm80::cp_async_wait<kStages - 2>();
     // The item's tiles landed; every thread is done with the stage the issue
-    // below overwrites and with the statistics.
+    // at the end overwrites (the previous item's) and with the statistics.
     __syncthreads();
-    issue(item + kStages - 1);
     if (needs_stats) {
       convert_row_stats(smem.stats, p, stage.raw_stats, count);
       __syncthreads();
@@ -288,6 +295,9 @@ __global__ void __launch_bounds__(kWalkThreads, 4) linear_state_walk_kernel(Line
       key_sum += column_sum<kSlice>(stage.b, threadIdx.x, count,
                                     [&](int r) { return kRoles.key_side ? smem.stats.minus_delta[r] : 1.0f; });
     accumulate_walk_part(part, state, stage.b, stage.vt, b_multiplier);
+    // After the products, not before: their chain starts at the barrier, and
+    // the issue's address arithmetic runs under their latency.
+    issue(item + kStages - 1);
   }
 
   if (segments.sums_only) {  // the segment's own sum, for the records launch
