@@ -346,37 +346,45 @@ TEST(LinearGpuShapes, HeadsDimsAndAlignment) {
 // Causal and not (the non-causal total is the sums alone), forward and
 // backward (the gradient walk runs its segments in reverse), with states;
 // against the CPU reference (the oracle is quadratic in the length).
-TEST(LinearGpuShapes, SplitWalkMatchesCpuReference) {
+struct SplitWalkCase {
+  std::string name;
+  std::vector<int> lengths;
+  bool varlen;
+  FeatureMap map;
+  bool normalize;
+};
+
+class LinearGpuSplitWalk : public ::testing::TestWithParam<SplitWalkCase> {};
+
+TEST_P(LinearGpuSplitWalk, MatchesCpuReference) {
   SKIP_WITHOUT_GPU();
   CUFLASH_TEST_RNG(rng);
-  struct Case {
-    std::vector<int> lengths;
-    bool varlen;
-    FeatureMap map;
-    bool normalize;
-  };
-  for (const Case& shape : {Case{{8229}, false, FeatureMap::identity, false},
-                            Case{{6200, 0, 70, 2500}, true, FeatureMap::elu_plus_one, true},
-                            Case{{16384}, false, FeatureMap::relu, false}})
-    for (bool causal : {true, false}) {
-      LinearSpec s = gpu_spec();
-      s.lengths = shape.lengths;
-      s.varlen = shape.varlen;
-      if (shape.varlen) s.layout = MemoryLayout::padded(8);
-      s.map = shape.map;
-      s.normalize = shape.normalize;
-      s.causal = causal;
-      s.with_state = true;
-      SCOPED_TRACE(std::to_string(shape.lengths[0]) + (shape.varlen ? " varlen" : " dense") +
-                   (causal ? " causal" : " full"));
-      std::mt19937 twin_engine = rng.engine();
-      LinearCase forward(s, rng.engine()), forward_twin(s, twin_engine);
-      check_forward_against_cpu(forward, forward_twin);
-      twin_engine = rng.engine();
-      LinearCase backward(s, rng.engine()), backward_twin(s, twin_engine);
-      check_backward_against_cpu(backward, backward_twin);
-    }
+  const SplitWalkCase& shape = GetParam();
+  for (bool causal : {true, false}) {
+    LinearSpec s = gpu_spec();
+    s.lengths = shape.lengths;
+    s.varlen = shape.varlen;
+    if (shape.varlen) s.layout = MemoryLayout::padded(8);
+    s.map = shape.map;
+    s.normalize = shape.normalize;
+    s.causal = causal;
+    s.with_state = true;
+    SCOPED_TRACE(causal ? "causal" : "full");
+    std::mt19937 twin_engine = rng.engine();
+    LinearCase forward(s, rng.engine()), forward_twin(s, twin_engine);
+    check_forward_against_cpu(forward, forward_twin);
+    twin_engine = rng.engine();
+    LinearCase backward(s, rng.engine()), backward_twin(s, twin_engine);
+    check_backward_against_cpu(backward, backward_twin);
+  }
 }
+
+INSTANTIATE_TEST_SUITE_P(Cuda, LinearGpuSplitWalk,
+                         ::testing::Values(SplitWalkCase{"dense8229", {8229}, false, FeatureMap::identity, false},
+                                           SplitWalkCase{"varlen6200", {6200, 0, 70, 2500}, true,
+                                                         FeatureMap::elu_plus_one, true},
+                                           SplitWalkCase{"dense16384", {16384}, false, FeatureMap::relu, false}),
+                         [](const ::testing::TestParamInfo<SplitWalkCase>& info) { return info.param.name; });
 
 // relu with normalize where some queries have no positive entry: φq = 0, the
 // normalizer is eps (1e-10) and dout / den is 1e10 dout, past f16's range.
