@@ -55,6 +55,8 @@ struct LinearProblem {
   // varlen: packed row cu_seqlens[b]). Varlen needs host_indices_valid.
   int seq_len(int b) const { return varlen ? host_cu_seqlens[b + 1] - host_cu_seqlens[b] : max_len; }
   std::int64_t first_row(int b) const { return varlen ? host_cu_seqlens[b] : 0; }
+  // Rows of q as the kernels index them (varlen: the packed rows, trailing ones included).
+  std::int64_t packed_rows() const { return varlen ? q.shape[0] : static_cast<std::int64_t>(batch) * max_len; }
 };
 
 }  // namespace cuflash::detail

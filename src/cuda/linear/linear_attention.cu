@@ -83,10 +83,6 @@ int max_smem_optin() {
   return bytes;
 }
 
-std::int64_t packed_rows(const LinearProblem& p) {
-  return p.varlen ? p.q.shape[0] : static_cast<std::int64_t>(p.batch) * p.max_len;
-}
-
 bool empty_problem(const LinearProblem& p) { return p.batch == 0 || p.heads_kv == 0; }
 
 template <typename T>
@@ -139,7 +135,7 @@ std::size_t linear_cuda_workspace_bytes(const LinearProblem& p) {
   if (empty_problem(p)) return 0;
   if (linear_chunk_supports(p)) return linear_chunk_workspace_bytes(p);
   if (p.pass != LinearPass::backward) return 0;
-  const std::int64_t rows = packed_rows(p);
+  const std::int64_t rows = p.packed_rows();
   return align256(rows * p.heads_q * p.value_dim * sizeof(float)) + align256(rows * p.heads_q * sizeof(float));
 }
 
@@ -157,7 +153,7 @@ Status linear_cuda_backward(const LinearProblem& p, void* workspace, cudaStream_
     if (linear_chunk_supports(p)) {
       CUFLASH_TRY(linear_chunk_backward(p, params, workspace, stream));
     } else {
-      const std::int64_t rows = packed_rows(p);
+      const std::int64_t rows = p.packed_rows();
       linear::SimtBackwardScratch scratch;
       scratch.dnum = static_cast<float*>(workspace);
       scratch.dden = reinterpret_cast<float*>(static_cast<char*>(workspace) +

@@ -19,12 +19,8 @@
 
 namespace cuflash::detail::linear {
 
-inline std::int64_t packed_rows(const LinearProblem& p) {
-  return p.varlen ? p.q.shape[0] : static_cast<std::int64_t>(p.batch) * p.max_len;
-}
-
 // Slots: first_row(b) / kChunk + b + chunk < packed_rows / kChunk + batch.
-inline std::int64_t chunk_slots(const LinearProblem& p) { return packed_rows(p) / kChunk + p.batch; }
+inline std::int64_t chunk_slots(const LinearProblem& p) { return p.packed_rows() / kChunk + p.batch; }
 
 inline std::size_t states_bytes(const LinearProblem& p) {
   return align256(static_cast<std::size_t>(chunk_slots(p) * p.heads_kv * p.key_dim * p.value_dim) * dtype_size(p.dtype));
@@ -75,7 +71,7 @@ inline std::size_t segment_key_sums_bytes(const LinearProblem& p) {
 
 inline std::size_t row_stats_bytes(const LinearProblem& p) {
   if (p.pass != LinearPass::backward || !p.normalize) return 0;
-  return align256(static_cast<std::size_t>(packed_rows(p)) * p.heads_q * sizeof(RowStats));
+  return align256(static_cast<std::size_t>(p.packed_rows()) * p.heads_q * sizeof(RowStats));
 }
 
 inline std::size_t chunk_workspace_bytes(const LinearProblem& p) {
