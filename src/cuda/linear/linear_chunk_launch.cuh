@@ -15,6 +15,7 @@
 #include "common/kernel_attributes.hpp"
 #include "common/scratch.hpp"
 #include "linear/linear_chunk_pass.cuh"
+#include "linear/linear_walk_segments.hpp"
 #include "linear_problem.hpp"
 
 namespace cuflash::detail::linear {
@@ -31,25 +32,6 @@ inline std::size_t key_sums_bytes(const LinearProblem& p) {
   return align256(static_cast<std::size_t>(chunk_slots(p) * p.heads_kv * p.key_dim) * sizeof(float));
 }
 
-// How many segments a walk splits each sequence into (WalkSegments): enough
-// for about kWalkTargetCtas CTAs when (Dk/64 x Dv/64) x Hk x B leaves SMs
-// idle (two per SM of an H100), none shorter than kMinSegmentChunks chunks
-// of the longest sequence, at most kMaxWalkSegments, and 1 rather than 2.
-// The walk's time is then 2/segments of the unsplit chain. From the problem
-// alone, not the device, so that the workspace's size is a function of the
-// problem.
-constexpr int kWalkTargetCtas = 256;
-constexpr int kMinSegmentChunks = 32;
-constexpr int kMaxWalkSegments = 8;
-inline int walk_segments(int batch, int heads_kv, int key_dim, int value_dim, int longest) {
-  const std::int64_t ctas = static_cast<std::int64_t>(key_dim / kSlice) * (value_dim / kSlice) * heads_kv * batch;
-  const std::int64_t chunks = (static_cast<std::int64_t>(longest) + kChunk - 1) / kChunk;
-  std::int64_t segments = ctas > 0 ? kWalkTargetCtas / ctas : 1;
-  segments = std::min<std::int64_t>({segments, kMaxWalkSegments, chunks / kMinSegmentChunks});
-  // Two segments chain as long as one (half the chunks in each launch) and
-  // read more: only three or more shorten the walk.
-  return segments >= 3 ? static_cast<int>(segments) : 1;
-}
 inline int walk_segments(const LinearProblem& p) {
   return walk_segments(p.batch, p.heads_kv, p.key_dim, p.value_dim, p.max_len);
 }

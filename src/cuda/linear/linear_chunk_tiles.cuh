@@ -17,11 +17,10 @@
 #include "common/swizzled_rows.hpp"
 #include "common/tensor_core.cuh"
 #include "linear/linear_params.hpp"
+#include "linear/linear_walk_segments.hpp"
 
 namespace cuflash::detail::linear {
 
-constexpr int kChunk = 64;        // rows of one chunk
-constexpr int kSlice = 64;        // columns of Vt (and of the output) of one CTA
 constexpr int kChunkWarps = 4;
 constexpr int kChunkThreads = 32 * kChunkWarps;
 

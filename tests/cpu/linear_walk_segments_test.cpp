@@ -1,0 +1,42 @@
+// The rule that splits the chunked linear-attention state walk into
+// segments (src/cuda/linear/linear_walk_segments.hpp), without a GPU: the
+// benchmark's shapes, the GPU split-walk test's shapes (so that
+// LinearGpuSplitWalk really runs 3, 4 and 8 segments), and the edges.
+#include <gtest/gtest.h>
+
+#include "linear/linear_walk_segments.hpp"
+
+namespace cuflash::detail::linear {
+namespace {
+
+TEST(LinearWalkSegments, BenchmarkShapes) {
+  // H = 16, D = 128: 4 state tiles per head, 64 CTAs per sequence.
+  EXPECT_EQ(walk_segments(1, 16, 128, 128, 1 << 20), 4);  // 256 / 64
+  EXPECT_EQ(walk_segments(1, 16, 128, 128, 65536), 4);
+  EXPECT_EQ(walk_segments(1, 16, 128, 128, 16384), 4);
+  EXPECT_EQ(walk_segments(1, 16, 128, 128, 8192), 4);   // 128 chunks: 4 of 32
+  EXPECT_EQ(walk_segments(1, 16, 128, 128, 4096), 1);   // 64 chunks: 2 would chain as long as 1
+  EXPECT_EQ(walk_segments(2, 16, 128, 128, 8192), 1);   // 128 CTAs: 2 segments, so none
+  EXPECT_EQ(walk_segments(4, 16, 128, 128, 4096), 1);   // 256 CTAs fill the GPU
+}
+
+TEST(LinearWalkSegments, GpuSplitTestShapes) {
+  // Dk 64, Dv 128, 2 kv heads: 4 CTAs per sequence.
+  EXPECT_EQ(walk_segments(1, 2, 64, 128, 8229), 4);   // 129 chunks / 32
+  EXPECT_EQ(walk_segments(1, 2, 64, 128, 16384), 8);  // capped at kMaxWalkSegments
+  EXPECT_EQ(walk_segments(4, 2, 64, 128, 6200), 3);   // varlen, longest 6200: 97 chunks / 32
+  // The GPU matrix's lengths (at most 600 rows) never split.
+  EXPECT_EQ(walk_segments(2, 2, 64, 128, 600), 1);
+}
+
+TEST(LinearWalkSegments, Edges) {
+  EXPECT_EQ(walk_segments(0, 16, 128, 128, 65536), 1);  // no CTAs
+  EXPECT_EQ(walk_segments(1, 16, 128, 128, 0), 1);      // no rows
+  EXPECT_EQ(walk_segments(1, 1, 64, 64, 1 << 20), kMaxWalkSegments);
+  EXPECT_EQ(walk_segments(1, 1, 64, 64, 3 * kMinSegmentChunks * kChunk), 3);
+  EXPECT_EQ(walk_segments(1, 1, 64, 64, (3 * kMinSegmentChunks - 1) * kChunk), 1);  // 95 chunks: 2 segments, so none
+  static_assert(walk_segments(1, 16, 128, 128, 65536) == 4, "a constant expression: usable for sizes");
+}
+
+}  // namespace
+}  // namespace cuflash::detail::linear
