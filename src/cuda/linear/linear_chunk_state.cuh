@@ -83,8 +83,8 @@ struct ChunkItems {
 // row of (b, segment, hk) and its key sum.
 __device__ __forceinline__ float* segment_sum_row(const LinearParams& p, const ChunkWorkspace& w, int b, int segment,
                                                   int segments, int hk, int row) {
-  return w.segment_sums + ((static_cast<std::int64_t>(b) * segments + segment) * p.heads_kv + hk) * p.key_dim * p.value_dim +
-         static_cast<std::int64_t>(row) * p.value_dim;
+  const std::int64_t tile = (static_cast<std::int64_t>(b) * segments + segment) * p.heads_kv + hk;
+  return w.segment_sums + (tile * p.key_dim + row) * p.value_dim;
 }
 __device__ __forceinline__ float* segment_key_sum(const LinearParams& p, const ChunkWorkspace& w, int b, int segment,
                                                   int segments, int hk) {
@@ -244,7 +244,8 @@ __global__ void __launch_bounds__(kWalkThreads, 4) linear_state_walk_kernel(Line
     lo = start ? start[0] : 0.0f;
     hi = start ? start[1] : 0.0f;
   });
-  if (sums_keys && stores_records && ends.start_key_sum.data) key_sum = ends.start_key_sum.at(b, hk, 0)[row0 + threadIdx.x];
+  if (sums_keys && stores_records && ends.start_key_sum.data)
+    key_sum = ends.start_key_sum.at(b, hk, 0)[row0 + threadIdx.x];
   if (split && stores_records)
     for (int other = 0; other < segments.count; ++other) {
       if (!before(other)) continue;
