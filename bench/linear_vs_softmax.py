@@ -471,6 +471,21 @@ def crossover_text(rows, kernel, reference) -> str:
     return length_label(at)
 
 
+def timing_table(rows, kernels, labels, first_column, unit, ratios, **cell_format) -> list[str]:
+    """A table of times, one row per point: the length and batch, each kernel's time (`unit`, cell's
+    `cell_format`), cuflash linear's ratio to each (header, kernel) of `ratios`, each kernel's tokens/s."""
+    lines = ["| " + first_column + " | batch | " + " | ".join(f"{labels[k]} {unit}" for k in kernels)
+             + " | " + " | ".join(header for header, _ in ratios) + " | "
+             + " | ".join(f"{labels[k]} tok/s" for k in kernels) + " |",
+             "| " + " | ".join(["---:"] * (2 + len(ratios) + 2 * len(kernels))) + " |"]
+    for r in rows:
+        lines.append(f"| {length_label(r['seqlen'])} | {r['batch']} | "
+                     + " | ".join(cell(r, k, **cell_format) for k in kernels)
+                     + " | " + " | ".join(ratio(r, "cuflash_linear", other) for _, other in ratios) + " | "
+                     + " | ".join(rate_label(r["tokens_per_s"].get(k)) for k in kernels) + " |")
+    return lines
+
+
 def prefill_tables(rows) -> list[str]:
     lines = []
     for series, pass_name in groups(rows):
@@ -478,17 +493,9 @@ def prefill_tables(rows) -> list[str]:
         kernels = [k for k in KERNELS if any(k in r["median_ms"] or k in r.get("skipped", {}) for r in rows_here)]
         lines += [f"## {PASS_TEXT.get(pass_name, pass_name)}, {SERIES_TEXT.get(series, series)}", "",
                   "Median ms per call; tokens/s = batch × seqlen / time; ratios of times (below 1: cuflash linear "
-                  "is faster).", "",
-                  "| seqlen | batch | " + " | ".join(f"{LABELS[k]} ms" for k in kernels)
-                  + " | cuflash linear / fla | cuflash linear / cuDNN | "
-                  + " | ".join(f"{LABELS[k]} tok/s" for k in kernels) + " |",
-                  "| " + " | ".join(["---:"] * (4 + 2 * len(kernels))) + " |"]
-        for r in rows_here:
-            lines.append(f"| {length_label(r['seqlen'])} | {r['batch']} | "
-                         + " | ".join(cell(r, k) for k in kernels)
-                         + f" | {ratio(r, 'cuflash_linear', 'fla_linear')} | "
-                         f"{ratio(r, 'cuflash_linear', 'cudnn_softmax')} | "
-                         + " | ".join(rate_label(r["tokens_per_s"].get(k)) for k in kernels) + " |")
+                  "is faster).", ""]
+        lines += timing_table(rows_here, kernels, LABELS, "seqlen", "ms",
+                              [("cuflash linear / fla", "fla_linear"), ("cuflash linear / cuDNN", "cudnn_softmax")])
         shared = sorted({r["same_point_as"] for r in rows_here if "same_point_as" in r})
         if shared:
             lines += ["", f"Rows with the batch of an earlier series are that series' measurement "
@@ -519,17 +526,10 @@ def decode_table(rows) -> list[str]:
              "recurrent kernel over one token returns a new state), whose size does not depend on the context; "
              "softmax reads a KV cache of `context` keys (cuflash: the step's k/v appended into the cache, "
              "backend cuda; SDPA: one query row over the cache, no mask). µs per step (median); "
-             "tokens/s = batch / step time; ratios of times (below 1: the linear step is faster).", "",
-             "| context | batch | " + " | ".join(f"{DECODE_LABELS[k]} µs" for k in kernels)
-             + " | cuflash linear / cuflash softmax | cuflash linear / cuDNN | "
-             + " | ".join(f"{DECODE_LABELS[k]} tok/s" for k in kernels) + " |",
-             "| " + " | ".join(["---:"] * (4 + 2 * len(kernels))) + " |"]
-    for r in decode:
-        lines.append(f"| {length_label(r['seqlen'])} | {r['batch']} | "
-                     + " | ".join(cell(r, k, scale=1e3, digits=1) for k in kernels)
-                     + f" | {ratio(r, 'cuflash_linear', 'cuflash_softmax')} | "
-                     f"{ratio(r, 'cuflash_linear', 'cudnn_softmax')} | "
-                     + " | ".join(rate_label(r["tokens_per_s"].get(k)) for k in kernels) + " |")
+             "tokens/s = batch / step time; ratios of times (below 1: the linear step is faster).", ""]
+    lines += timing_table(decode, kernels, DECODE_LABELS, "context", "µs",
+                          [("cuflash linear / cuflash softmax", "cuflash_softmax"),
+                           ("cuflash linear / cuDNN", "cudnn_softmax")], scale=1e3, digits=1)
     return lines + [""]
 
 
