@@ -112,12 +112,12 @@ __device__ __forceinline__ void convert_row_stats(ChunkRowStats& out, const Line
 // Rows [first, first + count) of `op` for head `head` (a query head or the kv
 // head, as the operand is), columns [col0, col0 + W), into a [64][W] tile;
 // cp.async, not committed; rows >= count zero-filled.
-template <int W, int kThreads = kChunkThreads, typename T>
+template <int W, typename T>
 __device__ __forceinline__ void load_operand_async(T* tile, const LinearParams& p, Operand op, int b,
                                                    const SequenceSpan& span, int first, int count, int head,
                                                    int col0) {
   const RowsView& view = operand_view(p, op);
-  load_tile_async<W, kThreads>(tile, row_pointer<const T>(view, b, span, first, head) + col0, view.row_stride, count);
+  load_tile_async<W>(tile, row_pointer<const T>(view, b, span, first, head) + col0, view.row_stride, count);
 }
 
 // Whether a tile of `op` needs its transform in shared memory: a feature map
