@@ -261,23 +261,25 @@ INSTANTIATE_TEST_SUITE_P(Cuda, LinearGpuMatrix,
 
 // ---- The SIMT recurrence where the tensor cores run ---------------------------------------------
 
-// CUFLASH_LINEAR_KERNEL for one scope: `simt` keeps every linear-attention
-// call on the SIMT recurrence, the other path of the same backend.
-class ScopedLinearKernel {
+// An environment variable for one scope: CUFLASH_LINEAR_KERNEL=simt keeps
+// every linear-attention call on the SIMT recurrence, and
+// CUFLASH_LINEAR_FORWARD=walk the causal forward on the walk and the output
+// pass instead of the fused kernel: the other paths of the same backend.
+class ScopedEnv {
  public:
-  explicit ScopedLinearKernel(const char* path) {
-    if (const char* old = std::getenv(kName)) previous_ = old;
-    setenv(kName, path, 1);
+  ScopedEnv(const char* name, const char* value) : name_(name) {
+    if (const char* old = std::getenv(name_)) previous_ = old;
+    setenv(name_, value, 1);
   }
-  ~ScopedLinearKernel() {
-    if (previous_) setenv(kName, previous_->c_str(), 1);
-    else unsetenv(kName);
+  ~ScopedEnv() {
+    if (previous_) setenv(name_, previous_->c_str(), 1);
+    else unsetenv(name_);
   }
-  ScopedLinearKernel(const ScopedLinearKernel&) = delete;
-  ScopedLinearKernel& operator=(const ScopedLinearKernel&) = delete;
+  ScopedEnv(const ScopedEnv&) = delete;
+  ScopedEnv& operator=(const ScopedEnv&) = delete;
 
  private:
-  static constexpr const char* kName = "CUFLASH_LINEAR_KERNEL";
+  const char* name_;
   std::optional<std::string> previous_;
 };
 
@@ -289,7 +291,7 @@ class LinearGpuSimtPath : public ::testing::TestWithParam<LinearMatrixParam> {};
 TEST_P(LinearGpuSimtPath, ForwardAndBackwardMatchOracle) {
   SKIP_WITHOUT_GPU();
   CUFLASH_TEST_RNG(rng);
-  const ScopedLinearKernel simt("simt");
+  const ScopedEnv simt("CUFLASH_LINEAR_KERNEL", "simt");
   LinearCase forward(matrix_spec(GetParam()), rng.engine());
   check_forward(forward);
   LinearCase backward(matrix_spec(GetParam()), rng.engine());
@@ -299,6 +301,27 @@ TEST_P(LinearGpuSimtPath, ForwardAndBackwardMatchOracle) {
 INSTANTIATE_TEST_SUITE_P(Cuda, LinearGpuSimtPath,
                          ::testing::Combine(::testing::Values(FeatureMap::elu_plus_one), ::testing::Bool(),
                                             ::testing::Bool(), ::testing::Bool(),
+                                            ::testing::Values(DType::f16, DType::bf16)),
+                         matrix_name);
+
+// The causal cases of the matrix (f16/bf16, head dims 64/128) with the
+// forward on the walk of the states and the output pass, the path the
+// non-causal forward takes: held against the oracle like the fused kernel
+// that the causal forward runs by default.
+class LinearGpuWalkForward : public ::testing::TestWithParam<LinearMatrixParam> {};
+
+TEST_P(LinearGpuWalkForward, ForwardMatchesOracle) {
+  SKIP_WITHOUT_GPU();
+  CUFLASH_TEST_RNG(rng);
+  const ScopedEnv walk("CUFLASH_LINEAR_FORWARD", "walk");
+  LinearCase c(matrix_spec(GetParam()), rng.engine());
+  check_forward(c);
+}
+
+INSTANTIATE_TEST_SUITE_P(Cuda, LinearGpuWalkForward,
+                         ::testing::Combine(::testing::Values(FeatureMap::identity, FeatureMap::elu_plus_one,
+                                                              FeatureMap::relu),
+                                            ::testing::Bool(), ::testing::Values(true), ::testing::Bool(),
                                             ::testing::Values(DType::f16, DType::bf16)),
                          matrix_name);
 
@@ -340,14 +363,16 @@ TEST(LinearGpuShapes, HeadsDimsAndAlignment) {
       }
 }
 
-// The split walk (linear_chunk_launch.cuh, walk_segments: a grid of fewer
-// than 256 CTAs walks each sequence in 3 to 8 segments of at least 32
-// chunks, two launches). With Dk 64, Dv 128 and 2 kv heads the grid is
-// 4 CTAs per sequence, so the segments follow the longest sequence:
-// 8229 rows (129 chunks, the last partial) walk in 4 segments, 16384 in 8,
-// and the varlen batch (longest 6200: 97 chunks) in 3 of 32, 32 and 33
-// chunks, where its 70-row sequence has an empty segment and segments of
-// one chunk, and its empty sequence three empty ones.
+// The split chains (linear_walk_segments.hpp). The walk (walk_segments: a
+// grid of fewer than 256 CTAs walks each sequence in 3 to 8 segments of at
+// least 32 chunks, two launches): with Dk 64, Dv 128 and 2 kv heads the
+// grid is 4 CTAs per sequence, so 8229 rows (129 chunks, the last partial)
+// walk in 4 segments, 16384 in 8, and the varlen batch (longest 6200: 97
+// chunks) in 3 of 32, 32 and 33 chunks, where its 70-row sequence has an
+// empty segment and segments of one chunk, and its empty sequence three
+// empty ones. The fused causal forward (fused_forward_segments: 2 CTAs per
+// sequence, segments of at least 16 chunks) splits them in 8, 8 and 6; it
+// runs again under CUFLASH_LINEAR_FORWARD=walk for the walk's split.
 // Causal and not (the non-causal total is the sums alone), forward and
 // backward (the gradient walk runs its segments in reverse), with states;
 // against the CPU reference (the oracle is quadratic in the length).
@@ -375,10 +400,15 @@ TEST_P(LinearGpuSplitWalk, MatchesCpuReference) {
     s.causal = causal;
     s.with_state = true;
     SCOPED_TRACE(causal ? "causal" : "full");
+    for (const char* forward_path : {"fused", "walk"}) {
+      if (!causal && std::string(forward_path) == "walk") continue;  // non-causal runs the walk anyway
+      SCOPED_TRACE(std::string("forward ") + forward_path);
+      const ScopedEnv path("CUFLASH_LINEAR_FORWARD", forward_path);
+      std::mt19937 twin_engine = rng.engine();
+      LinearCase forward(s, rng.engine()), forward_twin(s, twin_engine);
+      check_forward_against_cpu(forward, forward_twin);
+    }
     std::mt19937 twin_engine = rng.engine();
-    LinearCase forward(s, rng.engine()), forward_twin(s, twin_engine);
-    check_forward_against_cpu(forward, forward_twin);
-    twin_engine = rng.engine();
     LinearCase backward(s, rng.engine()), backward_twin(s, twin_engine);
     check_backward_against_cpu(backward, backward_twin);
   }

@@ -46,7 +46,7 @@ Status backward_for_dtype(const LinearParams& p, const ChunkWorkspace& w, cudaSt
 
 Status linear_chunk_backward(const LinearProblem& problem, const LinearParams& params, void* workspace,
                              cudaStream_t stream) {
-  const ChunkWorkspace w = linear::chunk_workspace(problem, workspace);
+  const ChunkWorkspace w = linear::chunk_workspace(linear::chunk_plan(problem), problem, workspace);
   return linear::for_half_dtype(problem.dtype,
                                 [&](auto tag) { return backward_for_dtype<decltype(tag)>(params, w, stream); });
 }

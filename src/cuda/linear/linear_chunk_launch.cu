@@ -1,6 +1,8 @@
 // The chunked tensor-core path of linear attention: which problems it takes,
-// its workspace and the forward: the walk of the states, then the output
-// pass (linear_chunk_state.cuh, linear_chunk_pass.cuh).
+// its plan and workspace, and the forward: causal, the fused kernel
+// (linear_chunk_fused.cuh); non-causal (or under CUFLASH_LINEAR_FORWARD=walk),
+// the walk of the states, then the output pass (linear_chunk_state.cuh,
+// linear_chunk_pass.cuh).
 #include <cuda_bf16.h>
 #include <cuda_fp16.h>
 
@@ -34,6 +36,14 @@ bool simt_forced() {
   return value != nullptr && std::strcmp(value, "simt") == 0;
 }
 
+// CUFLASH_LINEAR_FORWARD=walk keeps the causal forward on the walk and the
+// output pass (the non-causal forward's path), so that tests and benchmarks
+// can hold the fused kernel against it; read on every call.
+bool walk_forward_forced() {
+  const char* value = std::getenv("CUFLASH_LINEAR_FORWARD");
+  return value != nullptr && std::strcmp(value, "walk") == 0;
+}
+
 }  // namespace
 
 bool linear_chunk_supports(const LinearProblem& p) {
@@ -50,15 +60,29 @@ bool linear_chunk_supports(const LinearProblem& p) {
   return true;
 }
 
+namespace linear {
+
+ChunkPlan chunk_plan(const LinearProblem& p) {
+  ChunkPlan plan;
+  plan.fused_forward = p.pass == LinearPass::forward && p.causal && !walk_forward_forced();
+  plan.segments = plan.fused_forward ? fused_forward_segments(p.batch, p.heads_kv, p.value_dim, p.max_len)
+                                     : walk_segments(p.batch, p.heads_kv, p.key_dim, p.value_dim, p.max_len);
+  return plan;
+}
+
+}  // namespace linear
+
 std::size_t linear_chunk_workspace_bytes(const LinearProblem& p) {
-  return linear::chunk_workspace_bytes(p);
+  return linear::chunk_workspace_bytes(linear::chunk_plan(p), p);
 }
 
 Status linear_chunk_forward(const LinearProblem& problem, const LinearParams& params, void* workspace,
                             cudaStream_t stream) {
-  const ChunkWorkspace w = linear::chunk_workspace(problem, workspace);
+  const linear::ChunkPlan plan = linear::chunk_plan(problem);
+  const ChunkWorkspace w = linear::chunk_workspace(plan, problem, workspace);
   return linear::for_half_dtype(problem.dtype, [&](auto tag) {
     using T = decltype(tag);
+    if (plan.fused_forward) return linear::launch_fused_forward<T>(params, w, plan.segments, stream);
     CUFLASH_TRY(linear::launch_states<T>(params, w, stream));
     return linear::launch_pass<T, Pass::output>(params, w, stream);
   });

@@ -14,41 +14,50 @@
 #include "common/device_info.hpp"
 #include "common/kernel_attributes.hpp"
 #include "common/scratch.hpp"
+#include "linear/linear_chunk_fused.cuh"
 #include "linear/linear_chunk_pass.cuh"
 #include "linear/linear_walk_segments.hpp"
 #include "linear_problem.hpp"
 
 namespace cuflash::detail::linear {
 
+// How a problem runs on the chunked kernels, decided once per call
+// (chunk_plan, linear_chunk_launch.cu), so that the workspace's size and the
+// launches agree.
+struct ChunkPlan {
+  // The causal forward in one kernel (linear_chunk_fused.cuh): no records,
+  // only the segment sums. Otherwise the walk's records and the passes.
+  bool fused_forward = false;
+  int segments = 1;  // of the fused forward, or of each walk (walk_segments)
+};
+ChunkPlan chunk_plan(const LinearProblem& p);
+
 // Slots: first_row(b) / kChunk + b + chunk < packed_rows / kChunk + batch.
 inline std::int64_t chunk_slots(const LinearProblem& p) { return p.packed_rows() / kChunk + p.batch; }
 
-inline std::size_t states_bytes(const LinearProblem& p) {
+inline std::size_t states_bytes(const ChunkPlan& plan, const LinearProblem& p) {
+  if (plan.fused_forward) return 0;
   return align256(static_cast<std::size_t>(chunk_slots(p) * p.heads_kv * p.key_dim * p.value_dim) * dtype_size(p.dtype));
 }
 
-inline std::size_t key_sums_bytes(const LinearProblem& p) {
-  if (!p.normalize) return 0;
+inline std::size_t key_sums_bytes(const ChunkPlan& plan, const LinearProblem& p) {
+  if (plan.fused_forward || !p.normalize) return 0;
   return align256(static_cast<std::size_t>(chunk_slots(p) * p.heads_kv * p.key_dim) * sizeof(float));
 }
 
-inline int walk_segments(const LinearProblem& p) {
-  return walk_segments(p.batch, p.heads_kv, p.key_dim, p.value_dim, p.max_len);
-}
 inline int walk_segments(const LinearParams& p) {
   return walk_segments(p.batch, p.heads_kv, p.key_dim, p.value_dim, p.seq_len);
 }
 
-inline std::size_t segment_sums_bytes(const LinearProblem& p) {
-  const int segments = walk_segments(p);
-  if (segments == 1) return 0;
-  return align256(static_cast<std::size_t>(p.batch) * segments * p.heads_kv * p.key_dim * p.value_dim * sizeof(float));
+inline std::size_t segment_sums_bytes(const ChunkPlan& plan, const LinearProblem& p) {
+  if (plan.segments == 1) return 0;
+  return align256(static_cast<std::size_t>(p.batch) * plan.segments * p.heads_kv * p.key_dim * p.value_dim *
+                  sizeof(float));
 }
 
-inline std::size_t segment_key_sums_bytes(const LinearProblem& p) {
-  const int segments = walk_segments(p);
-  if (segments == 1 || !p.normalize) return 0;
-  return align256(static_cast<std::size_t>(p.batch) * segments * p.heads_kv * p.key_dim * sizeof(float));
+inline std::size_t segment_key_sums_bytes(const ChunkPlan& plan, const LinearProblem& p) {
+  if (plan.segments == 1 || !p.normalize) return 0;
+  return align256(static_cast<std::size_t>(p.batch) * plan.segments * p.heads_kv * p.key_dim * sizeof(float));
 }
 
 inline std::size_t row_stats_bytes(const LinearProblem& p) {
@@ -56,24 +65,25 @@ inline std::size_t row_stats_bytes(const LinearProblem& p) {
   return align256(static_cast<std::size_t>(p.packed_rows()) * p.heads_q * sizeof(RowStats));
 }
 
-inline std::size_t chunk_workspace_bytes(const LinearProblem& p) {
-  return states_bytes(p) + key_sums_bytes(p) + row_stats_bytes(p) + segment_sums_bytes(p) + segment_key_sums_bytes(p);
+inline std::size_t chunk_workspace_bytes(const ChunkPlan& plan, const LinearProblem& p) {
+  return states_bytes(plan, p) + key_sums_bytes(plan, p) + row_stats_bytes(p) + segment_sums_bytes(plan, p) +
+         segment_key_sums_bytes(plan, p);
 }
 
 // states, key_sums, row_stats, segment sums: the backward reuses states and
 // key_sums for the gradient states once dq (the last reader of the states)
 // is done, and the segment sums for each walk.
-inline ChunkWorkspace chunk_workspace(const LinearProblem& p, void* workspace) {
+inline ChunkWorkspace chunk_workspace(const ChunkPlan& plan, const LinearProblem& p, void* workspace) {
   char* bytes = static_cast<char*>(workspace);
   ChunkWorkspace w;
   w.states = bytes;
-  bytes += states_bytes(p);
+  bytes += states_bytes(plan, p);
   w.key_sums = reinterpret_cast<float*>(bytes);
-  bytes += key_sums_bytes(p);
+  bytes += key_sums_bytes(plan, p);
   w.row_stats = reinterpret_cast<RowStats*>(bytes);
   bytes += row_stats_bytes(p);
   w.segment_sums = reinterpret_cast<float*>(bytes);
-  bytes += segment_sums_bytes(p);
+  bytes += segment_sums_bytes(plan, p);
   w.segment_key_sums = reinterpret_cast<float*>(bytes);
   return w;
 }
@@ -100,16 +110,14 @@ Status launch_walk_with(const LinearParams& p, const ChunkWorkspace& w, const Wa
   return launch_status(name);
 }
 
-// The walk of the states (Pass::output) or of the gradient states (Pass::dv):
-// grid (Dk/64 x Dv/64, Hk, B x segments), 8 warps; split (walk_segments),
-// the segment sums' launch first. It runs without rows too (the totals are
-// the starts). The deep ring of loads when every CTA finds an SM place at
-// once, the shallow one (more CTAs per SM) when the grid would otherwise
-// run in two waves.
+// One launch of a walk of the states (Pass::output) or of the gradient
+// states (Pass::dv): grid (Dk/64 x Dv/64, Hk, B x segments), 8 warps. The
+// deep ring of loads when every CTA finds an SM place at once, the shallow
+// one (more CTAs per SM) when the grid would otherwise run in two waves.
 template <typename T, Pass kPass>
-Status launch_walk(const LinearParams& p, const ChunkWorkspace& w, const WalkEnds& ends, cudaStream_t stream) {
-  const int segment_count = walk_segments(p);
-  const dim3 grid((p.key_dim / kSlice) * (p.value_dim / kSlice), p.heads_kv, p.batch * segment_count);
+Status launch_walk_once(const LinearParams& p, const ChunkWorkspace& w, const WalkEnds& ends,
+                        const WalkSegments& segments, cudaStream_t stream) {
+  const dim3 grid((p.key_dim / kSlice) * (p.value_dim / kSlice), p.heads_kv, p.batch * segments.count);
   const std::int64_t ctas = static_cast<std::int64_t>(grid.x) * grid.y * grid.z;
   int device = 0;
   CUFLASH_TRY(cuda_status(cudaGetDevice(&device), "cudaGetDevice"));
@@ -119,19 +127,22 @@ Status launch_walk(const LinearParams& p, const ChunkWorkspace& w, const WalkEnd
       info.valid ? static_cast<std::int64_t>(info.sm_count) *
                        (info.smem_per_sm / (sizeof(WalkSmem<T, kWalkDeepStages>) + kReservedPerCta))
                  : ctas;
-  const bool deep = ctas <= deep_slots;
-  auto launch = [&](const WalkSegments& segments) {
-    return deep ? launch_walk_with<T, kPass, kWalkDeepStages>(p, w, ends, segments, grid, stream)
-                : launch_walk_with<T, kPass, kWalkShallowStages>(p, w, ends, segments, grid, stream);
-  };
+  return ctas <= deep_slots ? launch_walk_with<T, kPass, kWalkDeepStages>(p, w, ends, segments, grid, stream)
+                            : launch_walk_with<T, kPass, kWalkShallowStages>(p, w, ends, segments, grid, stream);
+}
+
+// The walk: split (walk_segments), the segment sums' launch first. It runs
+// without rows too (the totals are the starts).
+template <typename T, Pass kPass>
+Status launch_walk(const LinearParams& p, const ChunkWorkspace& w, const WalkEnds& ends, cudaStream_t stream) {
   WalkSegments segments;
-  segments.count = segment_count;
-  if (segment_count > 1) {
+  segments.count = walk_segments(p);
+  if (segments.count > 1) {
     segments.sums_only = true;
-    CUFLASH_TRY(launch(segments));
+    CUFLASH_TRY((launch_walk_once<T, kPass>(p, w, ends, segments, stream)));
     segments.sums_only = false;
   }
-  return launch(segments);
+  return launch_walk_once<T, kPass>(p, w, ends, segments, stream);
 }
 
 constexpr const char* pass_kernel_name(Pass pass) {
@@ -164,6 +175,34 @@ template <typename T, Pass kPass>
 Status launch_pass(const LinearParams& p, const ChunkWorkspace& w, cudaStream_t stream) {
   if (operand_width(p, pass_roles(kPass).a) == 64) return launch_pass_of_width<T, 64, kPass>(p, w, stream);
   return launch_pass_of_width<T, 128, kPass>(p, w, stream);
+}
+
+// The causal forward in one kernel (linear_chunk_fused.cuh): grid (Dv/64,
+// Hk, B x segments), 4 warps; split (plan.segments), the walk kernel's
+// segment sums first. It runs without rows too (the totals are the starts).
+template <typename T, int DR>
+Status launch_fused_forward_of_width(const LinearParams& p, const ChunkWorkspace& w, const WalkSegments& segments,
+                                     cudaStream_t stream) {
+  constexpr const char* kName = "linear_fused_forward_kernel";
+  auto* kernel = linear_fused_forward_kernel<T, DR, kFusedStages>;
+  constexpr std::size_t smem = sizeof(FusedSmem<T, DR, kFusedStages>);
+  CUFLASH_TRY(allow_dynamic_smem(kernel, smem, kName));
+  kernel<<<dim3(p.value_dim / kSlice, p.heads_kv, p.batch * segments.count), kChunkThreads, smem, stream>>>(p, w,
+                                                                                                        segments);
+  return launch_status(kName);
+}
+
+template <typename T>
+Status launch_fused_forward(const LinearParams& p, const ChunkWorkspace& w, int segment_count, cudaStream_t stream) {
+  WalkSegments segments;
+  segments.count = segment_count;
+  if (segment_count > 1) {
+    segments.sums_only = true;
+    CUFLASH_TRY((launch_walk_once<T, Pass::output>(p, w, WalkEnds{}, segments, stream)));
+    segments.sums_only = false;
+  }
+  if (p.key_dim == 64) return launch_fused_forward_of_width<T, 64>(p, w, segments, stream);
+  return launch_fused_forward_of_width<T, 128>(p, w, segments, stream);
 }
 
 // The forward's walk, which the backward repeats: the states at the chunks'

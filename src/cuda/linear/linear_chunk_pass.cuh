@@ -202,10 +202,11 @@ __device__ __forceinline__ void store_row_stats(const LinearParams& p, const Chu
 // head h; key side: of the kv head, out summed over the group). Per output
 // column c: multiplier · φ'(raw[c]) · (out + weight · vec[c]).
 // (out and row_sum with A's multiplier applied.)
-template <typename T, int DR, Pass kPass>
+// (smem: a PassSmem or the fused forward's FusedSmem; its vec and stats.)
+template <typename T, int DR, Pass kPass, typename Smem>
 __device__ __forceinline__ void store_pass_rows(const LinearParams& p, const ChunkWorkspace& w, const ChunkPlace& at,
                                                 int h, const float (&out)[8][4], const float (&row_sum)[2],
-                                                const T* a_tile, float a_multiplier, const PassSmem<T, DR>& smem) {
+                                                const T* a_tile, float a_multiplier, const Smem& smem) {
   const int col0 = at.slice * kSlice;
   float den[2] = {1.0f, 1.0f};
   if constexpr (vector_use(kPass) == VectorUse::normalizer)

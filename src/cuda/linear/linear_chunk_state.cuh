@@ -128,36 +128,6 @@ __device__ __forceinline__ void for_each_walk_pair(const WalkPart& part, Acc& ac
     for (int half = 0; half < 2; ++half) f(acc[nt][2 * half], acc[nt][2 * half + 1], part.row(2 * half), part.col(nt));
 }
 
-// acc += (b_multiplier B)ᵀ Vt over the warp's part (b_tile, vt_tile: [64][64]
-// swizzled). The multiplier goes into B's 16-bit fragments, rounded once as
-// the tile's transform would have rounded it.
-template <typename T>
-__device__ __forceinline__ void accumulate_walk_part(const WalkPart& part, float (&acc)[4][4], const T* b_tile,
-                                                     const T* vt_tile, float b_multiplier) {
-  const int lane = threadIdx.x % 32;
-  const int quad = lane / 8, r = lane % 8;
-#pragma unroll
-  for (int kk = 0; kk < kChunk / 16; ++kk) {
-    std::uint32_t a[4];
-    sm80::ldmatrix_x4_trans(a, b_tile + tile_index<kSlice>(kk * 16 + (quad / 2) * 8 + r, part.row0 + (quad % 2) * 8));
-    if (b_multiplier != 1.0f)
-#pragma unroll
-      for (int i = 0; i < 4; ++i) {
-        const float2 pair = unpack2<T>(a[i]);
-        a[i] = sm80::pack2<T>(b_multiplier * pair.x, b_multiplier * pair.y);
-      }
-#pragma unroll
-    for (int np = 0; np < 2; ++np) {
-      std::uint32_t b[4];
-      sm80::ldmatrix_x4_trans(
-          b, vt_tile + tile_index<kSlice>(kk * 16 + (quad % 2) * 8 + r, part.col0 + np * 16 + (quad / 2) * 8));
-      const std::uint32_t b0[2] = {b[0], b[1]}, b1[2] = {b[2], b[3]};
-      sm80::mma_16816<T>(acc[2 * np], a, b0);
-      sm80::mma_16816<T>(acc[2 * np + 1], a, b1);
-    }
-  }
-}
-
 // The warp's part of the state, in 16 bits, to its tile of `record` (the
 // record's row row0 and column col0 at `record`) through its own part of the
 // staging tile: no barrier but the warp's.
@@ -295,7 +265,7 @@ __global__ void __launch_bounds__(kWalkThreads, 4) linear_state_walk_kernel(Line
     if (sums_keys)
       key_sum += column_sum<kSlice>(stage.b, threadIdx.x, count,
                                     [&](int r) { return kRoles.key_side ? smem.stats.minus_delta[r] : 1.0f; });
-    accumulate_walk_part(part, state, stage.b, stage.vt, b_multiplier);
+    accumulate_transposed_products<1, 4, kSlice>(state, stage.b, stage.vt, part.row0, part.col0, b_multiplier);
     // After the products, not before: their chain starts at the barrier, and
     // the issue's address arithmetic runs under their latency.
     issue(item + kStages - 1);

@@ -141,6 +141,16 @@ __device__ __forceinline__ void chunk_scores(float (&scores)[8][4], const T* a_t
   accumulate_row_products<DR>(scores, a_tile, b_tile, first_pair, last_pair);
 }
 
+// Two n8 fragments of B, columns [n0, n0 + 8) and [n0 + 8, n0 + 16) of k-tile
+// kt of a [16 k-tiles][64] swizzled tile (Vt or S'), through ldmatrix.trans:
+// (b[0], b[1]) and (b[2], b[3]).
+template <typename T>
+__device__ __forceinline__ void load_trans_b_pair(std::uint32_t (&b)[4], const T* tile, int kt, int n0) {
+  const int lane = threadIdx.x % 32;
+  const int quad = lane / 8, r = lane % 8;
+  sm80::ldmatrix_x4_trans(b, tile + tile_index<kSlice>(kt * 16 + (quad % 2) * 8 + r, n0 + (quad / 2) * 8));
+}
+
 // out += A B over k-tiles [first, last) (within [0, kMaxTiles), unrolled so
 // that a_of may index register arrays by kt), A 16 x 16 per k-tile from
 // `a_of(kt, a)`, B from a [16 kMaxTiles][64] swizzled tile (Vt or S')
@@ -148,8 +158,6 @@ __device__ __forceinline__ void chunk_scores(float (&scores)[8][4], const T* a_t
 template <int kMaxTiles, typename T, typename AFragment>
 __device__ __forceinline__ void accumulate_out(float (&out)[8][4], const T* b_tile, int first, int last,
                                                AFragment a_of) {
-  const int lane = threadIdx.x % 32;
-  const int quad = lane / 8, r = lane % 8;
 #pragma unroll
   for (int kt = 0; kt < kMaxTiles; ++kt) {
     if (kt < first || kt >= last) continue;
@@ -158,10 +166,50 @@ __device__ __forceinline__ void accumulate_out(float (&out)[8][4], const T* b_ti
 #pragma unroll
     for (int np = 0; np < 4; ++np) {
       std::uint32_t b[4];
-      sm80::ldmatrix_x4_trans(b, b_tile + tile_index<kSlice>(kt * 16 + (quad % 2) * 8 + r, np * 16 + (quad / 2) * 8));
+      load_trans_b_pair(b, b_tile, kt, np * 16);
       const std::uint32_t b0[2] = {b[0], b[1]}, b1[2] = {b[2], b[3]};
       sm80::mma_16816<T>(out[2 * np], a, b0);
       sm80::mma_16816<T>(out[2 * np + 1], a, b1);
+    }
+  }
+}
+
+// A state's products over one chunk (the walk's and the fused forward's):
+// acc[mt * kColTiles + nt] += (b_multiplier B)ᵀ Vt for Bᵀ's rows
+// [m0 + 16 mt, + 16) (columns of the [64][W] tile b_tile) and Vt's columns
+// [n0 + 8 nt, + 8) (of the [64][64] tile vt_tile), summed over the chunk's
+// 64 rows. The multiplier goes into B's 16-bit fragments, rounded once as
+// the tile's transform would have rounded it.
+template <int kRowTiles, int kColTiles, int W, typename T>
+__device__ __forceinline__ void accumulate_transposed_products(float (&acc)[kRowTiles * kColTiles][4],
+                                                               const T* b_tile, const T* vt_tile, int m0, int n0,
+                                                               float b_multiplier) {
+  static_assert(kColTiles % 2 == 0, "Vt's fragments come in pairs");
+  const int lane = threadIdx.x % 32;
+  const int quad = lane / 8, r = lane % 8;
+#pragma unroll
+  for (int kk = 0; kk < kChunk / 16; ++kk) {
+    std::uint32_t a[kRowTiles][4];
+#pragma unroll
+    for (int mt = 0; mt < kRowTiles; ++mt) {
+      sm80::ldmatrix_x4_trans(a[mt], b_tile + tile_index<W>(kk * 16 + (quad / 2) * 8 + r, m0 + mt * 16 + (quad % 2) * 8));
+      if (b_multiplier != 1.0f)
+#pragma unroll
+        for (int i = 0; i < 4; ++i) {
+          const float2 pair = unpack2<T>(a[mt][i]);
+          a[mt][i] = sm80::pack2<T>(b_multiplier * pair.x, b_multiplier * pair.y);
+        }
+    }
+#pragma unroll
+    for (int np = 0; np < kColTiles / 2; ++np) {
+      std::uint32_t b[4];
+      load_trans_b_pair(b, vt_tile, kk, n0 + np * 16);
+      const std::uint32_t b0[2] = {b[0], b[1]}, b1[2] = {b[2], b[3]};
+#pragma unroll
+      for (int mt = 0; mt < kRowTiles; ++mt) {
+        sm80::mma_16816<T>(acc[mt * kColTiles + 2 * np], a[mt], b0);
+        sm80::mma_16816<T>(acc[mt * kColTiles + 2 * np + 1], a[mt], b1);
+      }
     }
   }
 }

@@ -22,12 +22,30 @@ constexpr int kSlice = 64;  // columns of Vt (and of the output) of one CTA; a w
 constexpr int kWalkTargetCtas = 256;
 constexpr int kMinSegmentChunks = 32;
 constexpr int kMaxWalkSegments = 8;
-constexpr int walk_segments(int batch, int heads_kv, int key_dim, int value_dim, int longest) {
-  const std::int64_t ctas = static_cast<std::int64_t>(key_dim / kSlice) * (value_dim / kSlice) * heads_kv * batch;
+
+// segments for `ctas` CTAs per segment over `longest` rows: kWalkTargetCtas
+// CTAs, segments of at least min_chunks chunks, at most kMaxWalkSegments,
+// and at least `fewest` (below it, 1).
+constexpr int split_segments(std::int64_t ctas, int longest, int min_chunks, int fewest) {
   const std::int64_t chunks = (static_cast<std::int64_t>(longest) + kChunk - 1) / kChunk;
   std::int64_t segments = ctas > 0 ? kWalkTargetCtas / ctas : 1;
-  segments = std::min<std::int64_t>({segments, kMaxWalkSegments, chunks / kMinSegmentChunks});
-  return segments >= 3 ? static_cast<int>(segments) : 1;
+  segments = std::min<std::int64_t>({segments, kMaxWalkSegments, chunks / min_chunks});
+  return segments >= fewest ? static_cast<int>(segments) : 1;
+}
+
+constexpr int walk_segments(int batch, int heads_kv, int key_dim, int value_dim, int longest) {
+  return split_segments(static_cast<std::int64_t>(key_dim / kSlice) * (value_dim / kSlice) * heads_kv * batch, longest,
+                        kMinSegmentChunks, 3);
+}
+
+// The fused causal forward's segments (linear_chunk_fused.cuh): its CTAs are
+// (Dv/64) x Hk x B, each doing a pass's work per chunk as well as the walk's,
+// so that a chain of 16 chunks is already long and two segments are worth
+// their sums' launch (which walks half the rows at a walk's cost per chunk).
+constexpr int kFusedMinSegmentChunks = 16;
+constexpr int fused_forward_segments(int batch, int heads_kv, int value_dim, int longest) {
+  return split_segments(static_cast<std::int64_t>(value_dim / kSlice) * heads_kv * batch, longest,
+                        kFusedMinSegmentChunks, 2);
 }
 
 }  // namespace cuflash::detail::linear
