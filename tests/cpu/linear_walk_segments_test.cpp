@@ -46,7 +46,7 @@ TEST(LinearFusedForwardSegments, BenchmarkShapes) {
   EXPECT_EQ(fused_forward_segments(1, 16, 128, 16384), 8);   // 256 chunks: 8 of 32
   EXPECT_EQ(fused_forward_segments(1, 16, 128, 4096), 4);    // 64 chunks: 4 of 16
   EXPECT_EQ(fused_forward_segments(2, 16, 128, 8192), 4);    // 64 CTAs
-  EXPECT_EQ(fused_forward_segments(4, 16, 128, 4096), 2);    // 128 CTAs: two segments are worth it
+  EXPECT_EQ(fused_forward_segments(4, 16, 128, 4096), 1);    // 128 CTAs: 2 segments, so none
   EXPECT_EQ(fused_forward_segments(8, 16, 128, 2048), 1);    // 256 CTAs fill the GPU
   EXPECT_EQ(fused_forward_segments(1, 16, 128, 1024), 1);    // 16 chunks: one segment
 }
@@ -64,8 +64,8 @@ TEST(LinearFusedForwardSegments, GpuSplitTestShapes) {
 TEST(LinearFusedForwardSegments, Edges) {
   EXPECT_EQ(fused_forward_segments(0, 16, 128, 65536), 1);  // no CTAs
   EXPECT_EQ(fused_forward_segments(1, 16, 128, 0), 1);      // no rows
-  EXPECT_EQ(fused_forward_segments(1, 1, 64, 2 * kFusedMinSegmentChunks * kChunk), 2);
-  EXPECT_EQ(fused_forward_segments(1, 1, 64, (2 * kFusedMinSegmentChunks - 1) * kChunk), 1);
+  EXPECT_EQ(fused_forward_segments(1, 1, 64, 3 * kFusedMinSegmentChunks * kChunk), 3);
+  EXPECT_EQ(fused_forward_segments(1, 1, 64, (3 * kFusedMinSegmentChunks - 1) * kChunk), 1);  // 2 segments, so none
   static_assert(fused_forward_segments(1, 16, 128, 65536) == 8, "a constant expression: usable for sizes");
 }
 
