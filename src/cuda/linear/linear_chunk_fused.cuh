@@ -5,8 +5,7 @@
 // w its rows [w Dk/4, + Dk/4)) and, per 64-row chunk in order and per query
 // head of the group,
 //     o = (φQ S' + mask(φQ φKᵀ) V[:, slice]) / den        (S' = S in 16 bits)
-// with the pass's products (A S' and the scores in one loop) and epilogue,
-// then S += φKᵀ V[:, slice] (and
+// with the pass's own products and epilogue, then S += φKᵀ V[:, slice] (and
 // the key sum z += Σ φk, which every slice keeps for its normalizer).
 //
 // Why: the walk and the pass each read k and v, and the walk writes a 16-bit
@@ -68,39 +67,6 @@ __device__ __forceinline__ void for_each_state_pair(const FusedStatePart<DR>& pa
 #pragma unroll
     for (int half = 0; half < 2; ++half)
       f(acc[tile][2 * half], acc[tile][2 * half + 1], part.row(tile, half), part.col(tile));
-}
-
-// For the warp's 16 rows, in one pass over A's k-tiles (each A fragment
-// loaded once): scores = A Bᵀ over the kept pairs [0, warp + 1) (0
-// elsewhere) and out = A S'. The two products' chains interleave, which the
-// pass's order (scores, P Vt, then A S', each its own loop) does not allow.
-template <int DR, typename T>
-__device__ __forceinline__ void fused_scores_and_state_product(float (&scores)[8][4], float (&out)[8][4],
-                                                               const T* a_tile, const T* b_tile, const T* s_tile) {
-  const int last_pair = last_kept_pair</*kKeySide=*/false>();
-#pragma unroll
-  for (int nt = 0; nt < 8; ++nt)
-#pragma unroll
-    for (int e = 0; e < 4; ++e) scores[nt][e] = out[nt][e] = 0.0f;
-#pragma unroll
-  for (int kt = 0; kt < DR / 16; ++kt) {
-    std::uint32_t a[4];
-    load_row_fragment<DR>(a, a_tile, kt);
-#pragma unroll
-    for (int np = 0; np < 4; ++np) {
-      std::uint32_t s[4];
-      load_trans_b_pair(s, s_tile, kt, np * 16);
-      const std::uint32_t s0[2] = {s[0], s[1]}, s1[2] = {s[2], s[3]};
-      sm80::mma_16816<T>(out[2 * np], a, s0);
-      sm80::mma_16816<T>(out[2 * np + 1], a, s1);
-      if (np >= last_pair) continue;
-      std::uint32_t b[4];
-      load_row_b_pair<DR>(b, b_tile, kt, np);
-      const std::uint32_t b0[2] = {b[0], b[1]}, b1[2] = {b[2], b[3]};
-      sm80::mma_16816<T>(scores[2 * np], a, b0);
-      sm80::mma_16816<T>(scores[2 * np + 1], a, b1);
-    }
-  }
 }
 
 template <typename T, int DR, int kStages>
@@ -182,11 +148,14 @@ __global__ void __launch_bounds__(kChunkThreads, 2) linear_fused_forward_kernel(
     if (g == 0 || tiles_transformed) __syncthreads();
 
     const ItemTiles<T> tiles{stage.a, stage.b, stage.vt};
-    float out[8][4], scores[8][4];
+    float out[8][4];
     float row_sum[2] = {0.0f, 0.0f};
-    fused_scores_and_state_product<DR>(scores, out, tiles.a, tiles.b, smem.s);
-    mask_chunk_scores<Pass::output>(scores, row_sum, smem.stats, score_multiplier);
-    accumulate_masked_scores<T, /*kKeySide=*/false>(out, scores, tiles.vt);
+#pragma unroll
+    for (int nt = 0; nt < 8; ++nt)
+#pragma unroll
+      for (int e = 0; e < 4; ++e) out[nt][e] = 0.0f;
+    accumulate_chunk_pairs<T, DR, Pass::output>(out, row_sum, tiles, smem.stats, score_multiplier);
+    accumulate_state_product<DR, /*kOverValues=*/false>(out, tiles.a, smem.s);
     if (a_multiplier != 1.0f) {
 #pragma unroll
       for (int nt = 0; nt < 8; ++nt)

@@ -118,22 +118,20 @@ struct ChunkPlace {
   int first, count;  // rows [first, first + count) of the sequence
 };
 
-// The n-tile pairs (16 columns) of the chunk's scores with a kept column for
-// warp w's rows: key side from the warp's first row on, query side up to its last.
-template <bool kKeySide>
-__device__ __forceinline__ int first_kept_pair() { return kKeySide ? threadIdx.x / 32 : 0; }
-template <bool kKeySide>
-__device__ __forceinline__ int last_kept_pair() { return kKeySide ? kChunk / 16 : threadIdx.x / 32 + 1; }
-
-// The scores A Bᵀ of the warp's rows (over its kept pairs, 0 elsewhere) made
-// P in place: minus δ on dout's side for dq and dk, masked, times
-// score_multiplier (B's and Vt's operand_multiplier: P Vt is linear in
-// both); row_sum gets P's row sums.
-template <Pass kPass>
-__device__ __forceinline__ void mask_chunk_scores(float (&scores)[8][4], float (&row_sum)[2], const ChunkRowStats& stats,
-                                                  float score_multiplier) {
+// The masked scores P = mask(A Bᵀ) (minus δ on dout's side for dq and dk)
+// and out += P Vt, for the warp's 16 rows; row_sum gets P's row sums.
+// score_multiplier: B's and Vt's operand_multiplier (P Vt is linear in both).
+template <typename T, int DR, Pass kPass>
+__device__ __forceinline__ void accumulate_chunk_pairs(float (&out)[8][4], float (&row_sum)[2],
+                                                       const ItemTiles<T>& tiles, const ChunkRowStats& stats,
+                                                       float score_multiplier) {
   constexpr bool kKeySide = pass_roles(kPass).key_side;
-  const int first_pair = first_kept_pair<kKeySide>(), last_pair = last_kept_pair<kKeySide>();
+  const int warp = threadIdx.x / 32;
+  // n-tile pairs (16 columns) with a kept column: key side from the warp's
+  // first row on, query side up to its last.
+  const int first_pair = kKeySide ? warp : 0, last_pair = kKeySide ? kChunk / 16 : warp + 1;
+  float scores[8][4];
+  chunk_scores<DR>(scores, tiles.a, tiles.b, first_pair, last_pair);
 #pragma unroll
   for (int nt = 0; nt < 8; ++nt)
 #pragma unroll
@@ -148,31 +146,12 @@ __device__ __forceinline__ void mask_chunk_scores(float (&scores)[8][4], float (
       scores[nt][e] = x;
       row_sum[e / 2] += x;
     }
-}
-
-// out += P Vt for the warp's rows over its kept pairs (P: mask_chunk_scores' result, in 16 bits).
-template <typename T, bool kKeySide>
-__device__ __forceinline__ void accumulate_masked_scores(float (&out)[8][4], const float (&scores)[8][4],
-                                                         const T* vt_tile) {
-  accumulate_out<kChunk / 16>(out, vt_tile, first_kept_pair<kKeySide>(), last_kept_pair<kKeySide>(),
-                              [&](int kt, std::uint32_t(&a)[4]) {
-                                a[0] = sm80::pack2<T>(scores[2 * kt][0], scores[2 * kt][1]);
-                                a[1] = sm80::pack2<T>(scores[2 * kt][2], scores[2 * kt][3]);
-                                a[2] = sm80::pack2<T>(scores[2 * kt + 1][0], scores[2 * kt + 1][1]);
-                                a[3] = sm80::pack2<T>(scores[2 * kt + 1][2], scores[2 * kt + 1][3]);
-                              });
-}
-
-// out += mask(A Bᵀ) Vt (mask_chunk_scores) for the warp's 16 rows; row_sum gets P's row sums.
-template <typename T, int DR, Pass kPass>
-__device__ __forceinline__ void accumulate_chunk_pairs(float (&out)[8][4], float (&row_sum)[2],
-                                                       const ItemTiles<T>& tiles, const ChunkRowStats& stats,
-                                                       float score_multiplier) {
-  constexpr bool kKeySide = pass_roles(kPass).key_side;
-  float scores[8][4];
-  chunk_scores<DR>(scores, tiles.a, tiles.b, first_kept_pair<kKeySide>(), last_kept_pair<kKeySide>());
-  mask_chunk_scores<kPass>(scores, row_sum, stats, score_multiplier);
-  accumulate_masked_scores<T, kKeySide>(out, scores, tiles.vt);
+  accumulate_out<kChunk / 16>(out, tiles.vt, first_pair, last_pair, [&](int kt, std::uint32_t(&a)[4]) {
+    a[0] = sm80::pack2<T>(scores[2 * kt][0], scores[2 * kt][1]);
+    a[1] = sm80::pack2<T>(scores[2 * kt][2], scores[2 * kt][3]);
+    a[2] = sm80::pack2<T>(scores[2 * kt + 1][0], scores[2 * kt + 1][1]);
+    a[3] = sm80::pack2<T>(scores[2 * kt + 1][2], scores[2 * kt + 1][3]);
+  });
 }
 
 // out += A S' for the warp's 16 rows (s_tile as load_chunk_state_async laid it out).

@@ -106,22 +106,14 @@ __device__ __forceinline__ void load_row_fragment(std::uint32_t (&a)[4], const T
   sm80::ldmatrix_x4(a, a_tile + tile_index<DR>(warp * 16 + (quad % 2) * 8 + r, kt * 16 + (quad / 2) * 8));
 }
 
-// Two n8 fragments of Bᵀ for A Bᵀ: B's rows [16 np, + 8) and [16 np + 8, + 8)
-// (columns of the product) at k-tile kt of b_tile [64][DR] swizzled:
-// (b[0], b[1]) and (b[2], b[3]).
-template <int DR, typename T>
-__device__ __forceinline__ void load_row_b_pair(std::uint32_t (&b)[4], const T* b_tile, int kt, int np) {
-  const int lane = threadIdx.x % 32;
-  const int quad = lane / 8, r = lane % 8;
-  sm80::ldmatrix_x4(b, b_tile + tile_index<DR>(np * 16 + (quad / 2) * 8 + r, kt * 16 + (quad % 2) * 8));
-}
-
 // acc[nt] += A Bᵀ for warp w's 16 rows and the columns of n-tile pairs
 // [first_pair, last_pair) (16 columns each; B [64][DR] swizzled, its rows the
 // columns of the product); the other n-tiles are left alone.
 template <int DR, typename T>
 __device__ __forceinline__ void accumulate_row_products(float (&acc)[8][4], const T* a_tile, const T* b_tile,
                                                         int first_pair, int last_pair) {
+  const int lane = threadIdx.x % 32;
+  const int quad = lane / 8, r = lane % 8;
 #pragma unroll
   for (int kt = 0; kt < DR / 16; ++kt) {
     std::uint32_t a[4];
@@ -130,7 +122,7 @@ __device__ __forceinline__ void accumulate_row_products(float (&acc)[8][4], cons
     for (int np = 0; np < 4; ++np) {
       if (np < first_pair || np >= last_pair) continue;
       std::uint32_t b[4];
-      load_row_b_pair<DR>(b, b_tile, kt, np);
+      sm80::ldmatrix_x4(b, b_tile + tile_index<DR>(np * 16 + (quad / 2) * 8 + r, kt * 16 + (quad % 2) * 8));
       const std::uint32_t b0[2] = {b[0], b[1]}, b1[2] = {b[2], b[3]};
       sm80::mma_16816<T>(acc[2 * np], a, b0);
       sm80::mma_16816<T>(acc[2 * np + 1], a, b1);
