@@ -107,13 +107,16 @@ __global__ void __launch_bounds__(kChunkThreads, 2) linear_fused_forward_kernel(
       lo = start[0];
       hi = start[1];
     }
-    for (int other = 0; other < segment; ++other) {
+  });
+  // One segment at a time, its loads for the whole part together: one L2
+  // round trip per segment (not per element).
+  for (int other = 0; other < segment; ++other)
+    for_each_state_pair(part, state, [&](float& lo, float& hi, int row, int col) {
       const float2 sum = *reinterpret_cast<const float2*>(
           segment_sum_row(p, w, at.b, other, segments.count, at.hk, row) + col0 + col);
       lo += sum.x;
       hi += sum.y;
-    }
-  });
+    });
   // Key sum column threadIdx.x (every slice: its normalizer reads all of z).
   const bool keeps_key_sum = p.normalize && threadIdx.x < DR;
   float key_sum = 0.0f;
