@@ -6,7 +6,9 @@
 // forward and backward: lengths around the 64-row chunk and past the state
 // walk's four stages, 0 and 1); other head dims and unaligned rows take the SIMT path of the same
 // backend, and so do the tensor-core cases under CUFLASH_LINEAR_KERNEL=simt;
-// backend cudnn still refuses by name. Skips without a GPU.
+// the causal forward runs the fused kernel, and its causal cases run again on
+// the walk and the pass under CUFLASH_LINEAR_FORWARD=walk; backend cudnn
+// still refuses by name. Skips without a GPU.
 #include <cuda_runtime_api.h>
 #include <gtest/gtest.h>
 
