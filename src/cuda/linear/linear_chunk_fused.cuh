@@ -159,14 +159,7 @@ __global__ void __launch_bounds__(kChunkThreads, 2) linear_fused_forward_kernel(
       for (int e = 0; e < 4; ++e) out[nt][e] = 0.0f;
     accumulate_chunk_pairs<T, DR, Pass::output>(out, row_sum, tiles, smem.stats, score_multiplier);
     accumulate_state_product<DR, /*kOverValues=*/false>(out, tiles.a, smem.s);
-    if (a_multiplier != 1.0f) {
-#pragma unroll
-      for (int nt = 0; nt < 8; ++nt)
-#pragma unroll
-        for (int e = 0; e < 4; ++e) out[nt][e] *= a_multiplier;
-      row_sum[0] *= a_multiplier;
-      row_sum[1] *= a_multiplier;
-    }
+    apply_a_multiplier(out, row_sum, a_multiplier);
     store_pass_rows<T, DR, Pass::output>(p, w, at, h, out, row_sum, tiles.a, a_multiplier, smem);
 
     if (g + 1 == p.group) {  // the chunk's last head: its rows join the state

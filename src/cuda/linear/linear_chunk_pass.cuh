@@ -165,6 +165,18 @@ __device__ __forceinline__ void accumulate_state_product(float (&out)[8][4], con
   }
 }
 
+// out and row_sum times A's operand_multiplier (an untransformed A's scale,
+// which the products leave out).
+__device__ __forceinline__ void apply_a_multiplier(float (&out)[8][4], float (&row_sum)[2], float a_multiplier) {
+  if (a_multiplier == 1.0f) return;
+#pragma unroll
+  for (int nt = 0; nt < 8; ++nt)
+#pragma unroll
+    for (int e = 0; e < 4; ++e) out[nt][e] *= a_multiplier;
+  row_sum[0] *= a_multiplier;
+  row_sum[1] *= a_multiplier;
+}
+
 // row_stats' results for the warp's rows of the chunk: den_t (slice 0) and
 // dout_t · num_t over the slice's columns (the quad's four lanes hold 16 each).
 template <typename T>
@@ -371,14 +383,7 @@ __global__ void __launch_bounds__(kChunkThreads) linear_chunk_pass_kernel(Linear
     if (p.causal) accumulate_chunk_pairs<T, DR, kPass>(out, row_sum, tiles, smem.stats, score_multiplier);
     if (kKeySide && g + 1 < heads) continue;
     accumulate_state_product<DR, kOverValues>(out, tiles.a, smem.s);
-    if (a_multiplier != 1.0f) {
-#pragma unroll
-      for (int nt = 0; nt < 8; ++nt)
-#pragma unroll
-        for (int e = 0; e < 4; ++e) out[nt][e] *= a_multiplier;
-      row_sum[0] *= a_multiplier;
-      row_sum[1] *= a_multiplier;
-    }
+    apply_a_multiplier(out, row_sum, a_multiplier);
     store_pass_rows<T, DR, kPass>(p, w, at, kKeySide ? at.hk : h, out, row_sum, tiles.a, a_multiplier, smem);
   }
 }
