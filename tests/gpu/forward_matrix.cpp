@@ -286,8 +286,8 @@ std::vector<CaseSpec> varlen_cases() {
 // The shapes that reach the warp-specialized TMA forward on an H100 beyond
 // the lists above: D = 64 only takes it from 2048 keys on (tma_fwd_tile),
 // so these give it D = 64 with long keys in every layout and option, the
-// persistent walk (dense, no mask: more work items than SMs, ragged last
-// blocks) and the per-item grid (causal, window, varlen), GQA, strided
+// persistent walk (dense: more work items than SMs, ragged last blocks,
+// causal items of unequal cost) and the per-item grid (window, varlen), GQA, strided
 // views, and D = 192/256 varlen. On other GPUs they are ordinary cases.
 std::vector<CaseSpec> tma_cases() {
   std::vector<CaseSpec> cases;
@@ -306,6 +306,12 @@ std::vector<CaseSpec> tma_cases() {
   s.alibi = AlibiKind::per_head;
   add(s);
   add(dense_case("tma_d128_q1100_k1300_b3_mqa", 1100, 1300, 8, 1, 128, 3));
+  // Causal dense calls walk their items dealt out by cost (tile_order.cuh):
+  // more items than SMs, bottom-right with fewer and with more queries than
+  // keys (leading blocks with no visible key), GQA.
+  add(causal(dense_case("tma_d128_causal_walk_q1100_k1300_b3_gqa", 1100, 1300, 8, 2, 128, 3)));
+  add(causal(dense_case("tma_d128_causal_walk_q1300_k1100_b2", 1300, 1100, 8, 8, 128, 2)));
+  add(causal(dense_case("tma_d64_causal_walk_q2100_k2100_b4", 2100, 2100, 4, 4, 64, 4)));
   add(causal(varlen_case("tma_d64_varlen_causal", {2100, 1, 0, 700, 2300}, {2100, 5, 0, 2200, 2300}, 2, 1, 64)));
   add(varlen_case("tma_d192_varlen", {300, 1, 129}, {500, 2049, 64}, 2, 2, 192));
   add(causal(varlen_case("tma_d256_varlen_causal", {257, 64, 3}, {300, 64, 1000}, 2, 1, 256)));

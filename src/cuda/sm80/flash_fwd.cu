@@ -121,10 +121,12 @@ ForwardKernel forward_kernel(const Problem& problem) {
   return k;
 }
 
-// Whether the TMA kernel's CTAs walk the work items themselves (one per SM):
-// when every item costs the same (no causal or sliding-window mask, dense
-// rows); items of unequal cost go to the hardware's block scheduler, which
-// balances them better than a static walk.
+// Whether the TMA kernel's CTAs walk the work items themselves (one per SM),
+// so that the producer loads the next item's Q and K/V under the current
+// item's last GEMMs and epilogue: dense calls without a left window bound,
+// whose items cost the same or (causal) a known number of key tiles that the
+// walk deals out by cost (tile_order.cuh). Varlen and windowed items go to the
+// hardware's block scheduler, one CTA per item.
 // CUFLASH_TMA_PERSISTENT=1 walks every call's items that way, =0 none (read
 // once; for measuring the rule).
 int persistent_override() {
@@ -135,11 +137,17 @@ int persistent_override() {
   return value;
 }
 
-int persistent_ctas(const Problem& problem) {
-  const bool uniform = problem.window_left < 0 && problem.window_right < 0 && problem.layout != Layout::varlen;
+sm90::TmaForwardLaunch tma_forward_launch(const Problem& problem) {
+  sm90::TmaForwardLaunch launch;
+  launch.q_rows = view_rows(problem.q);
+  launch.kv_rows = view_rows(problem.k);
+  // A right bound alone (causal: 0) makes a block's cost grow with its rows.
+  launch.causal_walk = problem.window_right >= 0;
+  const bool walkable = problem.window_left < 0 && problem.layout != Layout::varlen;
   const int forced = persistent_override();
-  if (forced == 0 || (forced < 0 && (!uniform || sm90::tma_head_dim(problem.head_dim) > 128))) return 0;
-  return device_info(problem.device.index).sm_count;
+  if (forced == 0 || (forced < 0 && (!walkable || sm90::tma_head_dim(problem.head_dim) > 128))) return launch;
+  launch.persistent_ctas = device_info(problem.device.index).sm_count;
+  return launch;
 }
 
 // Split-KV when the grid would leave SMs idle: few (batch x head x query
@@ -185,7 +193,7 @@ int choose_splits(const Problem& problem, const ForwardKernel& kernel) {
 template <typename T>
 Status launch_for_dim(const ForwardParams& p, const Problem& problem, ForwardKind kind, cudaStream_t stream) {
   if (kind == ForwardKind::tma) {
-    const sm90::TmaForwardLaunch launch{view_rows(problem.q), view_rows(problem.k), persistent_ctas(problem)};
+    const sm90::TmaForwardLaunch launch = tma_forward_launch(problem);
     // (kernel head dim, columns computed): sm90::tma_columns.
     switch (sm90::tma_columns(problem.head_dim)) {
       case 48: return sm90::launch_flash_fwd_tma<T, 64, 48>(p, launch, stream);

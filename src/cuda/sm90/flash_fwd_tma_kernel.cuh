@@ -30,6 +30,7 @@
 #include "common/tensor_core.cuh"
 #include "sm90/mbarrier.cuh"
 #include "sm90/sw128_tile.hpp"
+#include "sm90/tile_order.cuh"
 #include "sm90/tma_load.cuh"
 #include "sm90/warpgroup.cuh"
 #include "sm90/wgmma.cuh"
@@ -40,8 +41,7 @@ namespace cuflash::detail::sm90 {
 struct TmaForwardParams {
   ForwardParams p;
   CUtensorMap q, k, v;
-  int m_blocks = 0;    // query blocks of BM rows per (batch, head, split)
-  int work_items = 0;  // m_blocks x heads x batch x splits
+  TileOrder order;  // the work items (query blocks of BM rows) and who takes which
 };
 
 // D: the kernel's head dim (shared-memory tiles, TMA boxes); DC: the columns
@@ -172,10 +172,8 @@ __device__ __forceinline__ void consume_item(const ForwardParams& p, const Forwa
   mbarrier_arrive(&v_empty[last]);
 }
 
-// Persistent: gridDim.x CTAs (at most one per SM) walk the work items
-// blockIdx.x, blockIdx.x + gridDim.x, ... of the (m_blocks, heads, batch x
-// splits) grid in launch order (query blocks of one head together, so its
-// K/V stays in L2; within a head the heaviest causal blocks first). The
+// Persistent: gridDim.x CTAs (at most one per SM) walk the work items of
+// the (m_blocks, heads, batch x splits) grid in tile_order.cuh's order. The
 // producer runs ahead into the next item while the consumers finish the
 // current one (its last GEMMs, the epilogue).
 template <class C, bool Transformed>
@@ -222,10 +220,11 @@ __global__ void __launch_bounds__(C::kThreads, 1) flash_fwd_tma_kernel(const __g
   }
   __syncthreads();
 
-  const int grid_y = p.heads_q;
-  auto block_of = [&](int w) {
-    return forward_block_at<C::BM, C::BN>(p, tp.m_blocks, w % tp.m_blocks, (w / tp.m_blocks) % grid_y,
-                                          w / (tp.m_blocks * grid_y));
+  // The n-th work item of this CTA, and whether there is one.
+  auto item_position = [&](int n) { return tp.order.position(n, blockIdx.x, gridDim.x); };
+  auto block_at = [&](int position) {
+    const TileOrder::Coords c = tp.order.coords(position);
+    return forward_block_at<C::BM, C::BN>(p, tp.order.m_blocks, c.x, c.y, c.z);
   };
   // Varlen tensors are mapped as one batch of packed rows.
   const bool varlen = p.cu_seqlens_q != nullptr;
@@ -243,8 +242,8 @@ __global__ void __launch_bounds__(C::kThreads, 1) flash_fwd_tma_kernel(const __g
       tma_prefetch_map(&tp.v);
     }
     std::uint32_t items = 0, kv_count = 0, tails = 0;
-    for (int w = blockIdx.x; w < tp.work_items; w += gridDim.x) {
-      const ForwardBlock f = block_of(w);
+    for (int n = 0; item_position(n) < tp.order.items; ++n) {
+      const ForwardBlock f = block_at(item_position(n));
       if (!f.active) continue;
       const int batch_coord = varlen ? 0 : f.b;
       const int n_tiles = max(f.t_hi - f.t_lo, 0);
@@ -318,8 +317,8 @@ __global__ void __launch_bounds__(C::kThreads, 1) flash_fwd_tma_kernel(const __g
   if (cw == C::Consumers - 1) named_barrier_arrive(C::kTurnBarrier0, 256);
 
   std::uint32_t items = 0, kv_count = 0;
-  for (int w = blockIdx.x; w < tp.work_items; w += gridDim.x) {
-    const ForwardBlock f = block_of(w);
+  for (int n = 0; item_position(n) < tp.order.items; ++n) {
+    const ForwardBlock f = block_at(item_position(n));
     if (!f.active) continue;
     const int n_tiles = max(f.t_hi - f.t_lo, 0);
     const float mult = Transformed ? 1.0f : f.rules.scale_log2;

@@ -33,11 +33,13 @@ Status launch_tma_config(const ForwardParams& p, const TmaForwardLaunch& launch,
   CUFLASH_TRY(encode_head_rows_map(&tp.q, tensor(p.q, p.q_strides, launch.q_rows, p.heads_q), C::BM, "q"));
   CUFLASH_TRY(encode_head_rows_map(&tp.k, tensor(p.k, p.k_strides, launch.kv_rows, p.heads_kv), C::BN, "k"));
   CUFLASH_TRY(encode_head_rows_map(&tp.v, tensor(p.v, p.v_strides, launch.kv_rows, p.heads_kv), C::BN, "v"));
-  tp.m_blocks = (p.max_q_len + C::BM - 1) / C::BM;
-  tp.work_items = tp.m_blocks * p.heads_q * p.batch * p.num_splits;
+  tp.order.m_blocks = (p.max_q_len + C::BM - 1) / C::BM;
+  tp.order.heads = p.heads_q;
+  tp.order.items = tp.order.m_blocks * p.heads_q * p.batch * p.num_splits;
+  const int ctas = launch.persistent_ctas > 0 ? std::min(tp.order.items, launch.persistent_ctas) : tp.order.items;
+  tp.order.by_cost = launch.causal_walk && ctas < tp.order.items;
   auto kernel = flash_fwd_tma_kernel<C, Transformed>;
   CUFLASH_TRY(allow_dynamic_smem(kernel, C::kSmemBytes, "flash_fwd_tma_kernel"));
-  const int ctas = launch.persistent_ctas > 0 ? std::min(tp.work_items, launch.persistent_ctas) : tp.work_items;
   kernel<<<ctas, C::kThreads, C::kSmemBytes, stream>>>(tp);
   return launch_status("flash_fwd_tma_kernel");
 }

@@ -10,11 +10,12 @@ namespace cuflash::detail::sm90 {
 // q_rows, kv_rows: the row extents of the tensors for the TMA maps (dense:
 // rows per sequence; varlen: packed rows). persistent_ctas > 0: that many
 // CTAs walk the work items (one per SM); 0: one CTA per item, left to the
-// hardware's block scheduler (causal and windowed calls, whose items differ
-// in cost: a static walk measured up to 30 % slower there).
+// hardware's block scheduler. causal_walk: the items differ by their causal
+// mask, so a walk deals them out by cost (tile_order.cuh).
 struct TmaForwardLaunch {
   std::int64_t q_rows = 0, kv_rows = 0;
   int persistent_ctas = 0;
+  bool causal_walk = false;
 };
 
 }  // namespace cuflash::detail::sm90
