@@ -311,7 +311,8 @@ std::vector<CaseSpec> tma_cases() {
   // keys (leading blocks with no visible key), GQA.
   add(causal(dense_case("tma_d128_causal_walk_q1100_k1300_b3_gqa", 1100, 1300, 8, 2, 128, 3)));
   add(causal(dense_case("tma_d128_causal_walk_q1300_k1100_b2", 1300, 1100, 8, 8, 128, 2)));
-  add(causal(dense_case("tma_d64_causal_walk_q2100_k2100_b4", 2100, 2100, 4, 4, 64, 4)));
+  add(causal(dense_case("tma_d64_causal_walk_q2100_k2100_b4", 2100, 2100, 4, 4, 64, 4)));  // 11 blocks: an odd middle pair
+  add(causal(dense_case("tma_d128_causal_walk_q1024_k1024_b5", 1024, 1024, 4, 4, 128, 5)));  // 8 blocks: even
   add(causal(varlen_case("tma_d64_varlen_causal", {2100, 1, 0, 700, 2300}, {2100, 5, 0, 2200, 2300}, 2, 1, 64)));
   add(varlen_case("tma_d192_varlen", {300, 1, 129}, {500, 2049, 64}, 2, 2, 192));
   add(causal(varlen_case("tma_d256_varlen_causal", {257, 64, 3}, {300, 64, 1000}, 2, 1, 256)));

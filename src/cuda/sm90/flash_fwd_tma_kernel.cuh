@@ -220,11 +220,10 @@ __global__ void __launch_bounds__(C::kThreads, 1) flash_fwd_tma_kernel(const __g
   }
   __syncthreads();
 
-  // The n-th work item of this CTA, and whether there is one.
-  auto item_position = [&](int n) { return tp.order.position(n, blockIdx.x, gridDim.x); };
-  auto block_at = [&](int position) {
-    const TileOrder::Coords c = tp.order.coords(position);
-    return forward_block_at<C::BM, C::BN>(p, tp.order.m_blocks, c.x, c.y, c.z);
+  // The n-th work item of this CTA: whether there is one, and its block.
+  auto item_of = [&](int n) { return tp.order.item(n, blockIdx.x, gridDim.x); };
+  auto block_of = [&](const TileOrder::Item& it) {
+    return forward_block_at<C::BM, C::BN>(p, tp.order.m_blocks, it.x, it.y, it.z);
   };
   // Varlen tensors are mapped as one batch of packed rows.
   const bool varlen = p.cu_seqlens_q != nullptr;
@@ -242,8 +241,10 @@ __global__ void __launch_bounds__(C::kThreads, 1) flash_fwd_tma_kernel(const __g
       tma_prefetch_map(&tp.v);
     }
     std::uint32_t items = 0, kv_count = 0, tails = 0;
-    for (int n = 0; item_position(n) < tp.order.items; ++n) {
-      const ForwardBlock f = block_at(item_position(n));
+    for (int n = 0; item_of(n).more; ++n) {
+      const TileOrder::Item it = item_of(n);
+      if (!it.exists) continue;
+      const ForwardBlock f = block_of(it);
       if (!f.active) continue;
       const int batch_coord = varlen ? 0 : f.b;
       const int n_tiles = max(f.t_hi - f.t_lo, 0);
@@ -317,8 +318,10 @@ __global__ void __launch_bounds__(C::kThreads, 1) flash_fwd_tma_kernel(const __g
   if (cw == C::Consumers - 1) named_barrier_arrive(C::kTurnBarrier0, 256);
 
   std::uint32_t items = 0, kv_count = 0;
-  for (int n = 0; item_position(n) < tp.order.items; ++n) {
-    const ForwardBlock f = block_at(item_position(n));
+  for (int n = 0; item_of(n).more; ++n) {
+    const TileOrder::Item it = item_of(n);
+    if (!it.exists) continue;
+    const ForwardBlock f = block_of(it);
     if (!f.active) continue;
     const int n_tiles = max(f.t_hi - f.t_lo, 0);
     const float mult = Transformed ? 1.0f : f.rules.scale_log2;

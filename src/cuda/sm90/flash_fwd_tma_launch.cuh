@@ -37,7 +37,7 @@ Status launch_tma_config(const ForwardParams& p, const TmaForwardLaunch& launch,
   tp.order.heads = p.heads_q;
   tp.order.items = tp.order.m_blocks * p.heads_q * p.batch * p.num_splits;
   const int ctas = launch.persistent_ctas > 0 ? std::min(tp.order.items, launch.persistent_ctas) : tp.order.items;
-  tp.order.by_cost = launch.causal_walk && ctas < tp.order.items;
+  tp.order.paired = launch.causal_walk && ctas < tp.order.items;
   auto kernel = flash_fwd_tma_kernel<C, Transformed>;
   CUFLASH_TRY(allow_dynamic_smem(kernel, C::kSmemBytes, "flash_fwd_tma_kernel"));
   kernel<<<ctas, C::kThreads, C::kSmemBytes, stream>>>(tp);
