@@ -45,7 +45,10 @@ struct TileOrder {
     }
     const int pairs = (m_blocks + 1) / 2;
     const int unit = cta + (n >> 1) * ctas;  // (pair k, head, batch x split)
-    const int k = unit % pairs, second = n & 1;
+    // k rotates with the head: with k = unit % pairs, a CTA count that is a
+    // multiple of `pairs` gave every CTA the same k, and an odd head's
+    // middle block (half a pair's cost) to the same CTAs in every round.
+    const int k = (unit % pairs + unit / pairs) % pairs, second = n & 1;
     const int x = second ? m_blocks - 1 - k : k;
     return {unit < pairs * (items / m_blocks), !(second && x == k), x, (unit / pairs) % heads,
             unit / (pairs * heads)};
