@@ -137,11 +137,17 @@ int persistent_override() {
   return value;
 }
 
-// Causal items walk while they are short: a long item's own prologue is a
-// small part of it, and the walk's whole pairs leave a coarser tail than
-// the hardware's heaviest-first grid (16k keys, D=128: 557 against 580
-// TFLOP/s per item; 512-2k keys: 5-10 % faster walked; NOTES.md).
+// Causal items walk while they are short, on the two-consumer kernel: a long
+// item's own prologue is a small part of it, and the walk's whole pairs
+// leave a coarser tail than the hardware's heaviest-first grid (D=128: 16k
+// keys 561 against 584 TFLOP/s per item, 512-2k keys 4-11 % faster
+// walked); the three-consumer D=64 kernel gained nothing walked at any
+// length and lost 8 % at 2k (NOTES.md, "causal items walked").
 constexpr long long kCausalWalkMaxKeys = 8192;
+
+sm90::TmaFwdTile tma_fwd_tile_for(const Problem& problem) {
+  return sm90::tma_fwd_tile(sm90::tma_head_dim(problem.head_dim));
+}
 
 sm90::TmaForwardLaunch tma_forward_launch(const Problem& problem) {
   sm90::TmaForwardLaunch launch;
@@ -149,8 +155,9 @@ sm90::TmaForwardLaunch tma_forward_launch(const Problem& problem) {
   launch.kv_rows = view_rows(problem.k);
   // A right bound alone (causal: 0) makes a block's cost grow with its rows.
   launch.causal_walk = problem.window_right >= 0;
-  const bool walkable = problem.window_left < 0 && problem.layout != Layout::varlen &&
-                        (!launch.causal_walk || problem.max_kv_len < kCausalWalkMaxKeys);
+  const bool walkable =
+      problem.window_left < 0 && problem.layout != Layout::varlen &&
+      (!launch.causal_walk || (problem.max_kv_len < kCausalWalkMaxKeys && tma_fwd_tile_for(problem).consumers == 2));
   const int forced = persistent_override();
   if (forced == 0 || (forced < 0 && (!walkable || sm90::tma_head_dim(problem.head_dim) > 128))) return launch;
   launch.persistent_ctas = device_info(problem.device.index).sm_count;
