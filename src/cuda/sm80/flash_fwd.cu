@@ -96,6 +96,11 @@ bool tma_maps_fit(const Problem& problem) {
          sm90::tma_can_map(head_rows_tensor(problem, problem.v, problem.heads_kv));
 }
 
+// The TMA kernel's tile for a problem's head dim (block_n 0: none).
+sm90::TmaFwdTile tma_fwd_tile_for(const Problem& problem) {
+  return sm90::tma_fwd_tile(sm90::tma_head_dim(problem.head_dim));
+}
+
 ForwardKernel forward_kernel(const Problem& problem) {
   ForwardKernel k;
   k.tile = sm80::fwd_tile(sm80::kernel_head_dim(problem.head_dim));
@@ -105,7 +110,7 @@ ForwardKernel forward_kernel(const Problem& problem) {
   // The Hopper kernels have no dropout mask: the mma.sync kernel (which runs
   // on sm90 too) takes those calls.
   if (problem.has_dropout()) return k;
-  const sm90::TmaFwdTile tma = sm90::tma_fwd_tile(sm90::tma_head_dim(problem.head_dim));
+  const sm90::TmaFwdTile tma = tma_fwd_tile_for(problem);
   if (tma.block_n > 0 && sm90_tma_enabled() && problem.max_kv_len >= tma.min_keys && tma_maps_fit(problem)) {
     k.kind = ForwardKind::tma;
     k.tile = {64 * tma.consumers, tma.block_n, 4 * (tma.consumers + 1), false, 1};
@@ -144,10 +149,6 @@ int persistent_override() {
 // walked); the three-consumer D=64 kernel gained nothing walked at any
 // length and lost 8 % at 2k (NOTES.md, "causal items walked").
 constexpr long long kCausalWalkMaxKeys = 8192;
-
-sm90::TmaFwdTile tma_fwd_tile_for(const Problem& problem) {
-  return sm90::tma_fwd_tile(sm90::tma_head_dim(problem.head_dim));
-}
 
 sm90::TmaForwardLaunch tma_forward_launch(const Problem& problem) {
   sm90::TmaForwardLaunch launch;
