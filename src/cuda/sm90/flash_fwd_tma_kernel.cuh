@@ -89,34 +89,53 @@ struct TmaFwdConfig {
   static constexpr int kTurnBarrier0 = 1;
 };
 
-// The consumers' share of one work item: O and the row statistics of a
-// warpgroup's 64 rows, computed over the item's key tiles. `kv_count`
-// counts the key tiles this CTA consumed before (stage and phase of the
-// ring); `turns` hands the GEMM issue from consumer to consumer.
-template <class C, bool Transformed>
-__device__ __forceinline__ void consume_item(const ForwardParams& p, const ForwardBlock& f, int n_tiles,
-                                             std::uint32_t kv_count, const typename C::Element* sQ,
-                                             unsigned char* stage0, std::uint64_t* k_full, std::uint64_t* v_full,
-                                             std::uint64_t* k_empty, std::uint64_t* v_empty, int cw, int my_turn,
-                                             int next_turn, float (&o)[C::DT][4], float (&row_max)[2],
-                                             float (&row_sum)[2], float mult) {
+// A consumer warpgroup's pipeline over the key tiles of its items. Key tile
+// j's step issues S_j = Q K_j^T together with the pending P V (the previous
+// tile's, of this item or, across items, of the item before), computes P_j
+// while the P V runs, then folds that P V into O. Across items (with two Q
+// buffers) the previous item's last P V rides with this item's first
+// Q K^T, and its epilogue runs in this step, after the softmax of S_0: the
+// tensor pipe has the other consumer's GEMMs and this S_0 in flight through
+// the epilogue, instead of nothing (the item boundary cost ~3.5 µs with the
+// epilogue between two items' GEMMs, NOTES.md).
+template <class C>
+struct ConsumerPipe {
   using T = typename C::Element;
-  const ScoreRules& rules = f.rules;
-  const int tid = threadIdx.x, warp = (tid / 32) % 4, lane = tid % 32;
-  const int g = lane / 4, t4 = lane % 4;
-  const int warp_row0 = cw * 64 + warp * 16;
-  const std::uint64_t q_desc = sw128_desc(sQ + cw * 64 * 64, 16, 1024);
-  const std::uint64_t k_desc = sw128_desc(stage0, 16, 1024);
-  const std::uint64_t v_desc = sw128_desc(stage0 + C::KVTile::kBytes, C::KVTile::kBlockBytes, 1024);
+  unsigned char* stage0;
+  std::uint64_t *k_full, *v_full, *k_empty, *v_empty;
+  int my_turn, next_turn;
+  std::uint32_t kv_count = 0;  // key tiles this CTA consumed (stage and phase of the ring)
+  bool pending = false;        // a P V to issue: of tile kv_count - 1, A operand pa
 
-  std::uint32_t pa[C::KP][4];  // P_{j-1}, the A operand of the pending P V
-  float correction[2] = {1.0f, 1.0f};
-  for (int j = 0; j < n_tiles; ++j) {
+  __device__ __forceinline__ std::uint64_t v_desc() const {
+    return sw128_desc(stage0 + C::KVTile::kBytes, C::KVTile::kBlockBytes, 1024);
+  }
+  __device__ __forceinline__ void issue_pv(float (&o)[C::DT][4], const std::uint32_t (&pa)[C::KP][4], int stage) const {
+#pragma unroll
+    for (int kk = 0; kk < C::KP; ++kk)
+      wgmma_rs<T, C::DC, true>(o, pa[kk], desc_advance(v_desc(), stage * C::kStageBytes + kk * 16 * 128), true);
+    wgmma_commit();
+  }
+
+  // Key tile j (within the item, the kv_count-th of the CTA) of the item
+  // whose Q this warpgroup's rows start at: S_j, the pending P V, the
+  // online softmax; P_j into pa; then `between(o)` with the pending P V
+  // landed in o (the epilogue of the previous item when that P V was its
+  // last; it leaves o zero), and O rescaled.
+  template <bool Transformed, class Between>
+  __device__ __forceinline__ void step(const ForwardBlock& f, const T* q_rows, int j, float (&o)[C::DT][4],
+                                       std::uint32_t (&pa)[C::KP][4], float (&row_max)[2], float (&row_sum)[2],
+                                       float mult, Between&& between) {
+    const int tid = threadIdx.x, warp = (tid / 32) % 4, lane = tid % 32;
+    const int g = lane / 4, t4 = lane % 4;
+    const int cw = tid / 128 - 1;
+    const std::uint64_t q_desc = sw128_desc(q_rows, 16, 1024);
+    const std::uint64_t k_desc = sw128_desc(stage0, 16, 1024);
     const int n0 = (f.t_hi - 1 - j) * C::BN;
-    const std::uint32_t t = kv_count + j;  // this tile in the CTA's ring
+    const std::uint32_t t = kv_count;
     const int st = t % C::Stages, prev = (t + C::Stages - 1) % C::Stages;
     mbarrier_wait(&k_full[st], (t / C::Stages) & 1);
-    if (j > 0) mbarrier_wait(&v_full[prev], ((t - 1) / C::Stages) & 1);
+    if (pending) mbarrier_wait(&v_full[prev], ((t - 1) / C::Stages) & 1);
 
     float s[C::NT][4];
     named_barrier_sync(my_turn, 256);
@@ -131,11 +150,8 @@ __device__ __forceinline__ void consume_item(const ForwardParams& p, const Forwa
     wgmma_commit();
     // (The hand-over sits in each branch: one shared copy after the branch
     // made ptxas serialize the wgmmas.)
-    if (j > 0) {
-#pragma unroll
-      for (int kk = 0; kk < C::KP; ++kk)
-        wgmma_rs<T, C::DC, true>(o, pa[kk], desc_advance(v_desc, prev * C::kStageBytes + kk * 16 * 128), true);
-      wgmma_commit();
+    if (pending) {
+      issue_pv(o, pa, prev);
       named_barrier_arrive(next_turn, 256);
       wgmma_wait<1>();
     } else {
@@ -145,32 +161,36 @@ __device__ __forceinline__ void consume_item(const ForwardParams& p, const Forwa
     fence_accumulators(s);
     mbarrier_arrive(&k_empty[st]);  // K_j read
 
-    const bool masked = !rules.tile_unmasked(f.m0, f.rows, n0, C::BN);
-    online_softmax_m16<C::NT, Transformed>(s, row_max, row_sum, correction, rules, f.m0 + warp_row0 + g, n0, masked,
-                                           t4, mult);
-    // P_{j-1} V_{j-1} done: V_{j-1}'s stage, its A registers and O are free.
+    float correction[2] = {1.0f, 1.0f};
+    const bool masked = !f.rules.tile_unmasked(f.m0, f.rows, n0, C::BN);
+    online_softmax_m16<C::NT, Transformed>(s, row_max, row_sum, correction, f.rules,
+                                           f.m0 + cw * 64 + warp * 16 + g, n0, masked, t4, mult);
+    // The pending P V done: its V stage, its A registers and O are free.
     wgmma_wait<0>();
     fence_accumulators(o);
-    if (j > 0) mbarrier_arrive(&v_empty[prev]);
-    p_fragments_m16<T, C::KP>(s, pa);
-    rescale_rows_m16<C::DT>(o, correction);
+    if (pending) mbarrier_arrive(&v_empty[prev]);
+    p_fragments_m16<T, C::KP>(s, pa);  // (before `between`: half the registers of s)
+    between(o);
+    if (j > 0) rescale_rows_m16<C::DT>(o, correction);  // (at j = 0 O is zero)
+    pending = true;
+    ++kv_count;
   }
-  if (n_tiles == 0) return;
-  // The last P V.
-  const std::uint32_t t = kv_count + n_tiles - 1;
-  const int last = t % C::Stages;
-  mbarrier_wait(&v_full[last], (t / C::Stages) & 1);
-  named_barrier_sync(my_turn, 256);
-  wgmma_fence();
-#pragma unroll
-  for (int kk = 0; kk < C::KP; ++kk)
-    wgmma_rs<T, C::DC, true>(o, pa[kk], desc_advance(v_desc, last * C::kStageBytes + kk * 16 * 128), true);
-  wgmma_commit();
-  named_barrier_arrive(next_turn, 256);
-  wgmma_wait<0>();
-  fence_accumulators(o);
-  mbarrier_arrive(&v_empty[last]);
-}
+
+  // The pending P V alone (no S to pair it with), landed in o.
+  __device__ __forceinline__ void drain(float (&o)[C::DT][4], const std::uint32_t (&pa)[C::KP][4]) {
+    const std::uint32_t t = kv_count - 1;
+    const int last = t % C::Stages;
+    mbarrier_wait(&v_full[last], (t / C::Stages) & 1);
+    named_barrier_sync(my_turn, 256);
+    wgmma_fence();
+    issue_pv(o, pa, last);
+    named_barrier_arrive(next_turn, 256);
+    wgmma_wait<0>();
+    fence_accumulators(o);
+    mbarrier_arrive(&v_empty[last]);
+    pending = false;
+  }
+};
 
 // Persistent: gridDim.x CTAs (at most one per SM) walk the work items of
 // the (m_blocks, heads, batch x splits) grid in tile_order.cuh's order. The
@@ -317,30 +337,14 @@ __global__ void __launch_bounds__(C::kThreads, 1) flash_fwd_tma_kernel(const __g
   const int my_turn = C::kTurnBarrier0 + cw, next_turn = C::kTurnBarrier0 + (cw + 1) % C::Consumers;
   if (cw == C::Consumers - 1) named_barrier_arrive(C::kTurnBarrier0, 256);
 
-  std::uint32_t items = 0, kv_count = 0;
-  for (int n = 0; item_of(n).more; ++n) {
-    const TileOrder::Item it = item_of(n);
-    if (!it.exists) continue;
-    const ForwardBlock f = block_of(it);
-    if (!f.active) continue;
-    const int n_tiles = max(f.t_hi - f.t_lo, 0);
+  // Epilogue of the item that was this CTA's n-th (its Q buffer: the
+  // items-th taken): normalize, write out (or the split's partial) and lse;
+  // then O is zero for the next item and the Q buffer free.
+  auto write_item = [&](int n, std::uint32_t q_item, float (&o)[C::DT][4], const float (&row_max)[2],
+                        const float (&row_sum)[2]) {
+    const ForwardBlock f = block_of(item_of(n));
     const float mult = Transformed ? 1.0f : f.rules.scale_log2;
-    float o[C::DT][4];
-    float row_max[2] = {-INFINITY, -INFINITY}, row_sum[2] = {0.0f, 0.0f};
-#pragma unroll
-    for (int dt = 0; dt < C::DT; ++dt)
-#pragma unroll
-      for (int e = 0; e < 4; ++e) o[dt][e] = 0.0f;
-    // Wait for Q even when there is no key tile: the epilogue stages O in
-    // sQ, and the TMA write must not land after it.
-    const int qb = items % C::QBuffers;
-    T* const q_tile = sQ(items);
-    mbarrier_wait(&q_full[qb], q_phase(items));
-    consume_item<C, Transformed>(p, f, n_tiles, kv_count, q_tile, stage0, k_full, v_full, k_empty, v_empty, cw, my_turn,
-                                 next_turn, o, row_max, row_sum, mult);
-    kv_count += n_tiles;
-
-    // Epilogue: normalize, write out (or this split's partial) and lse.
+    T* const q_tile = sQ(q_item);
     float inv_sum[2];
     finish_rows_m16(p, f, row_max, row_sum, mult, f.m0 + warp_row0 + g, t4, inv_sum);
     if (p.num_splits > 1) {
@@ -372,8 +376,89 @@ __global__ void __launch_bounds__(C::kThreads, 1) flash_fwd_tma_kernel(const __g
       __syncwarp();
     }
     // This Q buffer (Q and the staged O) is free for a later item's Q.
-    mbarrier_arrive(&q_empty[qb]);
-    ++items;
+    mbarrier_arrive(&q_empty[q_item % C::QBuffers]);
+#pragma unroll
+    for (int dt = 0; dt < C::DT; ++dt)
+#pragma unroll
+      for (int e = 0; e < 4; ++e) o[dt][e] = 0.0f;
+    // Pin the zeros here: left free, the compiler sank them next to the
+    // next P V, inside its wgmma pipeline stage, and ptxas serialized every
+    // wgmma of the kernel (C7515).
+    fence_accumulators(o);
+  };
+
+  auto write_empty_item = [&](const ForwardBlock& f) {
+    const float no_max[2] = {-INFINITY, -INFINITY}, no_sum[2] = {0.0f, 0.0f};
+    float zeros[C::DT][4] = {}, inv_sum[2];
+    finish_rows_m16(p, f, no_max, no_sum, 1.0f, f.m0 + warp_row0 + g, t4, inv_sum);
+    if (p.num_splits > 1) {
+      write_partial_m16<C::DC>(p, f, zeros, inv_sum, f.m0 + warp_row0 + g, t4);
+      return;
+    }
+    T* out_base = static_cast<T*>(p.out) + row_offset(p.out_strides, f.b, f.seq.q_start, 0, f.h);
+    constexpr int kChunksPerRow = C::DC / 8;
+    for (int idx = lane; idx < 16 * kChunksPerRow; idx += 32) {
+      const int r = idx / kChunksPerRow, c = idx % kChunksPerRow;
+      const int i = f.m0 + warp_row0 + r;
+      if (i < f.seq.q_len && c * 8 < p.head_dim)
+        *reinterpret_cast<uint4*>(out_base + static_cast<std::int64_t>(i) * p.out_strides.row + c * 8) =
+            make_uint4(0, 0, 0, 0);
+    }
+  };
+
+  ConsumerPipe<C> pipe{stage0, k_full, v_full, k_empty, v_empty, my_turn, next_turn};
+  float o[C::DT][4];
+#pragma unroll
+  for (int dt = 0; dt < C::DT; ++dt)
+#pragma unroll
+    for (int e = 0; e < 4; ++e) o[dt][e] = 0.0f;
+  std::uint32_t pa[C::KP][4];  // P of the pending P V
+  float row_max[2], row_sum[2];
+  // The item whose last P V is pending: its position in the walk, its Q buffer.
+  int pending_n = 0;
+  std::uint32_t pending_q = 0, items = 0;
+  // With one Q buffer the next item's Q loads only after the epilogue (which
+  // stages O in the buffer), so items do not overlap.
+  constexpr bool kOverlapItems = C::QBuffers > 1;
+  for (int n = 0; item_of(n).more; ++n) {
+    const TileOrder::Item it = item_of(n);
+    if (!it.exists) continue;
+    const ForwardBlock f = block_of(it);
+    if (!f.active) continue;
+    const int n_tiles = max(f.t_hi - f.t_lo, 0);
+    const float mult = Transformed ? 1.0f : f.rules.scale_log2;
+    if constexpr (!kOverlapItems) {
+      if (pipe.pending) {
+        pipe.drain(o, pa);
+        write_item(pending_n, pending_q, o, row_max, row_sum);
+      }
+    }
+    const std::uint32_t q_item = items++;
+    mbarrier_wait(&q_full[q_item % C::QBuffers], q_phase(q_item));
+    if (n_tiles == 0) {
+      // No visible key: O = 0 and lse = -inf, written without O's
+      // registers or the GEMM turns (a pending P V stays pending); the Q
+      // buffer is released after its load landed, so no later load races it.
+      write_empty_item(f);
+      mbarrier_arrive(&q_empty[q_item % C::QBuffers]);
+      continue;
+    }
+    // The previous item's statistics, for its epilogue inside step 0.
+    const float prev_max[2] = {row_max[0], row_max[1]}, prev_sum[2] = {row_sum[0], row_sum[1]};
+    row_max[0] = row_max[1] = -INFINITY;
+    row_sum[0] = row_sum[1] = 0.0f;
+    const T* q_rows = sQ(q_item) + cw * 64 * 64;
+    const bool carried = pipe.pending;  // the previous item's last P V rides with step 0
+    for (int j = 0; j < n_tiles; ++j)
+      pipe.template step<Transformed>(f, q_rows, j, o, pa, row_max, row_sum, mult, [&](float (&landed)[C::DT][4]) {
+        if (j == 0 && carried) write_item(pending_n, pending_q, landed, prev_max, prev_sum);
+      });
+    pending_n = n;
+    pending_q = q_item;
+  }
+  if (pipe.pending) {
+    pipe.drain(o, pa);
+    write_item(pending_n, pending_q, o, row_max, row_sum);
   }
   if (cw == 0) named_barrier_sync(C::kTurnBarrier0, 256);
 #endif
