@@ -104,16 +104,24 @@ struct ConsumerPipe {
   unsigned char* stage0;
   std::uint64_t *k_full, *v_full, *k_empty, *v_empty;
   int my_turn, next_turn;
+  // Stage 0's K and V descriptors, computed once: built inside a step, the
+  // descriptor arithmetic landed between the turn's barrier and the first
+  // wgmma, on the hand-over's critical path.
+  std::uint64_t k_desc, v_desc;
   std::uint32_t kv_count = 0;  // key tiles this CTA consumed (stage and phase of the ring)
   bool pending = false;        // a P V to issue: of tile kv_count - 1, A operand pa
 
-  __device__ __forceinline__ std::uint64_t v_desc() const {
-    return sw128_desc(stage0 + C::KVTile::kBytes, C::KVTile::kBlockBytes, 1024);
-  }
+  __device__ __forceinline__ ConsumerPipe(unsigned char* stage0_, std::uint64_t* k_full_, std::uint64_t* v_full_,
+                                          std::uint64_t* k_empty_, std::uint64_t* v_empty_, int my_turn_,
+                                          int next_turn_)
+      : stage0(stage0_), k_full(k_full_), v_full(v_full_), k_empty(k_empty_), v_empty(v_empty_), my_turn(my_turn_),
+        next_turn(next_turn_), k_desc(sw128_desc(stage0_, 16, 1024)),
+        v_desc(sw128_desc(stage0_ + C::KVTile::kBytes, C::KVTile::kBlockBytes, 1024)) {}
+
   __device__ __forceinline__ void issue_pv(float (&o)[C::DT][4], const std::uint32_t (&pa)[C::KP][4], int stage) const {
 #pragma unroll
     for (int kk = 0; kk < C::KP; ++kk)
-      wgmma_rs<T, C::DC, true>(o, pa[kk], desc_advance(v_desc(), stage * C::kStageBytes + kk * 16 * 128), true);
+      wgmma_rs<T, C::DC, true>(o, pa[kk], desc_advance(v_desc, stage * C::kStageBytes + kk * 16 * 128), true);
     wgmma_commit();
   }
 
@@ -123,14 +131,12 @@ struct ConsumerPipe {
   // landed in o (the epilogue of the previous item when that P V was its
   // last; it leaves o zero), and O rescaled.
   template <bool Transformed, class Between>
-  __device__ __forceinline__ void step(const ForwardBlock& f, const T* q_rows, int j, float (&o)[C::DT][4],
+  __device__ __forceinline__ void step(const ForwardBlock& f, std::uint64_t q_desc, int j, float (&o)[C::DT][4],
                                        std::uint32_t (&pa)[C::KP][4], float (&row_max)[2], float (&row_sum)[2],
                                        float mult, Between&& between) {
     const int tid = threadIdx.x, warp = (tid / 32) % 4, lane = tid % 32;
     const int g = lane / 4, t4 = lane % 4;
     const int cw = tid / 128 - 1;
-    const std::uint64_t q_desc = sw128_desc(q_rows, 16, 1024);
-    const std::uint64_t k_desc = sw128_desc(stage0, 16, 1024);
     const int n0 = (f.t_hi - 1 - j) * C::BN;
     const std::uint32_t t = kv_count;
     const int st = t % C::Stages, prev = (t + C::Stages - 1) % C::Stages;
@@ -326,7 +332,12 @@ __global__ void __launch_bounds__(C::kThreads, 1) flash_fwd_tma_kernel(const __g
   }
 
   warpgroup_registers_increase<C::ConsumerRegs>();
-  const int cw = wg - 1;  // consumer index: rows [64 cw, 64 cw + 64) of a block
+  // Consumer index: rows [64 cw, 64 cw + 64) of a block. Broadcast from
+  // lane 0 so that the compiler knows it is warp-uniform: the Q descriptor
+  // built from it then lives in uniform registers, and the per-k-step
+  // descriptor arithmetic no longer borrows S's registers (which forced all
+  // of it between the turn's barrier and the first wgmma).
+  const int cw = __shfl_sync(0xffffffffu, wg, 0) - 1;
   const int warp = (tid / 32) % 4, lane = tid % 32;
   const int g = lane / 4, t4 = lane % 4;
   const int warp_row0 = cw * 64 + warp * 16;  // within the block
@@ -447,10 +458,10 @@ __global__ void __launch_bounds__(C::kThreads, 1) flash_fwd_tma_kernel(const __g
     const float prev_max[2] = {row_max[0], row_max[1]}, prev_sum[2] = {row_sum[0], row_sum[1]};
     row_max[0] = row_max[1] = -INFINITY;
     row_sum[0] = row_sum[1] = 0.0f;
-    const T* q_rows = sQ(q_item) + cw * 64 * 64;
+    const std::uint64_t q_desc = sw128_desc(sQ(q_item) + cw * 64 * 64, 16, 1024);
     const bool carried = pipe.pending;  // the previous item's last P V rides with step 0
     for (int j = 0; j < n_tiles; ++j)
-      pipe.template step<Transformed>(f, q_rows, j, o, pa, row_max, row_sum, mult, [&](float (&landed)[C::DT][4]) {
+      pipe.template step<Transformed>(f, q_desc, j, o, pa, row_max, row_sum, mult, [&](float (&landed)[C::DT][4]) {
         if (j == 0 && carried) write_item(pending_n, pending_q, landed, prev_max, prev_sum);
       });
     pending_n = n;
