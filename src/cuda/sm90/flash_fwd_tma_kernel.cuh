@@ -91,13 +91,10 @@ struct TmaFwdConfig {
 
 // A consumer warpgroup's pipeline over the key tiles of its items. Key tile
 // j's step issues S_j = Q K_j^T together with the pending P V (the previous
-// tile's, of this item or, across items, of the item before), computes P_j
-// while the P V runs, then folds that P V into O. Across items (with two Q
-// buffers) the previous item's last P V rides with this item's first
-// Q K^T, and its epilogue runs in this step, after the softmax of S_0: the
-// tensor pipe has the other consumer's GEMMs and this S_0 in flight through
-// the epilogue, instead of nothing (the item boundary cost ~3.5 µs with the
-// epilogue between two items' GEMMs, NOTES.md).
+// tile's), computes P_j while the P V runs, then folds that P V into O; an
+// item's last P V is issued alone (drain) before its epilogue. (Issuing it
+// with the next item's first Q K^T and running the epilogue under that was
+// tried: 5-13 % slower at 512-2k keys, NOTES.md "consecutive items".)
 template <class C>
 struct ConsumerPipe {
   using T = typename C::Element;
@@ -126,14 +123,12 @@ struct ConsumerPipe {
   }
 
   // Key tile j (within the item, the kv_count-th of the CTA) of the item
-  // whose Q this warpgroup's rows start at: S_j, the pending P V, the
-  // online softmax; P_j into pa; then `between(o)` with the pending P V
-  // landed in o (the epilogue of the previous item when that P V was its
-  // last; it leaves o zero), and O rescaled.
-  template <bool Transformed, class Between>
+  // whose Q (this warpgroup's rows) q_desc describes: S_j, the pending P V,
+  // the online softmax, P_j into pa, O rescaled.
+  template <bool Transformed>
   __device__ __forceinline__ void step(const ForwardBlock& f, std::uint64_t q_desc, int j, float (&o)[C::DT][4],
                                        std::uint32_t (&pa)[C::KP][4], float (&row_max)[2], float (&row_sum)[2],
-                                       float mult, Between&& between) {
+                                       float mult) {
     const int tid = threadIdx.x, warp = (tid / 32) % 4, lane = tid % 32;
     const int g = lane / 4, t4 = lane % 4;
     const int cw = tid / 128 - 1;
@@ -175,8 +170,7 @@ struct ConsumerPipe {
     wgmma_wait<0>();
     fence_accumulators(o);
     if (pending) mbarrier_arrive(&v_empty[prev]);
-    p_fragments_m16<T, C::KP>(s, pa);  // (before `between`: half the registers of s)
-    between(o);
+    p_fragments_m16<T, C::KP>(s, pa);
     if (j > 0) rescale_rows_m16<C::DT>(o, correction);  // (at j = 0 O is zero)
     pending = true;
     ++kv_count;
@@ -348,12 +342,11 @@ __global__ void __launch_bounds__(C::kThreads, 1) flash_fwd_tma_kernel(const __g
   const int my_turn = C::kTurnBarrier0 + cw, next_turn = C::kTurnBarrier0 + (cw + 1) % C::Consumers;
   if (cw == C::Consumers - 1) named_barrier_arrive(C::kTurnBarrier0, 256);
 
-  // Epilogue of the item that was this CTA's n-th (its Q buffer: the
-  // items-th taken): normalize, write out (or the split's partial) and lse;
-  // then O is zero for the next item and the Q buffer free.
-  auto write_item = [&](int n, std::uint32_t q_item, float (&o)[C::DT][4], const float (&row_max)[2],
+  // Epilogue of an item (its Q buffer: the q_item-th taken): normalize,
+  // write out (or the split's partial) and lse; then O is zero for the next
+  // item and the Q buffer free.
+  auto write_item = [&](const ForwardBlock& f, std::uint32_t q_item, float (&o)[C::DT][4], const float (&row_max)[2],
                         const float (&row_sum)[2]) {
-    const ForwardBlock f = block_of(item_of(n));
     const float mult = Transformed ? 1.0f : f.rules.scale_log2;
     T* const q_tile = sQ(q_item);
     float inv_sum[2];
@@ -425,12 +418,7 @@ __global__ void __launch_bounds__(C::kThreads, 1) flash_fwd_tma_kernel(const __g
     for (int e = 0; e < 4; ++e) o[dt][e] = 0.0f;
   std::uint32_t pa[C::KP][4];  // P of the pending P V
   float row_max[2], row_sum[2];
-  // The item whose last P V is pending: its position in the walk, its Q buffer.
-  int pending_n = 0;
-  std::uint32_t pending_q = 0, items = 0;
-  // With one Q buffer the next item's Q loads only after the epilogue (which
-  // stages O in the buffer), so items do not overlap.
-  constexpr bool kOverlapItems = C::QBuffers > 1;
+  std::uint32_t items = 0;  // items taken (Q buffers and their phases)
   for (int n = 0; item_of(n).more; ++n) {
     const TileOrder::Item it = item_of(n);
     if (!it.exists) continue;
@@ -438,38 +426,23 @@ __global__ void __launch_bounds__(C::kThreads, 1) flash_fwd_tma_kernel(const __g
     if (!f.active) continue;
     const int n_tiles = max(f.t_hi - f.t_lo, 0);
     const float mult = Transformed ? 1.0f : f.rules.scale_log2;
-    if constexpr (!kOverlapItems) {
-      if (pipe.pending) {
-        pipe.drain(o, pa);
-        write_item(pending_n, pending_q, o, row_max, row_sum);
-      }
-    }
     const std::uint32_t q_item = items++;
     mbarrier_wait(&q_full[q_item % C::QBuffers], q_phase(q_item));
     if (n_tiles == 0) {
       // No visible key: O = 0 and lse = -inf, written without O's
-      // registers or the GEMM turns (a pending P V stays pending); the Q
-      // buffer is released after its load landed, so no later load races it.
+      // registers or the GEMM turns; the Q buffer is released after its
+      // load landed, so no later load races it.
       write_empty_item(f);
       mbarrier_arrive(&q_empty[q_item % C::QBuffers]);
       continue;
     }
-    // The previous item's statistics, for its epilogue inside step 0.
-    const float prev_max[2] = {row_max[0], row_max[1]}, prev_sum[2] = {row_sum[0], row_sum[1]};
     row_max[0] = row_max[1] = -INFINITY;
     row_sum[0] = row_sum[1] = 0.0f;
     const std::uint64_t q_desc = sw128_desc(sQ(q_item) + cw * 64 * 64, 16, 1024);
-    const bool carried = pipe.pending;  // the previous item's last P V rides with step 0
     for (int j = 0; j < n_tiles; ++j)
-      pipe.template step<Transformed>(f, q_desc, j, o, pa, row_max, row_sum, mult, [&](float (&landed)[C::DT][4]) {
-        if (j == 0 && carried) write_item(pending_n, pending_q, landed, prev_max, prev_sum);
-      });
-    pending_n = n;
-    pending_q = q_item;
-  }
-  if (pipe.pending) {
+      pipe.template step<Transformed>(f, q_desc, j, o, pa, row_max, row_sum, mult);
     pipe.drain(o, pa);
-    write_item(pending_n, pending_q, o, row_max, row_sum);
+    write_item(f, q_item, o, row_max, row_sum);
   }
   if (cw == 0) named_barrier_sync(C::kTurnBarrier0, 256);
 #endif
