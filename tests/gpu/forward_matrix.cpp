@@ -306,7 +306,7 @@ std::vector<CaseSpec> tma_cases() {
   s.alibi = AlibiKind::per_head;
   add(s);
   add(dense_case("tma_d128_q1100_k1300_b3_mqa", 1100, 1300, 8, 1, 128, 3));
-  // Causal dense calls walk their items dealt out by cost (tile_order.cuh):
+  // Causal dense calls walk their items dealt out by cost (tile_order.hpp):
   // more items than SMs, bottom-right with fewer and with more queries than
   // keys (leading blocks with no visible key), GQA.
   add(causal(dense_case("tma_d128_causal_walk_q1100_k1300_b3_gqa", 1100, 1300, 8, 2, 128, 3)));

@@ -30,7 +30,7 @@
 #include "common/tensor_core.cuh"
 #include "sm90/mbarrier.cuh"
 #include "sm90/sw128_tile.hpp"
-#include "sm90/tile_order.cuh"
+#include "sm90/tile_order.hpp"
 #include "sm90/tma_load.cuh"
 #include "sm90/warpgroup.cuh"
 #include "sm90/wgmma.cuh"
@@ -193,7 +193,7 @@ struct ConsumerPipe {
 };
 
 // Persistent: gridDim.x CTAs (at most one per SM) walk the work items of
-// the (m_blocks, heads, batch x splits) grid in tile_order.cuh's order. The
+// the (m_blocks, heads, batch x splits) grid in tile_order.hpp's order. The
 // producer runs ahead into the next item while the consumers finish the
 // current one (its last GEMMs, the epilogue).
 template <class C, bool Transformed>

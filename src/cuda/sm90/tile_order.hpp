@@ -16,6 +16,10 @@
 //   per item; blocks sorted by cost across heads balanced, but then a
 //   round of CTAs read every head's K/V and each block read it from HBM
 //   again: 6-16 % slower, NOTES.md.)
+//
+// Plain C++ (constexpr, which device code calls under
+// --expt-relaxed-constexpr), so tests/cpu/tile_order_test.cpp checks that
+// every walk takes each item exactly once.
 #pragma once
 
 namespace cuflash::detail::sm90 {
@@ -37,7 +41,7 @@ struct TileOrder {
   };
 
   // CTA `cta`'s (of `ctas`) n-th item.
-  __device__ __forceinline__ Item item(int n, int cta, int ctas) const {
+  constexpr Item item(int n, int cta, int ctas) const {
     if (!paired) {
       const int position = cta + n * ctas;
       return {position < items, true, position % m_blocks, (position / m_blocks) % heads,
