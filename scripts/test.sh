@@ -42,8 +42,9 @@ ctest --test-dir build --output-on-failure -j "$(nproc)" --output-junit "$PWD/$l
 ctest --test-dir build --show-only=json-v1 >"$logs/ctest-tests.json" 2>/dev/null || true
 [ "$status" -eq 0 ] || print_log "$logs/ctest.log"
 
-echo "test: generated sources are current (scripts/gen_wgmma.py --check)"
+echo "test: generated sources are current (scripts/gen_wgmma.py, scripts/gen_kernel_table.py --check)"
 python3 scripts/gen_wgmma.py --check || status=1
+python3 scripts/gen_kernel_table.py --check || status=1
 
 echo "test: Python tests (scripts/test-python.sh)"
 python_status=0

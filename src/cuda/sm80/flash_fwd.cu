@@ -17,6 +17,7 @@
 #include "common/cuda_check.hpp"
 #include "common/device_info.hpp"
 #include "common/element_io.cuh"
+#include "common/kernel_table.hpp"
 #include "sm80/combine_splits.hpp"
 #include "sm80/flash_fwd_tiles.hpp"
 #include "sm80/head_dims.hpp"
@@ -210,17 +211,15 @@ Status launch_for_dim(const ForwardParams& p, const Problem& problem, ForwardKin
   if (kind == ForwardKind::tma) {
     const sm90::TmaForwardLaunch launch = tma_forward_launch(problem);
     // (kernel head dim, columns computed): sm90::tma_columns.
-    switch (sm90::tma_columns(problem.head_dim)) {
-      case 48: return sm90::launch_flash_fwd_tma<T, 64, 48>(p, launch, stream);
-      case 64: return sm90::launch_flash_fwd_tma<T, 64, 64>(p, launch, stream);
-      case 80: return sm90::launch_flash_fwd_tma<T, 128, 80>(p, launch, stream);
-      case 96: return sm90::launch_flash_fwd_tma<T, 128, 96>(p, launch, stream);
-      case 128: return sm90::launch_flash_fwd_tma<T, 128, 128>(p, launch, stream);
-      case 192: return sm90::launch_flash_fwd_tma<T, 192, 192>(p, launch, stream);
-      case 256: return sm90::launch_flash_fwd_tma<T, 256, 256>(p, launch, stream);
-      default: return Status(StatusCode::internal, "backend cuda: no TMA kernel for head_dim " +
-                                                       std::to_string(problem.head_dim));
-    }
+    return kernel_table::with_tma_columns(
+        sm90::tma_columns(problem.head_dim),
+        [&](auto d, auto columns) {
+          return sm90::launch_flash_fwd_tma<T, decltype(d)::value, decltype(columns)::value>(p, launch, stream);
+        },
+        [&] {
+          return Status(StatusCode::internal,
+                        "backend cuda: no TMA kernel for head_dim " + std::to_string(problem.head_dim));
+        });
   }
   return sm80::with_head_dim(
       problem.head_dim,

@@ -10,13 +10,17 @@
 // by the backend (narrow_head_dim.hpp) before they reach a kernel.
 #pragma once
 
+#include <iterator>
 #include <string>
-#include <type_traits>
+#include <utility>
+
+#include "common/kernel_table.hpp"
 
 namespace cuflash::detail::sm80 {
 
-inline constexpr int kHeadDims[] = {32, 64, 96, 128, 192, 256};
-inline constexpr int kMaxHeadDim = 256;
+// The instantiated kernel dims (scripts/gen_kernel_table.py's table), ascending.
+inline constexpr const auto& kHeadDims = kernel_table::kSm80HeadDims;
+inline constexpr int kMaxHeadDim = kHeadDims[std::size(kHeadDims) - 1];
 inline constexpr int kHeadDimAlign = 8;  // elements per 16-byte chunk of f16/bf16
 
 // The kernel head dim a caller's head dim runs on; 0 when none does.
@@ -54,15 +58,8 @@ inline std::string head_dim_rule() {
 // f(std::integral_constant<int, D>{}) for D = kernel_head_dim(head_dim), else otherwise().
 template <typename F, typename Otherwise>
 decltype(auto) with_head_dim(int head_dim, F&& f, Otherwise&& otherwise) {
-  switch (kernel_head_dim(head_dim)) {
-    case 32: return f(std::integral_constant<int, 32>{});
-    case 64: return f(std::integral_constant<int, 64>{});
-    case 96: return f(std::integral_constant<int, 96>{});
-    case 128: return f(std::integral_constant<int, 128>{});
-    case 192: return f(std::integral_constant<int, 192>{});
-    case 256: return f(std::integral_constant<int, 256>{});
-    default: return otherwise();
-  }
+  return kernel_table::with_sm80_head_dim(kernel_head_dim(head_dim), std::forward<F>(f),
+                                          std::forward<Otherwise>(otherwise));
 }
 
 }  // namespace cuflash::detail::sm80

@@ -4,6 +4,7 @@
 // kernel on Hopper too.
 #pragma once
 
+#include "common/kernel_table.hpp"
 #include "sm80/head_dims.hpp"
 
 namespace cuflash::detail::sm90 {
@@ -66,21 +67,37 @@ constexpr int tma_head_dim(int head_dim) {
   return 0;
 }
 
-// Narrower instantiations of the TMA kernels (columns computed, below the
-// kernel head dim): Q K^T over fewer k-steps and P V with a narrower N, so
-// that a head dim of 80 does 80/128 of the 128 kernel's GEMM work instead of
-// all of it. Multiples of 16 (whole k-steps); wgmma takes any N that is a
-// multiple of 8 (scripts/gen_wgmma.py writes these N).
-inline constexpr int kTmaNarrowColumns[] = {48, 80, 96};
-
 // The columns the TMA kernel computes for a caller's head dim: the smallest
-// narrower instantiation that holds it, else the kernel head dim.
+// instantiation of its kernel head dim that holds them (kernel_table's
+// kTmaInstances). Narrower instantiations run Q K^T over fewer k-steps and
+// P V with a narrower N, so that a head dim of 80 does 80/128 of the 128
+// kernel's GEMM work instead of all of it; their columns are multiples of 16
+// (whole k-steps), and wgmma takes any N that is a multiple of 8
+// (scripts/gen_wgmma.py writes these N).
 constexpr int tma_columns(int head_dim) {
   const int kernel = tma_head_dim(head_dim);
   int columns = kernel;
-  for (int c : kTmaNarrowColumns)
-    if (c >= head_dim && c < columns) columns = c;
+  for (const kernel_table::TmaInstance& t : kernel_table::kTmaInstances)
+    if (t.head_dim == kernel && t.columns >= head_dim && t.columns < columns) columns = t.columns;
   return columns;
 }
+
+// The tiles above and the instantiations (scripts/gen_kernel_table.py) name
+// the same head dims: a kernel with a tile has its instantiations, and every
+// instantiation has a tile.
+constexpr bool tiles_match_instantiations() {
+  for (int d : sm80::kHeadDims) {
+    if ((wgmma_fwd_tile(d).block_n > 0) != kernel_table::contains(kernel_table::kWgmmaHeadDims, d)) return false;
+    bool full_width = false;
+    for (const kernel_table::TmaInstance& t : kernel_table::kTmaInstances) full_width |= t.head_dim == d && t.columns == d;
+    if ((tma_fwd_tile(d).block_n > 0) != full_width) return false;
+  }
+  for (int d : kernel_table::kWgmmaHeadDims)
+    if (!kernel_table::contains(sm80::kHeadDims, d)) return false;
+  for (const kernel_table::TmaInstance& t : kernel_table::kTmaInstances)
+    if (tma_fwd_tile(t.head_dim).block_n == 0 || t.columns % 16 != 0 || t.columns > t.head_dim) return false;
+  return true;
+}
+static_assert(tiles_match_instantiations(), "scripts/gen_kernel_table.py's table and the tiles disagree");
 
 }  // namespace cuflash::detail::sm90
