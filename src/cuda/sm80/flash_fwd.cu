@@ -130,9 +130,10 @@ ForwardKernel forward_kernel(const Problem& problem) {
 // Whether the TMA kernel's CTAs walk the work items themselves (one per SM),
 // so that the producer loads the next item's Q and K/V under the current
 // item's last GEMMs and epilogue: dense calls without a left window bound,
-// whose items cost the same or (causal) a known number of key tiles that the
-// walk deals out by cost (tile_order.hpp). Varlen and windowed items go to the
-// hardware's block scheduler, one CTA per item.
+// whose items cost the same or (causal, below kCausalWalkMaxKeys) a known
+// number of key tiles, which the walk deals out in pairs of equal cost
+// (tile_order.hpp). Varlen, windowed and D > 128 (one Q buffer) items go to
+// the hardware's block scheduler, one CTA per item.
 // CUFLASH_TMA_PERSISTENT=1 walks every call's items that way, =0 none (read
 // once; for measuring the rule).
 int persistent_override() {

@@ -11,7 +11,7 @@ namespace cuflash::detail::sm90 {
 // rows per sequence; varlen: packed rows). persistent_ctas > 0: that many
 // CTAs walk the work items (one per SM); 0: one CTA per item, left to the
 // hardware's block scheduler. causal_walk: the items differ by their causal
-// mask, so a walk deals them out by cost (tile_order.hpp).
+// mask, so a walk deals them out in pairs of equal cost (tile_order.hpp).
 struct TmaForwardLaunch {
   std::int64_t q_rows = 0, kv_rows = 0;
   int persistent_ctas = 0;
