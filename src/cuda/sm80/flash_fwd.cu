@@ -1,6 +1,6 @@
-// Host side of the FlashAttention forward: what it supports, which kernel
-// runs (sm80 mma.sync, or wgmma on Hopper: sm90/flash_fwd_wgmma_kernel.cuh), how many
-// key splits a small grid gets, parameters, dispatch on dtype x head dim; the
+// Host side of the FlashAttention forward: what it supports, and the launch
+// of the kernel the plan (forward_plan.hpp: sm80 mma.sync, or wgmma / TMA on
+// Hopper, the split count) picked, dispatched on dtype x head dim; the
 // split-KV partial results are combined by sm80/combine_splits.cu.
 #include "sm80/flash_fwd.hpp"
 
@@ -18,6 +18,7 @@
 #include "common/device_info.hpp"
 #include "common/element_io.cuh"
 #include "common/kernel_table.hpp"
+#include "forward_plan.hpp"
 #include "sm80/combine_splits.hpp"
 #include "sm80/flash_fwd_tiles.hpp"
 #include "sm80/head_dims.hpp"
@@ -41,176 +42,11 @@ Status launch_flash_fwd_tma(const ForwardParams& p, const TmaForwardLaunch& laun
 
 namespace {
 
-constexpr int kMaxSplits = 64;
-
-// The kernel a problem runs on and its tile. On an sm_90 device (when the
-// sm_90a kernels were built): the warp-specialized TMA kernel where it has
-// the head dim, the tensors can be TMA-mapped and the keys are long enough
-// for it to win (sm90::tma_fwd_tile), else the cp.async wgmma kernel where
-// it has the head dim; the sm80 kernel otherwise. All compute the same
-// function. CUFLASH_SM90_FORWARD=0 in the environment keeps Hopper on the
-// sm80 kernel, CUFLASH_SM90_TMA=0 on the cp.async wgmma kernel (for
-// comparing them); both are read once per process. The Hopper kernels take
-// only their own head dims (TMA boxes and wgmma shapes of whole rows); a
-// narrower head dim runs on the sm80 kernel of the next dim up.
-enum class ForwardKind { sm80, wgmma, tma };
-
-struct ForwardKernel {
-  ForwardKind kind = ForwardKind::sm80;
-  sm80::FwdTile tile{};
-};
-
-bool env_enabled(const char* name) {
-  const char* v = std::getenv(name);
-  return v == nullptr || std::string(v) != "0";
-}
-
-bool sm90_forward_enabled() {
-  static const bool enabled = env_enabled("CUFLASH_SM90_FORWARD");
-  return enabled;
-}
-
-bool sm90_tma_enabled() {
-  static const bool enabled = env_enabled("CUFLASH_SM90_TMA");
-  return enabled;
-}
-
-// Rows of a q/k/v view along its sequence axis: [B, S, H, D] or [total, H, D].
-std::int64_t view_rows(const TensorView& view) { return view.shape[view.rank - 3]; }
-
-sm90::HeadRowsTensor head_rows_tensor(const Problem& problem, const TensorView& view, int heads) {
-  sm90::HeadRowsTensor t;
-  t.base = view.data;
-  t.batch = problem.layout == Layout::varlen ? 1 : problem.batch;
-  t.rows = view_rows(view);
-  t.heads = heads;
-  t.head_dim = problem.head_dim;
-  t.strides.row = view.strides[view.rank - 3];
-  t.strides.head = view.strides[view.rank - 2];
-  t.strides.batch = problem.layout == Layout::varlen ? 0 : view.strides[0];
-  return t;
-}
-
-bool tma_maps_fit(const Problem& problem) {
-  return sm90::tma_can_map(head_rows_tensor(problem, problem.q, problem.heads_q)) &&
-         sm90::tma_can_map(head_rows_tensor(problem, problem.k, problem.heads_kv)) &&
-         sm90::tma_can_map(head_rows_tensor(problem, problem.v, problem.heads_kv));
-}
-
-// The TMA kernel's tile for a problem's head dim (block_n 0: none).
-sm90::TmaFwdTile tma_fwd_tile_for(const Problem& problem) {
-  return sm90::tma_fwd_tile(sm90::tma_head_dim(problem.head_dim));
-}
-
-ForwardKernel forward_kernel(const Problem& problem) {
-  ForwardKernel k;
-  k.tile = sm80::fwd_tile(sm80::kernel_head_dim(problem.head_dim));
-#if defined(CUFLASH_WITH_SM90A)
-  const DeviceInfo& info = device_info(problem.device.index);
-  if (!info.valid || info.major != 9 || info.minor != 0 || !sm90_forward_enabled()) return k;
-  // The Hopper kernels have no dropout mask: the mma.sync kernel (which runs
-  // on sm90 too) takes those calls.
-  if (problem.has_dropout()) return k;
-  const sm90::TmaFwdTile tma = tma_fwd_tile_for(problem);
-  if (tma.block_n > 0 && sm90_tma_enabled() && problem.max_kv_len >= tma.min_keys && tma_maps_fit(problem)) {
-    k.kind = ForwardKind::tma;
-    k.tile = {64 * tma.consumers, tma.block_n, 4 * (tma.consumers + 1), false, 1};
-    return k;
-  }
-  // The cp.async wgmma kernel loads whole rows: the caller's head dim must be its own.
-  const sm90::WgmmaFwdTile hopper = sm90::wgmma_fwd_tile(problem.head_dim);
-  if (hopper.block_n > 0) {
-    k.kind = ForwardKind::wgmma;
-    k.tile = {128, hopper.block_n, 8, false, hopper.min_blocks};
-  }
-#endif
-  return k;
-}
-
-// Whether the TMA kernel's CTAs walk the work items themselves (one per SM),
-// so that the producer loads the next item's Q and K/V under the current
-// item's last GEMMs and epilogue: dense calls without a left window bound,
-// whose items cost the same or (causal, below kCausalWalkMaxKeys) a known
-// number of key tiles, which the walk deals out in pairs of equal cost
-// (tile_order.hpp). Varlen, windowed and D > 128 (one Q buffer) items go to
-// the hardware's block scheduler, one CTA per item.
-// CUFLASH_TMA_PERSISTENT=1 walks every call's items that way, =0 none (read
-// once; for measuring the rule).
-int persistent_override() {
-  static const int value = [] {
-    const char* v = std::getenv("CUFLASH_TMA_PERSISTENT");
-    return v == nullptr ? -1 : std::string(v) != "0";
-  }();
-  return value;
-}
-
-// Causal items walk while they are short, on the two-consumer kernel: a long
-// item's own prologue is a small part of it, and the walk's whole pairs
-// leave a coarser tail than the hardware's heaviest-first grid (D=128: 16k
-// keys 561 against 584 TFLOP/s per item, 512-2k keys 4-11 % faster
-// walked); the three-consumer D=64 kernel gained nothing walked at any
-// length and lost 8 % at 2k (NOTES.md, "causal items walked").
-constexpr long long kCausalWalkMaxKeys = 8192;
-
-sm90::TmaForwardLaunch tma_forward_launch(const Problem& problem) {
-  sm90::TmaForwardLaunch launch;
-  launch.q_rows = view_rows(problem.q);
-  launch.kv_rows = view_rows(problem.k);
-  // A right bound alone (causal: 0) makes a block's cost grow with its rows.
-  launch.causal_walk = problem.window_right >= 0;
-  const bool walkable =
-      problem.window_left < 0 && problem.layout != Layout::varlen &&
-      (!launch.causal_walk || (problem.max_kv_len < kCausalWalkMaxKeys && tma_fwd_tile_for(problem).consumers == 2));
-  const int forced = persistent_override();
-  if (forced == 0 || (forced < 0 && (!walkable || sm90::tma_head_dim(problem.head_dim) > 128))) return launch;
-  launch.persistent_ctas = device_info(problem.device.index).sm_count;
-  return launch;
-}
-
-// Split-KV when the grid would leave SMs idle: few (batch x head x query
-// block) CTAs over long keys. A split costs a second launch (the combine) and
-// fp32 partials of every query row written and read back, so it pays only
-// when each split keeps a long run of key tiles: measured on the H100
-// (docs/perf/NOTES.md, "Split-KV on small problems"), B=1 x 16 heads at 512
-// and 1k keys ran 18-35 % faster unsplit, with one CTA per SM for at least
-// half of the SMs already. Depends on shapes and the device only, so
-// workspace queries agree.
-constexpr long long kMinKeyTilesPerSplit = 8;
-constexpr long long kMinKeyTilesToSplit = 2 * kMinKeyTilesPerSplit;
-// Key tiles from which a grid that already gives half the SMs a CTA may
-// still split (long keys: the partials are small next to the work).
-constexpr long long kLongKeyTiles = 64;
-// CUFLASH_FORWARD_SPLITS=n > 0 fixes the split count (read once; for
-// measuring the rule; clamped like the rule's to what the keys allow).
-int splits_override() {
-  static const int value = [] {
-    const char* v = std::getenv("CUFLASH_FORWARD_SPLITS");
-    return v == nullptr ? 0 : std::atoi(v);
-  }();
-  return value;
-}
-
-int choose_splits(const Problem& problem, const ForwardKernel& kernel) {
-  const sm80::FwdTile tile = kernel.tile;
-  const DeviceInfo& info = device_info(problem.device.index);
-  if (!info.valid || tile.block_m == 0) return 1;
-  const long long key_tiles = (problem.max_kv_len + tile.block_n - 1) / tile.block_n;
-  if (splits_override() > 0)
-    return static_cast<int>(std::clamp<long long>(splits_override(), 1, std::clamp<long long>(key_tiles, 1, kMaxSplits)));
-  const long long m_blocks = (problem.max_q_len + tile.block_m - 1) / tile.block_m;
-  const long long ctas = m_blocks * problem.heads_q * problem.batch;
-  const long long slots = static_cast<long long>(info.sm_count) * tile.min_blocks;
-  if (ctas * 2 > slots || key_tiles < kMinKeyTilesToSplit) return 1;
-  if (ctas * 2 > info.sm_count && key_tiles < kLongKeyTiles) return 1;
-  long long splits = (slots + ctas - 1) / ctas;
-  splits = std::min<long long>({splits, key_tiles / kMinKeyTilesPerSplit, kMaxSplits});
-  return static_cast<int>(std::max<long long>(splits, 1));
-}
-
 template <typename T>
-Status launch_for_dim(const ForwardParams& p, const Problem& problem, ForwardKind kind, cudaStream_t stream) {
+Status launch_for_dim(const ForwardParams& p, const Problem& problem, const ForwardPlan& plan, cudaStream_t stream) {
+  const ForwardKind kind = plan.kind;
   if (kind == ForwardKind::tma) {
-    const sm90::TmaForwardLaunch launch = tma_forward_launch(problem);
+    const sm90::TmaForwardLaunch& launch = plan.tma;
     // (kernel head dim, columns computed): sm90::tma_columns.
     return kernel_table::with_tma_columns(
         sm90::tma_columns(problem.head_dim),
@@ -237,8 +73,8 @@ Status launch_for_dim(const ForwardParams& p, const Problem& problem, ForwardKin
 }
 
 template <typename T>
-Status run_forward(ForwardParams& p, const Problem& problem, ForwardKind kind, cudaStream_t stream) {
-  CUFLASH_TRY(launch_for_dim<T>(p, problem, kind, stream));
+Status run_forward(ForwardParams& p, const Problem& problem, const ForwardPlan& plan, cudaStream_t stream) {
+  CUFLASH_TRY(launch_for_dim<T>(p, problem, plan, stream));
   if (p.num_splits == 1) return {};
   return launch_combine_splits<T>(p, stream);
 }
@@ -251,17 +87,15 @@ Status flash_forward_supports(const Problem& problem) {
   return {};
 }
 
-std::size_t flash_forward_workspace_bytes(const Problem& problem) {
-  return split_partials_bytes(problem, choose_splits(problem, forward_kernel(problem)));
-}
+std::size_t flash_forward_workspace_bytes(const Problem& problem) { return plan_forward(problem).workspace_bytes; }
 
 Status flash_forward(const Problem& problem, void* workspace, cudaStream_t stream) {
   ForwardParams p = make_forward_params(problem);
-  // One kernel choice per call: the split count is sized by its tile.
-  const ForwardKernel kernel = forward_kernel(problem);
-  place_split_partials(p, choose_splits(problem, kernel), workspace);
-  if (problem.dtype == DType::bf16) return run_forward<__nv_bfloat16>(p, problem, kernel.kind, stream);
-  return run_forward<__half>(p, problem, kernel.kind, stream);
+  // One plan per call: the split partials are placed as the workspace query sized them.
+  const ForwardPlan plan = plan_forward(problem);
+  place_split_partials(p, plan.splits, workspace);
+  if (problem.dtype == DType::bf16) return run_forward<__nv_bfloat16>(p, problem, plan, stream);
+  return run_forward<__half>(p, problem, plan, stream);
 }
 
 }  // namespace cuflash::detail

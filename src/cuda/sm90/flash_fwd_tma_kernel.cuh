@@ -32,8 +32,10 @@
 #include "sm90/sw128_tile.hpp"
 #include "sm90/tile_order.hpp"
 #include "sm90/tma_load.cuh"
+#include "sm90/tma_store.cuh"
 #include "sm90/warpgroup.cuh"
 #include "sm90/wgmma.cuh"
+#include "sm90/work_item_slot.cuh"
 
 namespace cuflash::detail::sm90 {
 
@@ -41,6 +43,11 @@ namespace cuflash::detail::sm90 {
 struct TmaForwardParams {
   ForwardParams p;
   CUtensorMap q, k, v;
+  // out_by_tma: O leaves through TMA stores of 64-row boxes (dense, unsplit
+  // calls whose output can be mapped); else every consumer thread stores
+  // row chunks itself.
+  CUtensorMap out;
+  bool out_by_tma = false;
   TileOrder order;  // the work items (query blocks of BM rows) and who takes which
 };
 
@@ -72,33 +79,45 @@ struct TmaFwdConfig {
   // consumers still stage this item's O in their own (the epilogue), so a
   // short item (few key tiles) does not wait for its Q; one where two do not
   // fit in shared memory (D = 256).
+  // The layout for a number of Q buffers: Q buffers, the K/V stages, the
+  // barriers (q_full[q], q_empty[q], k/v_full, k/v_empty, v_landed), one
+  // work-item slot per Q buffer (16-byte aligned), and 1 KiB of slack to
+  // align the base to a swizzle atom.
+  static constexpr int barriers_with(int q_buffers) { return 2 * q_buffers + 1 + 4 * Stages; }
+  static constexpr int barrier_offset_with(int q_buffers) { return q_buffers * QTile::kBytes + Stages * kStageBytes; }
+  static constexpr int slot_offset_with(int q_buffers) {
+    return (barrier_offset_with(q_buffers) + 8 * barriers_with(q_buffers) + 15) / 16 * 16;
+  }
   static constexpr int smem_bytes_with(int q_buffers) {
-    return q_buffers * QTile::kBytes + Stages * kStageBytes + 8 * (2 * q_buffers + 1 + 4 * Stages) + 1024;
+    return slot_offset_with(q_buffers) + q_buffers * int(sizeof(WorkItemSlot)) + 1024;
   }
   static constexpr int QBuffers = smem_bytes_with(2) <= 227 * 1024 ? 2 : 1;
   static constexpr int kStagesOffset = QBuffers * QTile::kBytes;
-  static constexpr int kBarrierOffset = kStagesOffset + Stages * kStageBytes;
-  // q_full[QBuffers], q_empty[QBuffers], k/v_full, k/v_empty, v_landed
-  static constexpr int kBarriers = 2 * QBuffers + 1 + 4 * Stages;
-  // 1 KiB of slack to align the base to a swizzle atom.
-  static constexpr int kSmemBytes = kBarrierOffset + 8 * kBarriers + 1024;
+  static constexpr int kBarrierOffset = barrier_offset_with(QBuffers);
+  static constexpr int kBarriers = barriers_with(QBuffers);
+  static constexpr int kSlotOffset = slot_offset_with(QBuffers);
+  static constexpr int kSmemBytes = smem_bytes_with(QBuffers);
   static_assert(BN % 64 == 0 && BN <= 256, "S is one wgmma of N = BN");
   static_assert(BM <= 256 && BN <= 256, "one TMA box per 64-column block");
   static_assert(kSmemBytes <= 227 * 1024, "shared memory per SM");
-  // Named barriers 1 .. Consumers: consumer c may issue its GEMMs.
+  // Named barriers 1 .. Consumers: consumer c may issue its GEMMs;
+  // Consumers + 1 + c: consumer c's O is staged for its TMA store.
   static constexpr int kTurnBarrier0 = 1;
+  static constexpr int kStagedBarrier0 = kTurnBarrier0 + Consumers;
+  static_assert(kStagedBarrier0 + Consumers <= 16, "named barriers");
 };
 
 // A consumer warpgroup's pipeline over the key tiles of its items. Key tile
 // j's step issues S_j = Q K_j^T together with the pending P V (the previous
 // tile's), computes P_j while the P V runs, then folds that P V into O; an
-// item's last P V is issued alone (drain) before its epilogue. (Issuing it
-// with the next item's first Q K^T and running the epilogue under that was
-// tried: 5-13 % slower at 512-2k keys, NOTES.md "consecutive items".)
+// item's last P V is issued alone (drain) before its epilogue. (Issuing
+// that last P V with the next item's first Q K^T and running the epilogue
+// under it was tried: 5-13 % slower at 512-2k keys, NOTES.md "consecutive
+// items".) An item's first P V overwrites O (wgmma without accumulation),
+// so O needs no zeros between items.
 template <class C>
 struct ConsumerPipe {
   using T = typename C::Element;
-  unsigned char* stage0;
   std::uint64_t *k_full, *v_full, *k_empty, *v_empty;
   int my_turn, next_turn;
   // Stage 0's K and V descriptors, computed once: built inside a step, the
@@ -106,32 +125,34 @@ struct ConsumerPipe {
   // wgmma, on the hand-over's critical path.
   std::uint64_t k_desc, v_desc;
   std::uint32_t kv_count = 0;  // key tiles this CTA consumed (stage and phase of the ring)
-  bool pending = false;        // a P V to issue: of tile kv_count - 1, A operand pa
 
   __device__ __forceinline__ ConsumerPipe(unsigned char* stage0_, std::uint64_t* k_full_, std::uint64_t* v_full_,
                                           std::uint64_t* k_empty_, std::uint64_t* v_empty_, int my_turn_,
                                           int next_turn_)
-      : stage0(stage0_), k_full(k_full_), v_full(v_full_), k_empty(k_empty_), v_empty(v_empty_), my_turn(my_turn_),
+      : k_full(k_full_), v_full(v_full_), k_empty(k_empty_), v_empty(v_empty_), my_turn(my_turn_),
         next_turn(next_turn_), k_desc(sw128_desc(stage0_, 16, 1024)),
         v_desc(sw128_desc(stage0_ + C::KVTile::kBytes, C::KVTile::kBlockBytes, 1024)) {}
 
-  __device__ __forceinline__ void issue_pv(float (&o)[C::DT][4], const std::uint32_t (&pa)[C::KP][4], int stage) const {
+  // O (+)= P V of the tile in `stage`; the item's first overwrites O.
+  __device__ __forceinline__ void issue_pv(float (&o)[C::DT][4], const std::uint32_t (&pa)[C::KP][4], int stage,
+                                           bool first) const {
 #pragma unroll
     for (int kk = 0; kk < C::KP; ++kk)
-      wgmma_rs<T, C::DC, true>(o, pa[kk], desc_advance(v_desc, stage * C::kStageBytes + kk * 16 * 128), true);
+      wgmma_rs<T, C::DC, true>(o, pa[kk], desc_advance(v_desc, stage * C::kStageBytes + kk * 16 * 128),
+                               kk > 0 || !first);
     wgmma_commit();
   }
 
   // Key tile j (within the item, the kv_count-th of the CTA) of the item
-  // whose Q (this warpgroup's rows) q_desc describes: S_j, the pending P V,
-  // the online softmax, P_j into pa, O rescaled.
+  // whose Q (this warpgroup's rows) q_desc describes: S_j, the pending P V
+  // (tile j - 1's, A operand pa), the online softmax, P_j into pa, O
+  // rescaled. row: the query row of this thread's first accumulator row
+  // (within the sequence); t4: its column quad.
   template <bool Transformed>
   __device__ __forceinline__ void step(const ForwardBlock& f, std::uint64_t q_desc, int j, float (&o)[C::DT][4],
                                        std::uint32_t (&pa)[C::KP][4], float (&row_max)[2], float (&row_sum)[2],
-                                       float mult) {
-    const int tid = threadIdx.x, warp = (tid / 32) % 4, lane = tid % 32;
-    const int g = lane / 4, t4 = lane % 4;
-    const int cw = tid / 128 - 1;
+                                       float mult, int row, int t4) {
+    const bool pending = j > 0;
     const int n0 = (f.t_hi - 1 - j) * C::BN;
     const std::uint32_t t = kv_count;
     const int st = t % C::Stages, prev = (t + C::Stages - 1) % C::Stages;
@@ -152,7 +173,7 @@ struct ConsumerPipe {
     // (The hand-over sits in each branch: one shared copy after the branch
     // made ptxas serialize the wgmmas.)
     if (pending) {
-      issue_pv(o, pa, prev);
+      issue_pv(o, pa, prev, j == 1);
       named_barrier_arrive(next_turn, 256);
       wgmma_wait<1>();
     } else {
@@ -164,31 +185,29 @@ struct ConsumerPipe {
 
     float correction[2] = {1.0f, 1.0f};
     const bool masked = !f.rules.tile_unmasked(f.m0, f.rows, n0, C::BN);
-    online_softmax_m16<C::NT, Transformed>(s, row_max, row_sum, correction, f.rules,
-                                           f.m0 + cw * 64 + warp * 16 + g, n0, masked, t4, mult);
+    online_softmax_m16<C::NT, Transformed>(s, row_max, row_sum, correction, f.rules, row, n0, masked, t4, mult);
     // The pending P V done: its V stage, its A registers and O are free.
     wgmma_wait<0>();
     fence_accumulators(o);
     if (pending) mbarrier_arrive(&v_empty[prev]);
     p_fragments_m16<T, C::KP>(s, pa);
-    if (j > 0) rescale_rows_m16<C::DT>(o, correction);  // (at j = 0 O is zero)
-    pending = true;
+    if (pending) rescale_rows_m16<C::DT>(o, correction);  // (at j = 0 O holds no P V yet)
     ++kv_count;
   }
 
-  // The pending P V alone (no S to pair it with), landed in o.
-  __device__ __forceinline__ void drain(float (&o)[C::DT][4], const std::uint32_t (&pa)[C::KP][4]) {
+  // The pending P V (of the item's n_tiles-th tile) alone, with no S to pair
+  // it with, landed in o.
+  __device__ __forceinline__ void drain(float (&o)[C::DT][4], const std::uint32_t (&pa)[C::KP][4], int n_tiles) {
     const std::uint32_t t = kv_count - 1;
     const int last = t % C::Stages;
     mbarrier_wait(&v_full[last], (t / C::Stages) & 1);
     named_barrier_sync(my_turn, 256);
     wgmma_fence();
-    issue_pv(o, pa, last);
+    issue_pv(o, pa, last, n_tiles == 1);
     named_barrier_arrive(next_turn, 256);
     wgmma_wait<0>();
     fence_accumulators(o);
     mbarrier_arrive(&v_empty[last]);
-    pending = false;
   }
 };
 
@@ -220,6 +239,8 @@ __global__ void __launch_bounds__(C::kThreads, 1) flash_fwd_tma_kernel(const __g
   std::uint64_t* k_empty = v_full + C::Stages;
   std::uint64_t* v_empty = k_empty + C::Stages;
   std::uint64_t* v_landed = v_empty + C::Stages;  // a varlen tail's V, before its zeroing
+  // The item whose Q a buffer holds (or the walk's end), from the producer.
+  WorkItemSlot* slots = reinterpret_cast<WorkItemSlot*>(smem_base + C::kSlotOffset);
 
   const int tid = threadIdx.x, wg = tid / 128;
   if (tid == 0) {
@@ -240,11 +261,6 @@ __global__ void __launch_bounds__(C::kThreads, 1) flash_fwd_tma_kernel(const __g
   }
   __syncthreads();
 
-  // The n-th work item of this CTA: whether there is one, and its block.
-  auto item_of = [&](int n) { return tp.order.item(n, blockIdx.x, gridDim.x); };
-  auto block_of = [&](const TileOrder::Item& it) {
-    return forward_block_at<C::BM, C::BN>(p, tp.order.m_blocks, it.x, it.y, it.z);
-  };
   // Varlen tensors are mapped as one batch of packed rows.
   const bool varlen = p.cu_seqlens_q != nullptr;
 
@@ -259,12 +275,16 @@ __global__ void __launch_bounds__(C::kThreads, 1) flash_fwd_tma_kernel(const __g
       tma_prefetch_map(&tp.q);
       tma_prefetch_map(&tp.k);
       tma_prefetch_map(&tp.v);
+      if (tp.out_by_tma) tma_prefetch_map(&tp.out);
     }
     std::uint32_t items = 0, kv_count = 0, tails = 0;
-    for (int n = 0; item_of(n).more; ++n) {
-      const TileOrder::Item it = item_of(n);
+    // The CTA's n-th work item; the producer alone walks them, and hands
+    // each to the consumers through its Q buffer's slot.
+    for (int n = 0;; ++n) {
+      const TileOrder::Item it = tp.order.item(n, blockIdx.x, gridDim.x);
+      if (!it.more) break;
       if (!it.exists) continue;
-      const ForwardBlock f = block_of(it);
+      const ForwardBlock f = forward_block_at<C::BM, C::BN>(p, tp.order.m_blocks, it.x, it.y, it.z);
       if (!f.active) continue;
       const int batch_coord = varlen ? 0 : f.b;
       const int n_tiles = max(f.t_hi - f.t_lo, 0);
@@ -273,6 +293,7 @@ __global__ void __launch_bounds__(C::kThreads, 1) flash_fwd_tma_kernel(const __g
         // item that last used its buffer (which stages O there).
         const int qb = items % C::QBuffers;
         mbarrier_wait(&q_empty[qb], q_phase(items) ^ 1);
+        slots[qb].publish(f);
         mbarrier_arrive_expect_tx(&q_full[qb], C::QTile::kBytes);
 #pragma unroll
         for (int c = 0; c < C::QTile::kBlocks; ++c)
@@ -322,6 +343,12 @@ __global__ void __launch_bounds__(C::kThreads, 1) flash_fwd_tma_kernel(const __g
       }
       ++items;
     }
+    if (leader) {
+      const int qb = items % C::QBuffers;
+      mbarrier_wait(&q_empty[qb], q_phase(items) ^ 1);
+      slots[qb].publish_end();
+      mbarrier_arrive(&q_full[qb]);
+    }
     return;
   }
 
@@ -342,108 +369,120 @@ __global__ void __launch_bounds__(C::kThreads, 1) flash_fwd_tma_kernel(const __g
   const int my_turn = C::kTurnBarrier0 + cw, next_turn = C::kTurnBarrier0 + (cw + 1) % C::Consumers;
   if (cw == C::Consumers - 1) named_barrier_arrive(C::kTurnBarrier0, 256);
 
-  // Epilogue of an item (its Q buffer: the q_item-th taken): normalize,
-  // write out (or the split's partial) and lse; then O is zero for the next
-  // item and the Q buffer free.
-  auto write_item = [&](const ForwardBlock& f, std::uint32_t q_item, float (&o)[C::DT][4], const float (&row_max)[2],
-                        const float (&row_sum)[2]) {
-    const float mult = Transformed ? 1.0f : f.rules.scale_log2;
-    T* const q_tile = sQ(q_item);
-    float inv_sum[2];
-    finish_rows_m16(p, f, row_max, row_sum, mult, f.m0 + warp_row0 + g, t4, inv_sum);
-    if (p.num_splits > 1) {
-      write_partial_m16<C::DC>(p, f, o, inv_sum, f.m0 + warp_row0 + g, t4);
-    } else {
-      // O goes through this warp's own 16 rows of sQ (every GEMM that read
-      // them has completed), swizzled as Q was, so both the fragment writes
-      // and the 16-byte row reads are free of bank conflicts; then whole
-      // row chunks to global memory.
-#pragma unroll
-      for (int half = 0; half < 2; ++half) {
-        const int r = warp_row0 + g + half * 8;
-#pragma unroll
-        for (int dt = 0; dt < C::DT; ++dt)
-          *reinterpret_cast<std::uint32_t*>(q_tile + C::QTile::offset(r, dt) + 2 * t4) =
-              pack2<T>(o[dt][half * 2] * inv_sum[half], o[dt][half * 2 + 1] * inv_sum[half]);
-      }
-      __syncwarp();
-      T* out_base = static_cast<T*>(p.out) + row_offset(p.out_strides, f.b, f.seq.q_start, 0, f.h);
-      constexpr int kChunksPerRow = C::DC / 8;
-#pragma unroll
-      for (int idx = lane; idx < 16 * kChunksPerRow; idx += 32) {
-        const int r = idx / kChunksPerRow, c = idx % kChunksPerRow;
-        const int i = f.m0 + warp_row0 + r;
-        if (i < f.seq.q_len && c * 8 < p.head_dim)  // a narrower head dim: its columns only
-          *reinterpret_cast<uint4*>(out_base + static_cast<std::int64_t>(i) * p.out_strides.row + c * 8) =
-              *reinterpret_cast<const uint4*>(q_tile + C::QTile::offset(warp_row0 + r, c));
-      }
-      __syncwarp();
+  // With TMA stores, thread 0 of each consumer issues its warpgroup's
+  // stores, and the warpgroup releases their Q buffer once they have read
+  // it: with two Q buffers after the next item's first step (by then the
+  // read is long done, so thread 0 does not hold its warp), with one at
+  // once (the next Q load needs the buffer). Every thread of the warpgroup
+  // takes part (the other threads have no stores to wait for), so that no
+  // branch of one thread sits between the wgmmas (ptxas then serializes
+  // them, C7520). stored_q: the buffer the last stores read, or -1.
+  const bool store_leader = tid % 128 == 0;
+  int stored_q = -1;
+  auto release_stored_q = [&] {
+    if (stored_q >= 0) {
+      bulk_wait_group_read<0>();
+      mbarrier_arrive(&q_empty[stored_q]);
+      stored_q = -1;
     }
-    // This Q buffer (Q and the staged O) is free for a later item's Q.
-    mbarrier_arrive(&q_empty[q_item % C::QBuffers]);
-#pragma unroll
-    for (int dt = 0; dt < C::DT; ++dt)
-#pragma unroll
-      for (int e = 0; e < 4; ++e) o[dt][e] = 0.0f;
-    // Pin the zeros here: left free, the compiler sank them next to the
-    // next P V, inside its wgmma pipeline stage, and ptxas serialized every
-    // wgmma of the kernel (C7515).
-    fence_accumulators(o);
   };
 
-  auto write_empty_item = [&](const ForwardBlock& f) {
-    const float no_max[2] = {-INFINITY, -INFINITY}, no_sum[2] = {0.0f, 0.0f};
-    float zeros[C::DT][4] = {}, inv_sum[2];
-    finish_rows_m16(p, f, no_max, no_sum, 1.0f, f.m0 + warp_row0 + g, t4, inv_sum);
+  // Epilogue of an item (its Q buffer: the q_item-th taken): normalize,
+  // write out (or the split's partial) and lse; then the Q buffer is free.
+  // An empty item (no visible key) comes with O zeroed, row_sum 0 and
+  // row_max -inf: O = 0 and lse = -inf.
+  const int row_in_block = warp_row0 + g;  // this thread's first accumulator row
+  auto write_item = [&](const ForwardBlock& f, std::uint32_t q_item, const float (&o)[C::DT][4],
+                        const float (&row_max)[2], const float (&row_sum)[2], float mult) {
+    T* const q_tile = sQ(q_item);
+    const int qb = q_item % C::QBuffers;
+    float inv_sum[2];
+    finish_rows_m16(p, f, row_max, row_sum, mult, f.m0 + row_in_block, t4, inv_sum);
     if (p.num_splits > 1) {
-      write_partial_m16<C::DC>(p, f, zeros, inv_sum, f.m0 + warp_row0 + g, t4);
+      write_partial_m16<C::DC>(p, f, o, inv_sum, f.m0 + row_in_block, t4);
+      mbarrier_arrive(&q_empty[qb]);
       return;
     }
+    // O goes through this warpgroup's own 64 rows of sQ (every GEMM that
+    // read them has completed), swizzled as Q was, so the fragment writes
+    // are free of bank conflicts and the rows are TMA boxes.
+#pragma unroll
+    for (int half = 0; half < 2; ++half) {
+      const int r = row_in_block + half * 8;
+#pragma unroll
+      for (int dt = 0; dt < C::DT; ++dt)
+        *reinterpret_cast<std::uint32_t*>(q_tile + C::QTile::offset(r, dt) + 2 * t4) =
+            pack2<T>(o[dt][half * 2] * inv_sum[half], o[dt][half * 2 + 1] * inv_sum[half]);
+    }
+    if (tp.out_by_tma) {
+      // The writes visible to the TMA unit, then every writer past them.
+      fence_proxy_async_shared();
+      named_barrier_sync(C::kStagedBarrier0 + cw, 128);
+      release_stored_q();  // (an earlier item's, when this one had no step)
+      if (store_leader) {
+#pragma unroll
+        for (int c = 0; c < C::QTile::kBlocks; ++c)
+          if (c * 64 < p.head_dim)  // a narrower head dim: its blocks only (the map clips the rest)
+            tma_store_4d(&tp.out, q_tile + c * (C::QTile::kBlockBytes / 2) + cw * 64 * 64, c * 64,
+                         f.seq.q_start + f.m0 + cw * 64, f.h, f.b);
+        bulk_commit_group();
+      }
+      stored_q = qb;
+      if (C::QBuffers == 1) release_stored_q();
+      return;
+    }
+    // Else each warp stores its own 16 rows: whole row chunks, 16-byte
+    // reads of sQ free of bank conflicts.
+    __syncwarp();
     T* out_base = static_cast<T*>(p.out) + row_offset(p.out_strides, f.b, f.seq.q_start, 0, f.h);
     constexpr int kChunksPerRow = C::DC / 8;
+#pragma unroll
     for (int idx = lane; idx < 16 * kChunksPerRow; idx += 32) {
       const int r = idx / kChunksPerRow, c = idx % kChunksPerRow;
       const int i = f.m0 + warp_row0 + r;
-      if (i < f.seq.q_len && c * 8 < p.head_dim)
+      if (i < f.seq.q_len && c * 8 < p.head_dim)  // a narrower head dim: its columns only
         *reinterpret_cast<uint4*>(out_base + static_cast<std::int64_t>(i) * p.out_strides.row + c * 8) =
-            make_uint4(0, 0, 0, 0);
+            *reinterpret_cast<const uint4*>(q_tile + C::QTile::offset(warp_row0 + r, c));
     }
+    __syncwarp();
+    // This Q buffer (Q and the staged O) is free for a later item's Q.
+    mbarrier_arrive(&q_empty[qb]);
   };
 
   ConsumerPipe<C> pipe{stage0, k_full, v_full, k_empty, v_empty, my_turn, next_turn};
-  float o[C::DT][4];
-#pragma unroll
-  for (int dt = 0; dt < C::DT; ++dt)
-#pragma unroll
-    for (int e = 0; e < 4; ++e) o[dt][e] = 0.0f;
+  float o[C::DT][4];        // O of the current item: its first P V overwrites it
   std::uint32_t pa[C::KP][4];  // P of the pending P V
   float row_max[2], row_sum[2];
-  std::uint32_t items = 0;  // items taken (Q buffers and their phases)
-  for (int n = 0; item_of(n).more; ++n) {
-    const TileOrder::Item it = item_of(n);
-    if (!it.exists) continue;
-    const ForwardBlock f = block_of(it);
-    if (!f.active) continue;
+  // The items come from the producer, in its order, one per Q buffer use.
+  for (std::uint32_t q_item = 0;; ++q_item) {
+    // (Also for an empty item: its Q buffer is released only after the
+    // load landed, so no later load races it.)
+    mbarrier_wait(&q_full[q_item % C::QBuffers], q_phase(q_item));
+    const WorkItemSlot slot = slots[q_item % C::QBuffers].read();
+    if (slot.end) break;
+    const ForwardBlock f = slot.block(p);
     const int n_tiles = max(f.t_hi - f.t_lo, 0);
     const float mult = Transformed ? 1.0f : f.rules.scale_log2;
-    const std::uint32_t q_item = items++;
-    mbarrier_wait(&q_full[q_item % C::QBuffers], q_phase(q_item));
-    if (n_tiles == 0) {
-      // No visible key: O = 0 and lse = -inf, written without O's
-      // registers or the GEMM turns; the Q buffer is released after its
-      // load landed, so no later load races it.
-      write_empty_item(f);
-      mbarrier_arrive(&q_empty[q_item % C::QBuffers]);
-      continue;
-    }
     row_max[0] = row_max[1] = -INFINITY;
     row_sum[0] = row_sum[1] = 0.0f;
+    if (n_tiles == 0) {
+      // Zeros of their own, not O's registers: zeros written to O here
+      // reach the next item's first P V, and ptxas then serializes every
+      // wgmma of the kernel (C7515).
+      const float zeros[C::DT][4] = {};
+      write_item(f, q_item, zeros, row_max, row_sum, mult);
+      continue;
+    }
     const std::uint64_t q_desc = sw128_desc(sQ(q_item) + cw * 64 * 64, 16, 1024);
-    for (int j = 0; j < n_tiles; ++j)
-      pipe.template step<Transformed>(f, q_desc, j, o, pa, row_max, row_sum, mult);
-    pipe.drain(o, pa);
-    write_item(f, q_item, o, row_max, row_sum);
+    for (int j = 0; j < n_tiles; ++j) {
+      pipe.template step<Transformed>(f, q_desc, j, o, pa, row_max, row_sum, mult, f.m0 + row_in_block, t4);
+      if (j == 0) release_stored_q();
+    }
+    pipe.drain(o, pa, n_tiles);
+    write_item(f, q_item, o, row_max, row_sum, mult);
   }
+  // The last stores must have read shared memory before the CTA exits.
+  release_stored_q();
   if (cw == 0) named_barrier_sync(C::kTurnBarrier0, 256);
 #endif
 }

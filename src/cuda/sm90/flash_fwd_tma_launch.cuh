@@ -33,6 +33,10 @@ Status launch_tma_config(const ForwardParams& p, const TmaForwardLaunch& launch,
   CUFLASH_TRY(encode_head_rows_map(&tp.q, tensor(p.q, p.q_strides, launch.q_rows, p.heads_q), C::BM, "q"));
   CUFLASH_TRY(encode_head_rows_map(&tp.k, tensor(p.k, p.k_strides, launch.kv_rows, p.heads_kv), C::BN, "k"));
   CUFLASH_TRY(encode_head_rows_map(&tp.v, tensor(p.v, p.v_strides, launch.kv_rows, p.heads_kv), C::BN, "v"));
+  // Each consumer warpgroup stores its own 64 rows.
+  tp.out_by_tma = launch.out_by_tma;
+  if (tp.out_by_tma)
+    CUFLASH_TRY(encode_head_rows_map(&tp.out, tensor(p.out, p.out_strides, launch.q_rows, p.heads_q), 64, "out"));
   tp.order.m_blocks = (p.max_q_len + C::BM - 1) / C::BM;
   tp.order.heads = p.heads_q;
   tp.order.items = tp.order.m_blocks * p.heads_q * p.batch * p.num_splits;

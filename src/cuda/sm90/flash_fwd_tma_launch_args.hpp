@@ -12,10 +12,12 @@ namespace cuflash::detail::sm90 {
 // CTAs walk the work items (one per SM); 0: one CTA per item, left to the
 // hardware's block scheduler. causal_walk: the items differ by their causal
 // mask, so a walk deals them out in pairs of equal cost (tile_order.hpp).
+// out_by_tma: O leaves through TMA stores (dense, unsplit, mappable output).
 struct TmaForwardLaunch {
   std::int64_t q_rows = 0, kv_rows = 0;
   int persistent_ctas = 0;
   bool causal_walk = false;
+  bool out_by_tma = false;
 };
 
 }  // namespace cuflash::detail::sm90

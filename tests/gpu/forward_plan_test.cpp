@@ -1,0 +1,153 @@
+// The cuda backend's forward plan (src/cuda/forward_plan.hpp) on a described
+// H100, without a GPU: which kernel the rules pick, when the TMA kernel's
+// CTAs walk (and when causal calls walk in pairs), and when the keys split.
+// Problems come from the real validation of host test cases. The numbers are
+// the measured rules' (docs/perf/NOTES.md); the kernels themselves are tested
+// on the GPU by the forward suites.
+#include <gtest/gtest.h>
+
+#include <cstdlib>
+#include <random>
+#include <string>
+#include <utility>
+
+#include "common/attention_case.hpp"
+#include "forward_plan.hpp"
+#include "gpu/gpu_cases.hpp"
+#include "validate.hpp"
+
+namespace cuflash::test {
+namespace {
+
+using detail::DeviceInfo;
+using detail::ForwardKind;
+using detail::ForwardPlan;
+using detail::Problem;
+
+DeviceInfo h100() {
+  DeviceInfo d;
+  d.sm_count = 132;
+  d.major = 9;
+  d.minor = 0;
+  d.max_smem_per_block = 227 * 1024;
+  d.smem_per_sm = 228 * 1024;
+  d.valid = true;
+  return d;
+}
+
+DeviceInfo a100() {
+  DeviceInfo d = h100();
+  d.sm_count = 108;
+  d.major = 8;
+  d.max_smem_per_block = 163 * 1024;
+  d.smem_per_sm = 164 * 1024;
+  return d;
+}
+
+// Plans a bf16 case; the host views die with the case, the plan reads only
+// shapes, strides and alignment. `edit` changes the validated problem first.
+template <class Edit>
+ForwardPlan plan(CaseSpec spec, const DeviceInfo& device, Edit edit) {
+  spec.dtype = DType::bf16;
+  std::mt19937 engine(7);
+  AttentionCase c(spec, engine);
+  Problem p;
+  const Status status = detail::validate_forward(c.forward_args(), c.options(Backend::cuda), nullptr, &p);
+  EXPECT_TRUE(status.ok()) << status.to_string();
+  edit(p);
+  return detail::plan_forward(p, device);
+}
+
+ForwardPlan plan(CaseSpec spec, const DeviceInfo& device) {
+  return plan(std::move(spec), device, [](Problem&) {});
+}
+
+CaseSpec causal_case(CaseSpec s) {
+  s.options.causal = true;
+  return s;
+}
+
+TEST(ForwardPlan, AmpereRunsTheSm80Kernel) {
+  const ForwardPlan p = plan(dense_case("d128", 512, 512, 16, 16, 128, 2), a100());
+  EXPECT_EQ(p.kind, ForwardKind::sm80);
+  EXPECT_EQ(p.tma.persistent_ctas, 0);
+}
+
+
+// The TMA kernel is planned only where its tensor maps can be encoded: a
+// library built with the sm_90a kernels, and a CUDA driver to encode them
+// with (a machine without a GPU has none).
+bool tma_plannable() {
+  return plan(dense_case("probe", 128, 128, 1, 1, 128, 1), h100()).kind == ForwardKind::tma;
+}
+
+TEST(ForwardPlan, HopperHeadDimsAndKeys) {
+  if (!tma_plannable()) GTEST_SKIP() << "no sm_90a kernels in this build, or no CUDA driver to encode TMA maps";
+  const ForwardPlan d128 = plan(dense_case("d128", 512, 512, 16, 16, 128, 2), h100());
+  EXPECT_EQ(d128.kind, ForwardKind::tma);
+  EXPECT_EQ(d128.tile.block_m, 128);
+  // D = 64 takes TMA from 2048 keys, the cp.async wgmma kernel below.
+  EXPECT_EQ(plan(dense_case("d64_short", 512, 512, 8, 8, 64, 1), h100()).kind, ForwardKind::wgmma);
+  EXPECT_EQ(plan(dense_case("d64_long", 256, 2048, 8, 8, 64, 1), h100()).kind, ForwardKind::tma);
+  // 96 has no Hopper kernel of its own: the 128 TMA kernel's 96 columns.
+  EXPECT_EQ(plan(dense_case("d96", 256, 256, 4, 4, 96, 1), h100()).kind, ForwardKind::tma);
+}
+
+TEST(ForwardPlan, WhichCallsWalk) {
+  if (!tma_plannable()) GTEST_SKIP() << "no sm_90a kernels in this build, or no CUDA driver to encode TMA maps";
+  // Dense, no mask: one CTA per SM walks.
+  ForwardPlan p = plan(dense_case("dense", 512, 512, 16, 16, 128, 4), h100());
+  EXPECT_EQ(p.tma.persistent_ctas, 132);
+  EXPECT_FALSE(p.tma.causal_walk);
+  // Causal below 8k keys on the two-consumer kernel: walked, in pairs.
+  p = plan(causal_case(dense_case("causal", 512, 512, 16, 16, 128, 4)), h100());
+  EXPECT_EQ(p.tma.persistent_ctas, 132);
+  EXPECT_TRUE(p.tma.causal_walk);
+  // Causal from 8k keys: one CTA per item.
+  p = plan(causal_case(dense_case("causal_long", 64, 8192, 2, 2, 128, 1)), h100());
+  EXPECT_EQ(p.tma.persistent_ctas, 0);
+  // Causal on the three-consumer D = 64 kernel: one CTA per item.
+  p = plan(causal_case(dense_case("causal_d64", 2048, 2048, 2, 2, 64, 1)), h100());
+  EXPECT_EQ(p.kind, ForwardKind::tma);
+  EXPECT_EQ(p.tma.persistent_ctas, 0);
+  // D = 256 (one Q buffer) and windows: one CTA per item.
+  EXPECT_EQ(plan(dense_case("d256", 512, 512, 8, 8, 256, 2), h100()).tma.persistent_ctas, 0);
+  CaseSpec w = dense_case("window", 512, 512, 8, 8, 128, 2);
+  w.options.window_left = 100;
+  EXPECT_EQ(plan(w, h100()).tma.persistent_ctas, 0);
+}
+
+TEST(ForwardPlan, WhichCallsStoreByTma) {
+  if (!tma_plannable()) GTEST_SKIP() << "no sm_90a kernels in this build, or no CUDA driver to encode TMA maps";
+  const char* store = std::getenv("CUFLASH_TMA_STORE");
+  if (store != nullptr && std::string(store) == "0") GTEST_SKIP() << "CUFLASH_TMA_STORE=0 turns the TMA store off";
+  // Dense and unsplit: O leaves through TMA stores.
+  EXPECT_TRUE(plan(dense_case("dense", 512, 512, 16, 16, 128, 4), h100()).tma.out_by_tma);
+  // No output view (a workspace query): no store planned, and no view read.
+  EXPECT_FALSE(plan(dense_case("no_out", 512, 512, 16, 16, 128, 4), h100(), [](Problem& p) {
+                 p.out = TensorView{};
+               }).tma.out_by_tma);
+  // Varlen: a block past a sequence's end would overwrite the next one's rows.
+  const ForwardPlan v = plan(varlen_case("varlen", {300, 700}, {300, 700}, 4, 4, 128), h100());
+  EXPECT_EQ(v.kind, ForwardKind::tma);
+  EXPECT_FALSE(v.tma.out_by_tma);
+  // Split keys: the partials are fp32 rows of the workspace.
+  const ForwardPlan s = plan(dense_case("decode", 1, 8192, 2, 1, 128, 1), h100());
+  ASSERT_EQ(s.kind, ForwardKind::tma);
+  ASSERT_GT(s.splits, 1);
+  EXPECT_FALSE(s.tma.out_by_tma);
+}
+
+TEST(ForwardPlan, SplitsOnlyLongKeysOnSmallGrids) {
+  // B = 1 x 16 heads at 512 keys: already most SMs busy, short keys: no split.
+  EXPECT_EQ(plan(dense_case("small", 512, 512, 16, 16, 128, 1), h100()).splits, 1);
+  // Decode-like: one query row over long keys splits, and the workspace holds the partials.
+  const ForwardPlan p = plan(dense_case("decode", 1, 8192, 2, 1, 128, 1), h100());
+  EXPECT_GT(p.splits, 1);
+  EXPECT_GT(p.workspace_bytes, 0u);
+  // Large grids never split.
+  EXPECT_EQ(plan(dense_case("large", 1024, 1024, 16, 16, 128, 4), h100()).splits, 1);
+}
+
+}  // namespace
+}  // namespace cuflash::test
