@@ -64,14 +64,19 @@ fi
 # CUFLASH_TEST_TORCH=1 (.ci/run sets it): torch from PyPI too (tests/python/requirements-torch.txt,
 # ~4.7 GB with its nvidia-* wheels, ~1.5 min here), so that the torch tests run on CPU tensors
 # instead of skipping. Left out of the README's test command, whose time is a user's first wait.
+# Without pip's cache: the cache would keep a second copy of the ~3 GB of wheels, which
+# once filled a CI machine's disk (ENOSPC) after the build.
 if [ "${CUFLASH_TEST_TORCH:-0}" = 1 ]; then
   start=$(date +%s)
-  if "$venv/bin/python" -m pip install -q --disable-pip-version-check -r tests/python/requirements-torch.txt \
-      >"$logs/pip-torch.log" 2>&1; then
-    echo "test-python: torch installed in $(($(date +%s) - start)) s (log: $logs/pip-torch.log)"
+  free_before=$(df -Pm . | awk 'NR == 2 { print $4 }')
+  if "$venv/bin/python" -m pip install -q --no-cache-dir --disable-pip-version-check \
+      -r tests/python/requirements-torch.txt >"$logs/pip-torch.log" 2>&1; then
+    echo "test-python: torch installed in $(($(date +%s) - start)) s" \
+      "($free_before MB free before, $(df -Pm . | awk 'NR == 2 { print $4 }') MB after; log: $logs/pip-torch.log)"
   else
     tail -n 20 "$logs/pip-torch.log"
-    echo "test-python: could not install torch (CUFLASH_TEST_TORCH=1); full log: $logs/pip-torch.log"
+    echo "test-python: could not install torch (CUFLASH_TEST_TORCH=1; $free_before MB free before," \
+      "$(df -Pm . | awk 'NR == 2 { print $4 }') MB now); full log: $logs/pip-torch.log"
     exit 1
   fi
 fi

@@ -55,19 +55,15 @@ bool tma_store_enabled() {
   return enabled;
 }
 
-// Rows of a q/k/v view along its sequence axis: [B, S, H, D] or [total, H, D].
-std::int64_t view_rows(const TensorView& view) { return view.shape[view.rank - 3]; }
-
+// A q/k/v/out view as the TMA maps see it ([B, S, H, D] or [total, H, D]).
 sm90::HeadRowsTensor head_rows_tensor(const Problem& problem, const TensorView& view, int heads) {
   sm90::HeadRowsTensor t;
   t.base = view.data;
   t.batch = problem.layout == Layout::varlen ? 1 : problem.batch;
-  t.rows = view_rows(view);
+  t.rows = view.shape[view.rank - 3];
   t.heads = heads;
   t.head_dim = problem.head_dim;
-  t.strides.row = view.strides[view.rank - 3];
-  t.strides.head = view.strides[view.rank - 2];
-  t.strides.batch = problem.layout == Layout::varlen ? 0 : view.strides[0];
+  t.strides = row_strides(view, problem.layout);
   return t;
 }
 
@@ -133,8 +129,9 @@ constexpr long long kCausalWalkMaxKeys = 8192;
 
 sm90::TmaForwardLaunch tma_forward_launch(const Problem& problem, const DeviceInfo& info) {
   sm90::TmaForwardLaunch launch;
-  launch.q_rows = view_rows(problem.q);
-  launch.kv_rows = view_rows(problem.k);
+  launch.q = head_rows_tensor(problem, problem.q, problem.heads_q);
+  launch.k = head_rows_tensor(problem, problem.k, problem.heads_kv);
+  launch.v = head_rows_tensor(problem, problem.v, problem.heads_kv);
   // A right bound alone (causal: 0) makes a block's cost grow with its rows.
   launch.causal_walk = problem.window_right >= 0;
   const bool walkable =
@@ -199,9 +196,10 @@ ForwardPlan plan_forward(const Problem& problem, const DeviceInfo& device) {
     // overwrite the next sequence's rows), unsplit (partials are fp32 rows
     // of their own), an output the map can describe (a workspace query may
     // come without one: its plan never launches).
-    plan.tma.out_by_tma = tma_store_enabled() && problem.layout != Layout::varlen && plan.splits == 1 &&
-                          !problem.out.empty() &&
-                          sm90::tma_can_map(head_rows_tensor(problem, problem.out, problem.heads_q));
+    if (tma_store_enabled() && problem.layout != Layout::varlen && plan.splits == 1 && !problem.out.empty()) {
+      plan.tma.out = head_rows_tensor(problem, problem.out, problem.heads_q);
+      plan.tma.out_by_tma = sm90::tma_can_map(plan.tma.out);
+    }
   }
   plan.workspace_bytes = split_partials_bytes(problem, plan.splits);
   return plan;

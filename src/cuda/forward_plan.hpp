@@ -23,7 +23,7 @@ struct ForwardPlan {
   ForwardKind kind = ForwardKind::sm80;
   sm80::FwdTile tile{};           // the CTA tile (query rows, keys) the splits are sized by
   int splits = 1;                 // split-KV count (1: none)
-  sm90::TmaForwardLaunch tma{};   // kind == tma: the maps' row extents and the walk
+  sm90::TmaForwardLaunch tma{};   // kind == tma: the tensors its maps encode, the walk
   std::size_t workspace_bytes = 0;  // the split partials
 };
 

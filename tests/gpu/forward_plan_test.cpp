@@ -117,6 +117,41 @@ TEST(ForwardPlan, WhichCallsWalk) {
   EXPECT_EQ(plan(w, h100()).tma.persistent_ctas, 0);
 }
 
+// The launch encodes the tensors the plan checked: they describe the views.
+TEST(ForwardPlan, TmaTensorsDescribeTheViews) {
+  if (!tma_plannable()) GTEST_SKIP() << "no sm_90a kernels in this build, or no CUDA driver to encode TMA maps";
+  Problem dense;
+  const ForwardPlan d = plan(dense_case("gqa", 384, 640, 8, 2, 128, 3), h100(), [&](Problem& p) { dense = p; });
+  ASSERT_EQ(d.kind, ForwardKind::tma);
+  EXPECT_EQ(d.tma.q.base, dense.q.data);
+  EXPECT_EQ(d.tma.k.base, dense.k.data);
+  EXPECT_EQ(d.tma.v.base, dense.v.data);
+  EXPECT_EQ(d.tma.q.batch, 3);
+  EXPECT_EQ(d.tma.q.rows, 384);
+  EXPECT_EQ(d.tma.k.rows, 640);
+  EXPECT_EQ(d.tma.q.heads, 8);
+  EXPECT_EQ(d.tma.v.heads, 2);
+  EXPECT_EQ(d.tma.q.head_dim, 128);
+  EXPECT_EQ(d.tma.q.strides.batch, dense.q.strides[0]);
+  EXPECT_EQ(d.tma.k.strides.row, dense.k.strides[1]);
+  EXPECT_EQ(d.tma.v.strides.head, dense.v.strides[2]);
+  ASSERT_TRUE(d.tma.out_by_tma);
+  EXPECT_EQ(d.tma.out.base, dense.out.data);
+  EXPECT_EQ(d.tma.out.rows, 384);
+  EXPECT_EQ(d.tma.out.strides.row, dense.out.strides[1]);
+  // Varlen: one batch of the packed rows, no batch stride.
+  Problem packed;
+  const ForwardPlan v =
+      plan(varlen_case("varlen", {300, 700}, {200, 900}, 4, 4, 128), h100(), [&](Problem& p) { packed = p; });
+  ASSERT_EQ(v.kind, ForwardKind::tma);
+  EXPECT_EQ(v.tma.q.batch, 1);
+  EXPECT_EQ(v.tma.q.rows, packed.q.shape[0]);
+  EXPECT_EQ(v.tma.k.rows, packed.k.shape[0]);
+  EXPECT_EQ(v.tma.k.strides.batch, 0);
+  EXPECT_EQ(v.tma.k.strides.row, packed.k.strides[0]);
+  EXPECT_EQ(v.tma.k.strides.head, packed.k.strides[1]);
+}
+
 TEST(ForwardPlan, WhichCallsStoreByTma) {
   if (!tma_plannable()) GTEST_SKIP() << "no sm_90a kernels in this build, or no CUDA driver to encode TMA maps";
   const char* store = std::getenv("CUFLASH_TMA_STORE");

@@ -19,24 +19,13 @@ template <class C, bool Transformed>
 Status launch_tma_config(const ForwardParams& p, const TmaForwardLaunch& launch, cudaStream_t stream) {
   TmaForwardParams tp;
   tp.p = p;
-  const bool varlen = p.cu_seqlens_q != nullptr;
-  auto tensor = [&](const void* base, const RowStrides& strides, std::int64_t rows, int heads) {
-    HeadRowsTensor t;
-    t.base = base;
-    t.batch = varlen ? 1 : p.batch;
-    t.rows = rows;
-    t.heads = heads;
-    t.head_dim = p.head_dim;  // the caller's: box columns past it read as zeros
-    t.strides = strides;
-    return t;
-  };
-  CUFLASH_TRY(encode_head_rows_map(&tp.q, tensor(p.q, p.q_strides, launch.q_rows, p.heads_q), C::BM, "q"));
-  CUFLASH_TRY(encode_head_rows_map(&tp.k, tensor(p.k, p.k_strides, launch.kv_rows, p.heads_kv), C::BN, "k"));
-  CUFLASH_TRY(encode_head_rows_map(&tp.v, tensor(p.v, p.v_strides, launch.kv_rows, p.heads_kv), C::BN, "v"));
+  // The tensors the plan checked (forward_plan.cpp) are the ones encoded.
+  CUFLASH_TRY(encode_head_rows_map(&tp.q, launch.q, C::BM, "q"));
+  CUFLASH_TRY(encode_head_rows_map(&tp.k, launch.k, C::BN, "k"));
+  CUFLASH_TRY(encode_head_rows_map(&tp.v, launch.v, C::BN, "v"));
   // Each consumer warpgroup stores its own 64 rows.
   tp.out_by_tma = launch.out_by_tma;
-  if (tp.out_by_tma)
-    CUFLASH_TRY(encode_head_rows_map(&tp.out, tensor(p.out, p.out_strides, launch.q_rows, p.heads_q), 64, "out"));
+  if (tp.out_by_tma) CUFLASH_TRY(encode_head_rows_map(&tp.out, launch.out, 64, "out"));
   tp.order.m_blocks = (p.max_q_len + C::BM - 1) / C::BM;
   tp.order.heads = p.heads_q;
   tp.order.items = tp.order.m_blocks * p.heads_q * p.batch * p.num_splits;

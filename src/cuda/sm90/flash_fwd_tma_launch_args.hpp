@@ -3,18 +3,18 @@
 // without seeing the kernel).
 #pragma once
 
-#include <cstdint>
+#include "sm90/head_rows_tensor.hpp"
 
 namespace cuflash::detail::sm90 {
 
-// q_rows, kv_rows: the row extents of the tensors for the TMA maps (dense:
-// rows per sequence; varlen: packed rows). persistent_ctas > 0: that many
+// q, k, v: the tensors the TMA maps are encoded over, as the plan checked
+// them; out: likewise where out_by_tma. persistent_ctas > 0: that many
 // CTAs walk the work items (one per SM); 0: one CTA per item, left to the
 // hardware's block scheduler. causal_walk: the items differ by their causal
 // mask, so a walk deals them out in pairs of equal cost (tile_order.hpp).
 // out_by_tma: O leaves through TMA stores (dense, unsplit, mappable output).
 struct TmaForwardLaunch {
-  std::int64_t q_rows = 0, kv_rows = 0;
+  HeadRowsTensor q, k, v, out;
   int persistent_ctas = 0;
   bool causal_walk = false;
   bool out_by_tma = false;

@@ -1,6 +1,6 @@
-// Host side of TMA: a CUtensorMap over one attention tensor (q, k or v seen
-// as [batch, rows, heads, D] of 2-byte elements with the caller's strides)
-// whose box is `box_rows` rows x 64 columns of one head, 128-byte swizzled:
+// Host side of TMA: a CUtensorMap over one attention tensor
+// (head_rows_tensor.hpp; rows past the end of a dense sequence read as
+// zeros) whose box is `box_rows` rows x 64 columns of one head, 128-byte swizzled:
 // exactly one 64-column block of the Sw128Tile layout the wgmma descriptors
 // read (sm90/flash_fwd_wgmma_kernel.cuh). The encoder is the driver's
 // cuTensorMapEncodeTiled, reached through the runtime's driver entry point
@@ -11,20 +11,10 @@
 
 #include <cstdint>
 
-#include "common/attention_params.hpp"
 #include "cuflash/status.hpp"
+#include "sm90/head_rows_tensor.hpp"
 
 namespace cuflash::detail::sm90 {
-
-// Dimensions are (innermost first) D, rows, heads, batch; a varlen tensor is
-// one batch of `rows` = total packed rows. Rows past the end of a sequence
-// of a dense tensor read as zeros.
-struct HeadRowsTensor {
-  const void* base = nullptr;
-  std::int64_t batch = 1, rows = 0, heads = 0;
-  int head_dim = 0;
-  RowStrides strides;  // elements
-};
 
 // Whether the map can be built (TMA's limits: 16-byte aligned base,
 // strides multiples of 16 bytes below 2^40, no zero stride across more than
