@@ -10,6 +10,7 @@
 #include <cstdint>
 
 #include "common/attention_params.hpp"
+#include "common/online_softmax.cuh"
 #include "common/score_mask.cuh"
 #include "common/tensor_core.cuh"
 
@@ -89,24 +90,8 @@ __device__ __forceinline__ void online_softmax_m16(float (&s)[NT][4], float (&ro
           if (j < lo || j >= hi) x = -INFINITY;
         }
     }
-    float mx = row_max[half];
-#pragma unroll
-    for (int nt = 0; nt < NT; ++nt) mx = fmaxf(mx, fmaxf(s[nt][half * 2], s[nt][half * 2 + 1]));
-    mx = fmaxf(mx, __shfl_xor_sync(0xffffffffu, mx, 1));
-    mx = fmaxf(mx, __shfl_xor_sync(0xffffffffu, mx, 2));
-    const float m_scaled = mx == -INFINITY ? 0.0f : mx * mult;
-    correction[half] = sm80::fast_exp2(row_max[half] * mult - m_scaled);
-    row_max[half] = mx;
-    float sum = 0.0f;
-#pragma unroll
-    for (int nt = 0; nt < NT; ++nt)
-#pragma unroll
-      for (int e = 0; e < 2; ++e) {
-        float& x = s[nt][half * 2 + e];
-        x = sm80::fast_exp2(fmaf(x, mult, -m_scaled));
-        sum += x;
-      }
-    row_sum[half] = row_sum[half] * correction[half] + sum;
+    correction[half] = online_softmax_row_step<NT>([&](int nt, int e) -> float& { return s[nt][half * 2 + e]; },
+                                                   row_max[half], row_sum[half], mult);
   }
 }
 
@@ -151,9 +136,7 @@ __device__ __forceinline__ void finish_rows_m16(const ForwardParams& p, const Fo
                                                 int i0, int t4, float (&inv_sum)[2]) {
 #pragma unroll
   for (int half = 0; half < 2; ++half) {
-    float l = row_sum[half];
-    l += __shfl_xor_sync(0xffffffffu, l, 1);
-    l += __shfl_xor_sync(0xffffffffu, l, 2);
+    const float l = online_softmax_row_total(row_sum[half]);
     inv_sum[half] = l > 0.0f ? 1.0f / l : 0.0f;
     const float lse = l > 0.0f ? (row_max[half] * mult + __log2f(l)) * kLn2 : -INFINITY;
     const int i = i0 + half * 8;

@@ -81,10 +81,26 @@ struct ScoreRules {
   // The same with the ALiBi slope (times log2(e)) of another head of the
   // batch: the decode kernel holds several query heads in one CTA.
   __device__ __forceinline__ float logit2(float dot, int i, int j, float slope_log2) const {
-    float s = cap_log2 != 0.0f ? cap_log2 * tanhf(dot * scale_over_cap) : dot * scale_log2;
+    float squashed;
+    return logit2(dot, i, j, slope_log2, &squashed);
+  }
+  // The same for the backward, which also needs softcap's derivative: the
+  // logit is cap * tanh(dot * scale / cap) (+ ALiBi), so d logit / d(scaled
+  // dot) = 1 - tanh^2; *squashed receives that tanh (0 without softcap).
+  __device__ __forceinline__ float logit2(float dot, int i, int j, float slope_log2, float* squashed) const {
+    float s;
+    if (cap_log2 != 0.0f) {
+      *squashed = tanhf(dot * scale_over_cap);
+      s = cap_log2 * *squashed;
+    } else {
+      *squashed = 0.0f;
+      s = dot * scale_log2;
+    }
     if (slope_log2 != 0.0f) s -= slope_log2 * fabsf(static_cast<float>(i + offset - j));
     return s;
   }
+  // Softcap's factor on dS, from logit2's *squashed: 1 - tanh^2.
+  __device__ __forceinline__ static float softcap_grad(float squashed) { return 1.0f - squashed * squashed; }
   // Keys [lo, hi) that some row of [row0, row0 + rows) may see.
   __device__ __forceinline__ void key_range(int row0, int rows, int* lo, int* hi) const {
     int l = k_first, h = k_len;

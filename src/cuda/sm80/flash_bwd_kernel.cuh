@@ -307,21 +307,15 @@ __device__ __forceinline__ void scores_to_grads(float (&s)[FlashBwdTraits<D>::kM
           float& x = s[mi][ni][half * 2 + e];
           float& y = dp[mi][ni][half * 2 + e];
           const int j = n0 + col0 + ni * 8 + 2 * t + e;
-          float th = 0.0f, logit;
-          if (softcap) {
-            th = tanhf(x * rules.scale_over_cap);
-            logit = rules.cap_log2 * th;
-          } else {
-            logit = x * rules.scale_log2;
-          }
-          if (rules.alibi_log2 != 0.0f) logit -= rules.alibi_log2 * fabsf(static_cast<float>(i + rules.offset - j));
+          float th;
+          const float logit = rules.logit2(x, i, j, rules.alibi_log2, &th);
           const bool vis = !masked || (i < q_len && rules.visible(i, j));
           const float pv = vis ? fast_exp2(logit - lse2) : 0.0f;
           float z = 1.0f;
           if constexpr (Dropout)
             z = dropout_kept<Tr::kNTS>(kept_bits, mi * 2 + half, ni, e) ? drop.keep_scale : 0.0f;
           float dsv = pv * (y * z - dsum);
-          if (softcap) dsv *= 1.0f - th * th;
+          if (softcap) dsv *= ScoreRules::softcap_grad(th);
           x = pv * z;
           y = dsv;
         }

@@ -29,6 +29,7 @@
 #include "common/attention_params.hpp"
 #include "common/dependent_launch.cuh"
 #include "common/kv_cache.cuh"
+#include "common/online_softmax.cuh"
 #include "common/rotary_chunk.cuh"
 #include "common/score_mask.cuh"
 #include "common/swizzled_rows.hpp"
@@ -284,25 +285,11 @@ __global__ void __launch_bounds__(C::kThreads) flash_decode_kernel(const Forward
                 if (j < row_lo[mt][half] || j >= row_hi[mt][half]) x = -INFINITY;
               }
           }
-          float mx = row_max[mt][half];
-#pragma unroll
-          for (int nt = 0; nt < C::NT; ++nt) mx = fmaxf(mx, fmaxf(s[mt][nt][half * 2], s[mt][nt][half * 2 + 1]));
-          mx = fmaxf(mx, __shfl_xor_sync(0xffffffffu, mx, 1));
-          mx = fmaxf(mx, __shfl_xor_sync(0xffffffffu, mx, 2));
-          const float m_scaled = mx == -INFINITY ? 0.0f : mx * mult;
-          correction[mt][half] = fast_exp2(row_max[mt][half] * mult - m_scaled);
-          new_max = new_max || mx != row_max[mt][half];
-          row_max[mt][half] = mx;
-          float sum = 0.0f;
-#pragma unroll
-          for (int nt = 0; nt < C::NT; ++nt)
-#pragma unroll
-            for (int e = 0; e < 2; ++e) {
-              float& x = s[mt][nt][half * 2 + e];
-              x = fast_exp2(fmaf(x, mult, -m_scaled));
-              sum += x;
-            }
-          row_sum[mt][half] = row_sum[mt][half] * correction[mt][half] + sum;
+          const float max_before = row_max[mt][half];
+          correction[mt][half] = online_softmax_row_step<C::NT>(
+              [&](int nt, int e) -> float& { return s[mt][nt][half * 2 + e]; }, row_max[mt][half], row_sum[mt][half],
+              mult);
+          new_max = new_max || row_max[mt][half] != max_before;
         }
       }
       // O is rescaled only when some row's max moved: otherwise every
@@ -351,9 +338,7 @@ __global__ void __launch_bounds__(C::kThreads) flash_decode_kernel(const Forward
   for (int mt = 0; mt < C::MT; ++mt)
 #pragma unroll
     for (int half = 0; half < 2; ++half) {
-      float l = row_sum[mt][half];
-      l += __shfl_xor_sync(0xffffffffu, l, 1);
-      l += __shfl_xor_sync(0xffffffffu, l, 2);
+      const float l = online_softmax_row_total(row_sum[mt][half]);
       if (t4 == 0) {
         const int r = mt * 16 + g + half * 8;
         sRowMax[warp * C::BM + r] = row_max[mt][half] == -INFINITY ? -INFINITY : row_max[mt][half] * mult;
