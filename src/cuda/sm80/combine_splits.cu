@@ -10,6 +10,7 @@
 #include "common/cuda_check.hpp"
 #include "common/dependent_launch.cuh"
 #include "common/scratch.hpp"
+#include "common/softmax_merge.cuh"
 #include "common/score_mask.cuh"
 #include "common/tensor_core.cuh"
 #include "problem.hpp"
@@ -83,7 +84,7 @@ __global__ void __launch_bounds__(kCombineWarps * 32) combine_splits_kernel(cons
     if (max_lse != -INFINITY) {
 #pragma unroll
       for (int k = 0; k < kSplitsPerLane; ++k) {
-        weight[k] = expf(lse_s[k] - max_lse);  // 0 for splits that saw no key, and past the splits
+        weight[k] = lse_weight(lse_s[k], max_lse);  // 0 for splits that saw no key, and past the splits
         total += weight[k];
       }
     }
@@ -93,8 +94,7 @@ __global__ void __launch_bounds__(kCombineWarps * 32) combine_splits_kernel(cons
 #pragma unroll
     for (int k = 0; k < kSplitsPerLane; ++k) s_weight[lane + 32 * k] = weight[k] * inv_total;
     if (lane == 0 && p.lse != nullptr) {
-      p.lse[lse_offset(p, b, q_start, i, h)] =
-          max_lse == -INFINITY ? -INFINITY : max_lse + logf(total);
+      p.lse[lse_offset(p, b, q_start, i, h)] = merged_lse(max_lse, total);
     }
   }
   __syncthreads();
@@ -167,14 +167,13 @@ __global__ void __launch_bounds__(kRowsPerCta * 32) combine_splits_warp_kernel(c
   float max_lse = lse_s;
 #pragma unroll
   for (int offset = 16; offset > 0; offset /= 2) max_lse = fmaxf(max_lse, __shfl_xor_sync(0xffffffffu, max_lse, offset));
-  float weight = max_lse == -INFINITY ? 0.0f : expf(lse_s - max_lse);  // 0 for splits that saw no key
+  float weight = lse_weight(lse_s, max_lse);  // 0 for splits that saw no key
   float total = weight;
 #pragma unroll
   for (int offset = 16; offset > 0; offset /= 2) total += __shfl_xor_sync(0xffffffffu, total, offset);
   weight = max_lse == -INFINITY ? 0.0f : weight / total;
   if (lane == 0 && p.lse != nullptr) {
-    p.lse[lse_offset(p, b, q_start, i, h)] =
-        max_lse == -INFINITY ? -INFINITY : max_lse + logf(total);
+    p.lse[lse_offset(p, b, q_start, i, h)] = merged_lse(max_lse, total);
   }
 
   const int quads = p.head_dim / 4;
