@@ -27,11 +27,7 @@
 
 #include <cstdint>
 
-#if defined(__CUDACC__)
-#define CUFLASH_HOST_DEVICE __host__ __device__ __forceinline__
-#else
-#define CUFLASH_HOST_DEVICE inline
-#endif
+#include "host_device.hpp"
 
 namespace cuflash::detail {
 

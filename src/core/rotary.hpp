@@ -13,11 +13,7 @@
 // Columns >= rotary_dim are not changed.
 #pragma once
 
-#if defined(__CUDACC__)
-#define CUFLASH_ROTARY_FN __host__ __device__ __forceinline__
-#else
-#define CUFLASH_ROTARY_FN inline
-#endif
+#include "host_device.hpp"
 
 namespace cuflash::detail {
 
@@ -26,14 +22,14 @@ struct RotaryPair {
 };
 
 // The columns of pair `index` (< rotary_dim / 2).
-CUFLASH_ROTARY_FN RotaryPair rotary_pair(int index, int rotary_dim, bool interleaved) {
+CUFLASH_HOST_DEVICE RotaryPair rotary_pair(int index, int rotary_dim, bool interleaved) {
   if (interleaved) return {2 * index, 2 * index + 1};
   return {index, index + rotary_dim / 2};
 }
 
 // The pair that column `column` (< rotary_dim) belongs to: also the column of
 // cos/sin holding its angle.
-CUFLASH_ROTARY_FN int rotary_pair_index(int column, int rotary_dim, bool interleaved) {
+CUFLASH_HOST_DEVICE int rotary_pair_index(int column, int rotary_dim, bool interleaved) {
   if (interleaved) return column / 2;
   const int half = rotary_dim / 2;
   return column < half ? column : column - half;
@@ -42,12 +38,12 @@ CUFLASH_ROTARY_FN int rotary_pair_index(int column, int rotary_dim, bool interle
 // The row of cos/sin that appended key n of a sequence holding `cached` keys
 // before the append is rotated at: its cache row (a leftpad does not move it,
 // as in flash-attn, which adds the leftpad back).
-CUFLASH_ROTARY_FN int rotary_key_position(int cached, int n) { return cached + n; }
+CUFLASH_HOST_DEVICE int rotary_key_position(int cached, int n) { return cached + n; }
 
 // ... and query row i: positional (a causal or windowed call, whose queries
 // follow the cached keys one position each) at cached + i, else every query
 // at cached, as flash-attn does.
-CUFLASH_ROTARY_FN int rotary_query_position(int cached, int i, bool positional) {
+CUFLASH_HOST_DEVICE int rotary_query_position(int cached, int i, bool positional) {
   return positional ? cached + i : cached;
 }
 
@@ -56,7 +52,7 @@ CUFLASH_ROTARY_FN int rotary_query_position(int cached, int i, bool positional) 
 // multiply-add on the device), as the torch operations flash-attn's Python
 // rotary (and cuflash's before it) use; the caller rounds the result once to
 // the tensor's dtype.
-CUFLASH_ROTARY_FN float rotate_value(float x, float partner, float cos, float sin, bool first) {
+CUFLASH_HOST_DEVICE float rotate_value(float x, float partner, float cos, float sin, bool first) {
 #if defined(__CUDA_ARCH__)
   return first ? __fsub_rn(__fmul_rn(x, cos), __fmul_rn(partner, sin))
                : __fadd_rn(__fmul_rn(x, cos), __fmul_rn(partner, sin));

@@ -21,7 +21,6 @@ namespace {
 struct BackwardScratch {
   BackwardScratch(int dim, int key_tiles, std::int64_t gradient_rows)
       : queries(kQueryBlock * dim),
-        scaled_queries(kQueryBlock * dim),
         output_grads(kQueryBlock * dim),
         query_grads(kQueryBlock * dim),
         probabilities(kQueryBlock * kKeyTile),
@@ -40,7 +39,6 @@ struct BackwardScratch {
         value_grads(static_cast<std::size_t>(gradient_rows) * dim) {}
 
   std::vector<float> queries;                   // [kQueryBlock][dim] as stored
-  std::vector<float> scaled_queries;            // times ScoreModel::query_scale, for scores
   std::vector<float> output_grads;              // dout [kQueryBlock][dim]
   std::vector<float> query_grads;               // dq [kQueryBlock][dim]
   std::vector<float> probabilities;             // P [kQueryBlock][kKeyTile] (scores first)
@@ -146,15 +144,14 @@ class BackwardRunner {
     const int kv_len = problem_.kv_len(b);
     const int row_count = std::min(kQueryBlock, q_len - first_row);
     const int rows_padded = round_up4(row_count);
-    const float slope_log2e = model_.alibi_slope_log2e(b, head);
+    const ScoreRules rules = model_.rules(b, head);
 
     load_query_block(b, head, first_row, row_count, scratch);
     std::fill(scratch.query_grads.begin(), scratch.query_grads.end(), 0.0f);
 
     KeyRange block{kv_len, -1};
     for (int r = 0; r < row_count; ++r) {
-      const KeyRange keys =
-          model_.visible_keys(model_.query_position(first_row + r, q_len, kv_len), problem_.kv_first(b), kv_len);
+      const KeyRange keys = ScoreModel::visible_keys(rules, first_row + r);
       if (keys.empty()) continue;
       block.first = std::min(block.first, keys.first);
       block.last = std::max(block.last, keys.last);
@@ -166,12 +163,12 @@ class BackwardRunner {
       const float* keys = &scratch.keys[static_cast<std::int64_t>(first_key) * dim_];
       const float* keys_transposed = &scratch.keys_transposed[tile * dim_ * kKeyTile];
       const float* values_transposed = &scratch.values_transposed[tile * dim_ * kKeyTile];
-      multiply_add<false>(scratch.scaled_queries.data(), dim_, keys_transposed, kKeyTile,
+      multiply_add<false>(scratch.queries.data(), dim_, keys_transposed, kKeyTile,
                           scratch.probabilities.data(), kKeyTile, rows_padded, key_cols, dim_);
       multiply_add<false>(scratch.output_grads.data(), dim_, values_transposed, kKeyTile,
                           scratch.score_grads.data(), kKeyTile, rows_padded, key_cols, dim_);
       for (int r = 0; r < row_count; ++r)
-        score_gradients(b, head, r, first_row + r, q_len, kv_len, first_key, key_count, slope_log2e, scratch);
+        score_gradients(b, head, r, first_row + r, first_key, key_count, rules, scratch);
       for (int r = row_count; r < rows_padded; ++r) {
         std::fill_n(&scratch.probabilities[r * kKeyTile], kKeyTile, 0.0f);
         std::fill_n(&scratch.score_grads[r * kKeyTile], kKeyTile, 0.0f);
@@ -204,16 +201,12 @@ class BackwardRunner {
 
   void load_query_block(int b, int head, int first_row, int row_count, BackwardScratch& scratch) const {
     std::fill(scratch.queries.begin(), scratch.queries.end(), 0.0f);
-    std::fill(scratch.scaled_queries.begin(), scratch.scaled_queries.end(), 0.0f);
     std::fill(scratch.output_grads.begin(), scratch.output_grads.end(), 0.0f);
-    const float scale = model_.query_scale();
     for (int r = 0; r < row_count; ++r) {
       const int row = first_row + r;
       float* query = &scratch.queries[r * dim_];
-      float* scaled_query = &scratch.scaled_queries[r * dim_];
       float* output_grad = &scratch.output_grads[r * dim_];
       load_row(problem_.q, address_.query(problem_.q, b, row, head), problem_.head_dim, query);
-      for (int d = 0; d < problem_.head_dim; ++d) scaled_query[d] = query[d] * scale;
       load_row(problem_.dout, address_.query(problem_.dout, b, row, head), problem_.head_dim, output_grad);
       load_row(problem_.out, address_.query(problem_.out, b, row, head), problem_.head_dim, scratch.row.data());
       // Accumulated in double: D_i is subtracted from every dP_ij of the row.
@@ -227,8 +220,8 @@ class BackwardRunner {
 
   // Row r of the tile: scores -> P, dP -> softmax_scale * dS, in place. With
   // dropout (Z = mask / (1 - p)): dS = P (Z dP - D) and P becomes Z P, for dv.
-  void score_gradients(int b, int head, int r, int row, int q_len, int kv_len, std::int64_t first_key,
-                       int key_count, float slope_log2e, BackwardScratch& scratch) const {
+  void score_gradients(int b, int head, int r, int row, int first_key, int key_count, const ScoreRules& rules,
+                       BackwardScratch& scratch) const {
     float* probabilities = &scratch.probabilities[r * kKeyTile];
     float* score_grads = &scratch.score_grads[r * kKeyTile];
     const float lse_log2 = scratch.row_lse_log2[r];
@@ -238,10 +231,8 @@ class BackwardRunner {
       std::fill_n(score_grads, kKeyTile, 0.0f);
       return;
     }
-    const std::int64_t position = model_.query_position(row, q_len, kv_len);
     float* softcap_tanh = model_.has_softcap() ? scratch.softcap_tanh.data() : nullptr;
-    model_.finish_scores(probabilities, key_count, first_key, position,
-                         model_.visible_keys(position, problem_.kv_first(b), kv_len), slope_log2e, softcap_tanh);
+    ScoreModel::finish_scores(probabilities, key_count, first_key, row, rules, softcap_tanh);
     const float delta = scratch.row_delta[r];
     const float scale = problem_.softmax_scale;
     exp2_shifted(probabilities, key_count, lse_log2);
@@ -251,14 +242,14 @@ class BackwardRunner {
         const bool kept = dropout_keeps(problem_.dropout, b, head, problem_.heads_q, row, first_key + j);
         const float z = kept ? keep_scale : 0.0f;
         float grad = probabilities[j] * (score_grads[j] * z - delta);
-        if (softcap_tanh) grad *= 1.0f - softcap_tanh[j] * softcap_tanh[j];
+        if (softcap_tanh) grad *= ScoreRules::softcap_grad(softcap_tanh[j]);
         score_grads[j] = grad * scale;
         probabilities[j] *= z;
       }
     } else {
       for (int j = 0; j < key_count; ++j) {
         float grad = probabilities[j] * (score_grads[j] - delta);
-        if (softcap_tanh) grad *= 1.0f - softcap_tanh[j] * softcap_tanh[j];
+        if (softcap_tanh) grad *= ScoreRules::softcap_grad(softcap_tanh[j]);
         score_grads[j] = grad * scale;
       }
     }

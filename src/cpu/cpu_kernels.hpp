@@ -13,6 +13,7 @@
 
 #include "linear_problem.hpp"
 #include "problem.hpp"
+#include "score_rules.hpp"
 
 namespace cuflash::detail::cpu {
 
@@ -33,8 +34,6 @@ void run_linear_backward(const LinearProblem& problem);
 
 inline constexpr int kQueryBlock = 32;  // query rows that share one pass over the key tiles
 inline constexpr int kKeyTile = 64;     // keys per inner-loop tile
-inline constexpr float kLog2e = 1.4426950408889634f;
-inline constexpr float kLn2 = 0.6931471805599453f;
 inline constexpr float kNegInf = -std::numeric_limits<float>::infinity();
 
 // Row length of every float scratch row: head_dim rounded up to the 8-wide
@@ -192,43 +191,40 @@ struct KeyRange {
   bool empty() const { return first > last; }
 };
 
-// Everything about a score except q.k: scale, softcap, alibi, window mask.
+// Everything about a score except q.k, for the CPU kernels: the shared
+// score rules (score_rules.hpp: scale, softcap, ALiBi, the window mask) of
+// each (sequence, head), attention sinks and dropout.
 class ScoreModel {
  public:
-  explicit ScoreModel(const Problem& problem)
-      : problem_(problem),
-        softcap_log2e_(problem.softcap * kLog2e),
-        // Folded into q: with softcap the tanh argument scale*dot/softcap is
-        // what the dot product yields; without, the base-2 score itself.
-        query_scale_(problem.softcap > 0.0f ? problem.softmax_scale / problem.softcap
-                                            : problem.softmax_scale * kLog2e) {}
+  explicit ScoreModel(const Problem& problem) : problem_(problem) {}
 
-  float query_scale() const { return query_scale_; }
   bool has_softcap() const { return problem_.softcap > 0.0f; }
 
-  // Position of query `row` on the key axis: bottom-right aligned, or the
-  // call's diagonal_offset.
-  std::int64_t query_position(int row, int q_len, int kv_len) const {
-    return static_cast<std::int64_t>(row) +
-           (problem_.has_diagonal_offset ? problem_.diagonal_offset : static_cast<std::int64_t>(kv_len) - q_len);
+  // The rules of sequence b without ALiBi: which keys its query rows see
+  // (bottom-right aligned, or the call's diagonal_offset) and the scales.
+  ScoreRules sequence_rules(int b) const {
+    const int q_len = problem_.q_len(b), kv_len = problem_.kv_len(b);
+    // |diagonal_offset| <= 2^30 (validate).
+    const int offset = problem_.has_diagonal_offset ? static_cast<int>(problem_.diagonal_offset) : kv_len - q_len;
+    ScoreRules r;
+    r.set_sequence(q_len, kv_len, problem_.kv_first(b), offset, problem_.window_left, problem_.window_right);
+    r.set_scales(problem_.softmax_scale, problem_.softmax_scale * kLog2e, problem_.softcap);
+    r.set_transformed(problem_.has_alibi);
+    return r;
+  }
+  // The rules of (sequence b, query head): sequence_rules with the head's
+  // ALiBi slope.
+  ScoreRules rules(int b, int head) const {
+    ScoreRules r = sequence_rules(b);
+    if (problem_.has_alibi) r.alibi_log2 = alibi_slope_log2e(b, head);
+    return r;
   }
 
-  // Keys a query at `position` sees among its sequence's keys [kv_first, kv_len)
-  // (Problem::kv_first, kv_len).
-  KeyRange visible_keys(std::int64_t position, int kv_first, int kv_len) const {
-    KeyRange range{kv_first, static_cast<std::int64_t>(kv_len) - 1};
-    if (problem_.window_left >= 0) range.first = std::max<std::int64_t>(range.first, position - problem_.window_left);
-    if (problem_.window_right >= 0) range.last = std::min<std::int64_t>(range.last, position + problem_.window_right);
-    return range;
-  }
-
-  // The alibi slope of (sequence, query head), times log2(e); 0 without alibi.
-  float alibi_slope_log2e(int batch_index, int head) const {
-    if (!problem_.has_alibi) return 0.0f;
-    const TensorView& slopes = problem_.alibi_slopes;
-    const std::int64_t offset = problem_.alibi_per_batch ? batch_index * slopes.strides[0] + head * slopes.strides[1]
-                                                         : head * slopes.strides[0];
-    return static_cast<const float*>(slopes.data)[offset] * kLog2e;
+  // Keys query row `row` sees (an inclusive range, empty when none).
+  static KeyRange visible_keys(const ScoreRules& rules, int row) {
+    int lo = 0, hi = 0;
+    rules.row_keys(row, &lo, &hi);
+    return {lo, static_cast<std::int64_t>(hi) - 1};
   }
 
   // The attention sink of a query head, times log2(e); -inf without sinks
@@ -248,24 +244,23 @@ class ScoreModel {
   // 1 / (1 - dropout_p): the scale of the kept entries.
   float dropout_scale() const { return problem_.dropout_keep_scale(); }
 
-  // Turns count prescaled dot products (keys first_key..) into base-2 scores
-  // in place: softcap, then alibi, then -inf outside `visible`. With softcap,
-  // tanh_out (if given) receives tanh of each raw score for the backward.
-  void finish_scores(float* scores, int count, std::int64_t first_key, std::int64_t position, KeyRange visible,
-                     float slope_log2e, float* tanh_out) const {
-    if (has_softcap()) {
+  // Turns the count dot products of query row `row` with keys first_key..
+  // into base-2 scores in place: the rules' scale, softcap and ALiBi, then
+  // -inf outside the row's visible keys. With softcap, tanh_out (if given)
+  // receives softcap's tanh of each score for the backward
+  // (ScoreRules::softcap_grad).
+  static void finish_scores(float* scores, int count, int first_key, int row, const ScoreRules& rules,
+                            float* tanh_out) {
+    if (rules.transformed) {
       for (int j = 0; j < count; ++j) {
-        const float squashed = std::tanh(scores[j]);
+        float squashed;
+        scores[j] = rules.logit2(scores[j], row, first_key + j, rules.alibi_log2, &squashed);
         if (tanh_out) tanh_out[j] = squashed;
-        scores[j] = softcap_log2e_ * squashed;
       }
+    } else {
+      for (int j = 0; j < count; ++j) scores[j] *= rules.scale_log2;
     }
-    if (slope_log2e != 0.0f) {
-      for (int j = 0; j < count; ++j) {
-        const std::int64_t distance = position - (first_key + j);
-        scores[j] -= slope_log2e * static_cast<float>(distance < 0 ? -distance : distance);
-      }
-    }
+    const KeyRange visible = visible_keys(rules, row);
     const std::int64_t visible_begin = std::clamp<std::int64_t>(visible.first - first_key, 0, count);
     const std::int64_t visible_end = std::clamp<std::int64_t>(visible.last + 1 - first_key, visible_begin, count);
     for (std::int64_t j = 0; j < visible_begin; ++j) scores[j] = kNegInf;
@@ -273,9 +268,15 @@ class ScoreModel {
   }
 
  private:
+  // The alibi slope of (sequence, query head), times log2(e).
+  float alibi_slope_log2e(int batch_index, int head) const {
+    const TensorView& slopes = problem_.alibi_slopes;
+    const std::int64_t offset = problem_.alibi_per_batch ? batch_index * slopes.strides[0] + head * slopes.strides[1]
+                                                         : head * slopes.strides[0];
+    return static_cast<const float*>(slopes.data)[offset] * kLog2e;
+  }
+
   const Problem& problem_;
-  float softcap_log2e_;
-  float query_scale_;
 };
 
 }  // namespace cuflash::detail::cpu

@@ -39,7 +39,7 @@ struct ForwardScratch {
         values(static_cast<std::size_t>(key_tiles) * kKeyTile * dim),
         rotary(rotary_floats) {}
 
-  std::vector<float> queries;          // [kQueryBlock][dim], times ScoreModel::query_scale
+  std::vector<float> queries;          // [kQueryBlock][dim]
   std::vector<float> probabilities;    // [kQueryBlock][kKeyTile]: scores, then exp2'd in place
   std::vector<float> accumulator;      // [kQueryBlock][dim], unnormalized out
   std::vector<float> row;              // [dim]: one row on its way to or from storage
@@ -78,11 +78,10 @@ void append_to_cache(const Problem& problem) {
 
 // Keys any of rows [first_row, end_row) of sequence b may see, as one inclusive range.
 KeyRange rows_keys(const Problem& problem, const ScoreModel& model, int b, int first_row, int end_row) {
-  const int q_len = problem.q_len(b);
-  const int kv_len = problem.kv_len(b);
-  KeyRange all{kv_len, -1};
+  const ScoreRules rules = model.sequence_rules(b);
+  KeyRange all{problem.kv_len(b), -1};
   for (int row = first_row; row < end_row; ++row) {
-    const KeyRange keys = model.visible_keys(model.query_position(row, q_len, kv_len), problem.kv_first(b), kv_len);
+    const KeyRange keys = ScoreModel::visible_keys(rules, row);
     if (keys.empty()) continue;
     all.first = std::min(all.first, keys.first);
     all.last = std::max(all.last, keys.last);
@@ -167,11 +166,9 @@ class ForwardRunner {
  private:
   void run_block(int b, int head, int first_row, int row_count, int first_loaded_tile,
                  ForwardScratch& scratch) const {
-    const int q_len = problem_.q_len(b);
-    const int kv_first = problem_.kv_first(b);
     const int kv_len = problem_.kv_len(b);
     const int rows_padded = round_up4(row_count);
-    const float slope_log2e = model_.alibi_slope_log2e(b, head);
+    const ScoreRules rules = model_.rules(b, head);
 
     load_queries(b, head, first_row, row_count, scratch);
     std::fill(scratch.accumulator.begin(), scratch.accumulator.end(), 0.0f);
@@ -192,10 +189,8 @@ class ForwardRunner {
         multiply_add<false>(scratch.queries.data(), dim_, keys_transposed, kKeyTile, scratch.probabilities.data(),
                             kKeyTile, rows_padded, (key_count + 7) / 8 * 8, dim_);
         for (int r = 0; r < row_count; ++r) {
-          const std::int64_t position = model_.query_position(first_row + r, q_len, kv_len);
           float* scores = &scratch.probabilities[r * kKeyTile];
-          model_.finish_scores(scores, key_count, first_key, position,
-                               model_.visible_keys(position, kv_first, kv_len), slope_log2e, nullptr);
+          ScoreModel::finish_scores(scores, key_count, first_key, first_row + r, rules, nullptr);
           softmax_update(r, scores, key_count, scratch);
           // The sum above keeps every entry: dropout acts on normalized probabilities.
           model_.drop(scores, key_count, b, head, first_row + r, first_key);
@@ -209,12 +204,10 @@ class ForwardRunner {
 
   void load_queries(int b, int head, int first_row, int row_count, ForwardScratch& scratch) const {
     std::fill(scratch.queries.begin(), scratch.queries.end(), 0.0f);
-    const float scale = model_.query_scale();
     for (int r = 0; r < row_count; ++r) {
       float* query = &scratch.queries[r * dim_];
       load_row(problem_.q, address_.query(problem_.q, b, first_row + r, head), problem_.head_dim, query);
       if (rotary_.enabled()) rotary_.rotate_query(query, b, first_row + r, scratch.rotary.data());
-      for (int d = 0; d < problem_.head_dim; ++d) query[d] *= scale;
     }
   }
 
@@ -304,22 +297,19 @@ void write_attention_probabilities(const Problem& problem) {
     };
     for (std::int64_t i = 0; i < problem.max_q_len; ++i)
       for (std::int64_t j = 0; j < problem.probs_kv_len; ++j) *at(i, j) = 0.0f;
-    const float slope_log2e = model.alibi_slope_log2e(b, head);
+    const ScoreRules rules = model.rules(b, head);
     const float sink = model.sink_log2e(head);
     for (int i = 0; i < q_len; ++i) {
       load_row(problem.q, address.query(problem.q, b, i, head), dim, query.data());
       if (rotary.enabled()) rotary.rotate_query(query.data(), b, i, rotary_scratch.data());
-      for (float& x : query) x *= model.query_scale();
       for (int j = 0; j < kv_len; ++j) {
         load_row(problem.k, address.key(problem.k, b, j, head_kv), dim, key.data());
         float dot = 0.0f;
         for (int d = 0; d < dim; ++d) dot += query[d] * key[d];
         scores[j] = dot;
       }
-      const std::int64_t position = model.query_position(i, q_len, kv_len);
       // Keys before kv_first (a leftpad's rows, whatever they hold) become -inf here.
-      model.finish_scores(scores.data(), kv_len, 0, position, model.visible_keys(position, problem.kv_first(b), kv_len),
-                          slope_log2e, nullptr);
+      ScoreModel::finish_scores(scores.data(), kv_len, 0, i, rules, nullptr);
       float max_score = sink;
       for (int j = 0; j < kv_len; ++j) max_score = std::max(max_score, scores[j]);
       // No key and no sink: every p_ij is 0 (the sign still carries the mask).

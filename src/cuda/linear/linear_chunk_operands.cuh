@@ -59,7 +59,7 @@ constexpr PassRoles pass_roles(Pass pass) {
 constexpr bool of_query_head(Operand op) { return op == Operand::query || op == Operand::query_over_den || op == Operand::dout; }
 constexpr bool of_key_dim(Operand op) { return op != Operand::value && op != Operand::dout; }
 
-CUFLASH_LINEAR_HD int operand_width(const LinearParams& p, Operand op) {
+CUFLASH_HOST_DEVICE int operand_width(const LinearParams& p, Operand op) {
   return of_key_dim(op) ? p.key_dim : p.value_dim;
 }
 
@@ -125,7 +125,7 @@ __device__ __forceinline__ void load_operand_async(T* tile, const LinearParams& 
 // the operand up to operand_multiplier's constant (rows past the sequence
 // are zero-filled by the load), and the kernels apply that constant to their
 // fp32 products instead: a pass of tiles and a barrier saved per operand.
-CUFLASH_LINEAR_HD bool transformed_in_tile(const LinearParams& p, Operand op) {
+CUFLASH_HOST_DEVICE bool transformed_in_tile(const LinearParams& p, Operand op) {
   switch (op) {
     case Operand::query:
     case Operand::key: return p.map != Map::identity;
@@ -135,7 +135,7 @@ CUFLASH_LINEAR_HD bool transformed_in_tile(const LinearParams& p, Operand op) {
 }
 
 // The constant a products' user multiplies by for an untransformed tile (the scale of φ(q)).
-CUFLASH_LINEAR_HD float operand_multiplier(const LinearParams& p, Operand op) {
+CUFLASH_HOST_DEVICE float operand_multiplier(const LinearParams& p, Operand op) {
   const bool of_queries = op == Operand::query || op == Operand::query_over_den;
   return of_queries && !transformed_in_tile(p, op) ? p.scale : 1.0f;
 }

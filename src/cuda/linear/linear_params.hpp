@@ -6,12 +6,7 @@
 #include <cstdint>
 
 #include "cuflash/linear_attention.hpp"
-
-#ifdef __CUDACC__
-#define CUFLASH_LINEAR_HD __host__ __device__ __forceinline__
-#else
-#define CUFLASH_LINEAR_HD inline
-#endif
+#include "host_device.hpp"
 
 namespace cuflash::detail::linear {
 
@@ -30,7 +25,7 @@ struct StateView {
   float* data = nullptr;
   std::int64_t batch_stride = 0, head_stride = 0, row_stride = 0;
 
-  CUFLASH_LINEAR_HD float* at(int b, int hk, int i) const {
+  CUFLASH_HOST_DEVICE float* at(int b, int hk, int i) const {
     return data + b * batch_stride + hk * head_stride + i * row_stride;
   }
 };
