@@ -1,22 +1,33 @@
 #!/usr/bin/env bash
 # Runs on the GPU machine, in one invocation: builds with all cores, runs the
-# whole test suite (GPU tests included), compute-sanitizer memcheck and
-# racecheck over a representative subset of the GPU tests, and `cuflash run`.
-# Full logs go to $OUT (or build-gpu/logs): build.log, ctest.log,
-# sanitizer-memcheck.log, sanitizer-racecheck.log, cuflash-run.log, and a
-# concise summary, gpu-check-summary.md, also printed at the end.
+# whole test suite (GPU tests included), the Hopper forward's other paths,
+# compute-sanitizer's four tools side by side over a representative subset
+# of the GPU tests, and `cuflash run`. Full logs go to build-gpu/logs
+# (CUFLASH_BUILD_DIR/logs): build.log, ctest.log, sm80-forward.log,
+# tma-walk.log, tma-store-off.log, sanitizer-<tool>.log, cuflash-run.log,
+# sweep.log, and a concise summary, gpu-check-summary.md, also printed at
+# the end; with $OUT set (the device tool), the summary and logs.tar.gz (all
+# the logs) are copied there, two files of the eight that come back.
 #   CUFLASH_COMMIT=$(git rev-parse --short HEAD) scripts/gpu-check.sh
 # Knobs (environment):
-#   CUFLASH_GPU_CHECK_STEPS  steps to run, default "build ctest sm80fwd memcheck racecheck run"
+#   CUFLASH_GPU_CHECK_STEPS  steps to run, default "build ctest sm80fwd tma memcheck
+#                            racecheck synccheck initcheck run"
 #                            (sm80fwd: the CUDA forward tests again with
 #                            CUFLASH_SM90_FORWARD=0, so that on Hopper the sm80
 #                            kernel, which the wgmma kernel replaces there for head
-#                            dims 64/128/192/256, is tested too)
+#                            dims 64/128/192/256, is tested too; tma: the TMA
+#                            kernel's cases again with the persistent walk forced
+#                            on every call, CUFLASH_TMA_PERSISTENT=1, and with the
+#                            TMA store off, CUFLASH_TMA_STORE=0; sweep, not in the
+#                            default: bench/prefill.py's forward points at D = 64,
+#                            128, 256 with the peers, into logs.tar.gz)
 #                            (e.g. "build" in one call, "ctest memcheck racecheck run"
 #                            in the next, while the machine stays warm: build-gpu/
 #                            is git-ignored, so the device tool keeps it)
 #   CUFLASH_SANITIZE_FILTER  gtest filter of the sanitizer runs, default
-#                            "Sanitize*:*MergeStatesGpu*": the tests named Sanitize*
+#                            "Sanitize*:*MergeStatesGpu*:HopperTma/*" (the sanitizers
+#                            run with the TMA walk forced, so that the TMA cases
+#                            run every TMA kernel both ways): the tests named Sanitize*
 #                            (every kernel once with small shapes: forward bf16/fp16 at
 #                            head dims 32..256, causal, window/softcap/ALiBi, varlen,
 #                            split-KV, backward atomic and deterministic, the f32
@@ -30,8 +41,10 @@
 #                            wgmma), which racecheck does not model, so it reports
 #                            hazards inside NVIDIA's code that say nothing about ours
 #                            (seen: 84, all in cudnn_generated_* kernels); memcheck
-#                            still runs them
-#   CUFLASH_SANITIZE_TIMEOUT seconds per sanitizer run, default 300
+#                            still runs them; synccheck and initcheck take this
+#                            filter too (our kernels)
+#   CUFLASH_SANITIZE_TIMEOUT seconds per sanitizer run, default 300 (the tools run
+#                            side by side, so this bounds the step)
 #   CUFLASH_BUILD_DIR        build directory, default build-gpu
 # GoogleTest: the system's if installed, else the sources carried in .deps/googletest;
 # the cuDNN backend: the frontend headers carried in .deps/cudnn-frontend and
@@ -40,11 +53,12 @@
 set -uo pipefail
 cd "$(dirname "$0")/.."
 build=${CUFLASH_BUILD_DIR:-build-gpu}
-logs=${OUT:-$build/logs}
+logs=$build/logs
+rm -rf "$logs"
 mkdir -p "$logs"
 summary=$logs/gpu-check-summary.md
-steps=" ${CUFLASH_GPU_CHECK_STEPS:-build ctest sm80fwd memcheck racecheck run} "
-sanitize_filter=${CUFLASH_SANITIZE_FILTER:-'Sanitize*:*MergeStatesGpu*'}
+steps=" ${CUFLASH_GPU_CHECK_STEPS:-build ctest sm80fwd tma memcheck racecheck synccheck initcheck run} "
+sanitize_filter=${CUFLASH_SANITIZE_FILTER:-'Sanitize*:*MergeStatesGpu*:HopperTma/*'}
 racecheck_filter=${CUFLASH_RACECHECK_FILTER:-"$sanitize_filter-*Cudnn*"}
 export PATH=/usr/local/cuda/bin:$PATH
 gtest_args=()
@@ -54,6 +68,36 @@ wants() { [[ $steps == *" $1 "* ]]; }
 say() { echo "$*" >>"$summary"; }
 now() { date +%s; }
 status_all=0
+# The summary and every log, to $OUT where the device tool collects them.
+finish() {
+  cat "$summary"
+  if [ -n "${OUT:-}" ]; then
+    cp "$summary" "$OUT/"
+    tar -czf "$OUT/logs.tar.gz" -C "$logs" .
+  fi
+  exit "$1"
+}
+# gtest's totals of a log: "N passed, M failed, K skipped".
+totals() {
+  local passed failed skipped
+  passed=$(grep -E '^\[  PASSED  \]' "$1" | grep -oE '[0-9]+' | head -1)
+  failed=$(grep -E '^\[  FAILED  \] [0-9]+ tests?' "$1" | grep -oE '[0-9]+' | head -1)
+  skipped=$(grep -E '^\[  SKIPPED \] [0-9]+ tests?' "$1" | grep -oE '[0-9]+' | head -1)
+  echo "${passed:-0} passed, ${failed:-0} failed, ${skipped:-0} skipped"
+}
+# One run of the GPU tests: gpu_tests LOG "WHAT" [ENV=VALUE ...] FILTER.
+gpu_tests() {
+  local log=$logs/$1 what=$2 start status filter settings
+  shift 2
+  filter=${!#}
+  settings=("${@:1:$#-1}")
+  start=$(now)
+  env "${settings[@]}" "$build/tests/cuflash_gpu_tests" --gtest_filter="$filter" >"$log" 2>&1
+  status=$?
+  [ $status -eq 0 ] || status_all=1
+  say "- $what: status $status in $(( $(now) - start )) s; $(totals "$log")"
+  grep -E '^\[  FAILED  \] .*\.' "$log" | head -20 | sed 's/^\[  FAILED  \] /  - failed: /' >>"$summary"
+}
 
 : >"$summary"
 say "# GPU check"
@@ -77,8 +121,7 @@ if wants build; then
     say '```'
     tail -30 "$logs/build.log" >>"$summary"
     say '```'
-    cat "$summary"
-    exit 1
+    finish 1
   fi
 fi
 
@@ -129,34 +172,50 @@ if wants ctest; then
 fi
 
 if wants sm80fwd; then
-  start=$(now)
-  CUFLASH_SM90_FORWARD=0 "$build/tests/cuflash_gpu_tests" --gtest_filter='*CudaForward*' >"$logs/sm80-forward.log" 2>&1
-  sm80_status=$?
-  [ $sm80_status -eq 0 ] || status_all=1
-  say "- CUDA forward tests with CUFLASH_SM90_FORWARD=0 (the sm80 kernel on this GPU): status $sm80_status in $(( $(now) - start )) s; $(grep -E '^\[  PASSED  \]|^\[  FAILED  \]|^\[  SKIPPED \]' "$logs/sm80-forward.log" | head -3 | tr '\n' ' ')"
+  gpu_tests sm80-forward.log "CUDA forward tests with CUFLASH_SM90_FORWARD=0 (the sm80 kernel on this GPU)" \
+    CUFLASH_SM90_FORWARD=0 '*CudaForward*'
 fi
 
-for tool in memcheck racecheck; do
-  wants $tool || continue
+if wants tma; then
+  gpu_tests tma-walk.log "TMA forward cases with the persistent walk forced (CUFLASH_TMA_PERSISTENT=1)" \
+    CUFLASH_TMA_PERSISTENT=1 'HopperTma/*'
+  gpu_tests tma-store-off.log "TMA forward and varlen cases with the TMA store off (CUFLASH_TMA_STORE=0)" \
+    CUFLASH_TMA_STORE=0 'HopperTma/*:Varlen/CudaForward.*'
+fi
+
+# The sanitizers chosen run side by side (each on its own process; the GPU
+# has room for all four), with the TMA walk forced.
+sanitizers=()
+for tool in memcheck racecheck synccheck initcheck; do wants $tool && sanitizers+=("$tool"); done
+if [ ${#sanitizers[@]} -gt 0 ]; then
   command -v compute-sanitizer >/dev/null || say "- compute-sanitizer: not found on PATH"
-  log=$logs/sanitizer-$tool.log
-  filter=$sanitize_filter
-  [ "$tool" = racecheck ] && filter=$racecheck_filter
   start=$(now)
-  # No guard bytes around the test's tensors: memcheck then sees a read past any of them.
-  CUFLASH_TEST_NO_GUARDS=1 timeout "${CUFLASH_SANITIZE_TIMEOUT:-300}" compute-sanitizer --tool "$tool" --error-exitcode 3 "$build/tests/cuflash_gpu_tests" \
-    --gtest_filter="$filter" >"$log" 2>&1
-  status=$?
-  [ $status -eq 0 ] || status_all=1
-  ran=$(grep -E '^\[==========\] [0-9]+ tests? from .* ran' "$log" | tail -1 | grep -oE '[0-9]+ tests?' | head -1)
-  passed=$(grep -E '^\[  PASSED  \]' "$log" | grep -oE '[0-9]+' | head -1)
-  failed=$(grep -E '^\[  FAILED  \] [0-9]+ tests?' "$log" | grep -oE '[0-9]+' | head -1)
-  skipped=$(grep -E '^\[  SKIPPED \] [0-9]+ tests?' "$log" | grep -oE '[0-9]+' | head -1)
-  result=$(grep -E 'ERROR SUMMARY|RACECHECK SUMMARY' "$log" | tail -1 | sed 's/^=* *//')
-  say "- compute-sanitizer $tool (filter '$filter'): status $status in $(( $(now) - start )) s;" \
-    "${ran:-0 tests} ran, ${passed:-0} passed, ${failed:-0} failed, ${skipped:-0} skipped; ${result:-no summary line}"
-  grep -E '^\[  FAILED  \] .*\.' "$log" | head -20 | sed 's/^\[  FAILED  \] /  - failed: /' >>"$summary"
-done
+  pids=()
+  for tool in "${sanitizers[@]}"; do
+    filter=$sanitize_filter
+    [ "$tool" = memcheck ] || filter=$racecheck_filter
+    # No guard bytes around the test's tensors: memcheck then sees a read past any of them.
+    CUFLASH_TMA_PERSISTENT=1 CUFLASH_TEST_NO_GUARDS=1 timeout "${CUFLASH_SANITIZE_TIMEOUT:-300}" \
+      compute-sanitizer --tool "$tool" --error-exitcode 3 "$build/tests/cuflash_gpu_tests" \
+      --gtest_filter="$filter" >"$logs/sanitizer-$tool.log" 2>&1 &
+    pids+=($!)
+  done
+  i=0
+  for tool in "${sanitizers[@]}"; do
+    # (each pid by name: a bare `wait` would also wait on a caller's process substitution)
+    wait "${pids[$i]}"
+    status=$?
+    i=$((i + 1))
+    [ $status -eq 0 ] || status_all=1
+    log=$logs/sanitizer-$tool.log
+    filter=$sanitize_filter
+    [ "$tool" = memcheck ] || filter=$racecheck_filter
+    result=$(grep -E 'ERROR SUMMARY|RACECHECK SUMMARY' "$log" | tail -1 | sed 's/^=* *//')
+    say "- compute-sanitizer $tool (filter '$filter', walk forced): status $status; $(totals "$log"); ${result:-no summary line}"
+    grep -E '^\[  FAILED  \] .*\.' "$log" | head -20 | sed 's/^\[  FAILED  \] /  - failed: /' >>"$summary"
+  done
+  say "  - the sanitizers side by side: $(( $(now) - start )) s"
+fi
 
 if wants run; then
   "$build/bin/cuflash" run >"$logs/cuflash-run.log" 2>&1
@@ -165,5 +224,14 @@ if wants run; then
   say "- cuflash run: status $run_status"
 fi
 
-cat "$summary"
-exit $status_all
+if wants sweep; then
+  start=$(now)
+  python3 bench/prefill.py --cuflash "$build/bin/cuflash" --commit "${CUFLASH_COMMIT:-unknown}" --passes fwd \
+    --head-dims 64,128,256 --seqlens 512,1024,2048,16384 --backends cuflash_cuda,cuflash_cudnn,torch_cudnn \
+    --out-dir "$logs" >"$logs/sweep.log" 2>&1
+  status=$?
+  [ $status -eq 0 ] || status_all=1
+  say "- forward sweep: status $status in $(( $(now) - start )) s (prefill.md and prefill.json in logs.tar.gz)"
+fi
+
+finish $status_all
