@@ -6,6 +6,7 @@
 
 #include "cpu_kernels.hpp"
 #include "parallel_for.hpp"
+#include "softmax_merge.hpp"
 #include "tensor_access.hpp"
 
 namespace cuflash::detail::cpu {
@@ -41,22 +42,17 @@ void run_merge(const MergeProblem& problem) {
       load_row(problem.out_a, out_offset(problem.out_a, b, s, h), dim, row_a);
       load_row(problem.out_b, out_offset(problem.out_b, b, s, h), dim, row_b);
 
-      const float lse_max = std::max(lse_a, lse_b);
-      float lse = kNegInf;
-      if (lse_max == kNegInf) {
-        std::fill_n(row_a, dim, 0.0f);
+      // The shared rule (softmax_merge.hpp), in double here.
+      const MergedLseOf<double> merged = merge_lse<double>(lse_a, lse_b);
+      if (merged.lse == kNegInf) {
+        std::fill_n(row_a, dim, 0.0f);  // (whatever the empty sides' rows hold)
       } else {
-        // Weights relative to the larger lse, so neither exp overflows.
-        const double weight_a = std::exp(static_cast<double>(lse_a) - lse_max);
-        const double weight_b = std::exp(static_cast<double>(lse_b) - lse_max);
-        const double total = weight_a + weight_b;
-        lse = static_cast<float>(lse_max + std::log(total));
-        const float share_a = static_cast<float>(weight_a / total);
-        const float share_b = static_cast<float>(weight_b / total);
+        const float share_a = static_cast<float>(merged.weight_a);
+        const float share_b = static_cast<float>(merged.weight_b);
         for (int d = 0; d < dim; ++d) row_a[d] = share_a * row_a[d] + share_b * row_b[d];
       }
       store_row(problem.out, out_offset(problem.out, b, s, h), dim, row_a);
-      store_f32(problem.lse, lse_offset(problem.lse, b, s, h), lse);
+      store_f32(problem.lse, lse_offset(problem.lse, b, s, h), static_cast<float>(merged.lse));
     }
   });
 }

@@ -10,7 +10,7 @@
 #include "common/cuda_check.hpp"
 #include "common/element_io.cuh"
 #include "common/scratch.hpp"
-#include "common/softmax_merge.cuh"
+#include "softmax_merge.hpp"
 
 namespace cuflash::detail {
 

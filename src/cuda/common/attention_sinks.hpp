@@ -2,7 +2,7 @@
 // kernels: a sink is one more softmax state with lse = sinks[h] and no
 // value, so the forward runs as if there were none and then merges that state
 // into every row (out *= exp(lse - lse'), lse' = log(exp(lse) + exp(sink));
-// softmax_merge.cuh's rule). The backward needs nothing more for dq, dk, dv
+// softmax_merge.hpp's rule). The backward needs nothing more for dq, dk, dv
 // (P and D = rowsum(dout * out) come from the final out and lse), and
 //   dsinks[h] = -sum over rows of exp(sinks[h] - lse) * dot(dout, out),
 // reduced per block and then in a fixed order (deterministic).

@@ -10,7 +10,7 @@
 #include "common/cuda_check.hpp"
 #include "common/dependent_launch.cuh"
 #include "common/scratch.hpp"
-#include "common/softmax_merge.cuh"
+#include "softmax_merge.hpp"
 #include "common/score_mask.cuh"
 #include "common/tensor_core.cuh"
 #include "problem.hpp"

@@ -2,7 +2,7 @@
 
 #include "common/cuda_check.hpp"
 #include "common/element_io.cuh"
-#include "common/softmax_merge.cuh"
+#include "softmax_merge.hpp"
 #include "sm80/merge_states.cuh"
 
 namespace cuflash::detail {
