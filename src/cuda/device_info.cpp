@@ -1,5 +1,7 @@
 #include "common/device_info.hpp"
 
+#include "sm90/tma_map.hpp"
+
 #include <cuda_runtime_api.h>
 
 #include <mutex>
@@ -22,6 +24,7 @@ const DeviceInfo& device_info(int device) {
       info.minor = prop.minor;
       info.max_smem_per_block = static_cast<int>(prop.sharedMemPerBlockOptin);
       info.smem_per_sm = static_cast<int>(prop.sharedMemPerMultiprocessor);
+      info.tma_encoder = sm90::tma_encoder_available();
       info.valid = true;
     }
   }

@@ -67,10 +67,11 @@ sm90::HeadRowsTensor head_rows_tensor(const Problem& problem, const TensorView& 
   return t;
 }
 
-bool tma_maps_fit(const Problem& problem) {
-  return sm90::tma_can_map(head_rows_tensor(problem, problem.q, problem.heads_q)) &&
-         sm90::tma_can_map(head_rows_tensor(problem, problem.k, problem.heads_kv)) &&
-         sm90::tma_can_map(head_rows_tensor(problem, problem.v, problem.heads_kv));
+// Whether the TMA kernel's maps of q, k and v can be encoded on `info`.
+bool tma_maps_fit(const Problem& problem, const DeviceInfo& info) {
+  return info.tma_encoder && sm90::tma_layout_ok(head_rows_tensor(problem, problem.q, problem.heads_q)) &&
+         sm90::tma_layout_ok(head_rows_tensor(problem, problem.k, problem.heads_kv)) &&
+         sm90::tma_layout_ok(head_rows_tensor(problem, problem.v, problem.heads_kv));
 }
 
 // The TMA kernel's tile for a problem's head dim (block_n 0: none).
@@ -87,7 +88,7 @@ ForwardKernel forward_kernel(const Problem& problem, const DeviceInfo& info) {
   // on sm90 too) takes those calls.
   if (problem.has_dropout()) return k;
   const sm90::TmaFwdTile tma = tma_fwd_tile_for(problem);
-  if (tma.block_n > 0 && sm90_tma_enabled() && problem.max_kv_len >= tma.min_keys && tma_maps_fit(problem)) {
+  if (tma.block_n > 0 && sm90_tma_enabled() && problem.max_kv_len >= tma.min_keys && tma_maps_fit(problem, info)) {
     k.kind = ForwardKind::tma;
     k.tile = {64 * tma.consumers, tma.block_n, 4 * (tma.consumers + 1), false, 1};
     return k;
@@ -198,7 +199,7 @@ ForwardPlan plan_forward(const Problem& problem, const DeviceInfo& device) {
     // come without one: its plan never launches).
     if (tma_store_enabled() && problem.layout != Layout::varlen && plan.splits == 1 && !problem.out.empty()) {
       plan.tma.out = head_rows_tensor(problem, problem.out, problem.heads_q);
-      plan.tma.out_by_tma = sm90::tma_can_map(plan.tma.out);
+      plan.tma.out_by_tma = sm90::tma_layout_ok(plan.tma.out);
     }
   }
   plan.workspace_bytes = split_partials_bytes(problem, plan.splits);

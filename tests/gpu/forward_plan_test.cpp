@@ -31,6 +31,7 @@ DeviceInfo h100() {
   d.minor = 0;
   d.max_smem_per_block = 227 * 1024;
   d.smem_per_sm = 228 * 1024;
+  d.tma_encoder = true;  // a driver to encode the TMA maps with
   d.valid = true;
   return d;
 }
@@ -74,15 +75,14 @@ TEST(ForwardPlan, AmpereRunsTheSm80Kernel) {
 }
 
 
-// The TMA kernel is planned only where its tensor maps can be encoded: a
-// library built with the sm_90a kernels, and a CUDA driver to encode them
-// with (a machine without a GPU has none).
+// The TMA kernel is planned only in a library built with the sm_90a
+// kernels (the described H100 has a driver to encode the maps with).
 bool tma_plannable() {
   return plan(dense_case("probe", 128, 128, 1, 1, 128, 1), h100()).kind == ForwardKind::tma;
 }
 
 TEST(ForwardPlan, HopperHeadDimsAndKeys) {
-  if (!tma_plannable()) GTEST_SKIP() << "no sm_90a kernels in this build, or no CUDA driver to encode TMA maps";
+  if (!tma_plannable()) GTEST_SKIP() << "no sm_90a kernels in this build";
   const ForwardPlan d128 = plan(dense_case("d128", 512, 512, 16, 16, 128, 2), h100());
   EXPECT_EQ(d128.kind, ForwardKind::tma);
   EXPECT_EQ(d128.tile.block_m, 128);
@@ -93,8 +93,17 @@ TEST(ForwardPlan, HopperHeadDimsAndKeys) {
   EXPECT_EQ(plan(dense_case("d96", 256, 256, 4, 4, 96, 1), h100()).kind, ForwardKind::tma);
 }
 
+// Without a driver to encode the maps (tma_encoder false) the same call
+// takes the cp.async wgmma kernel.
+TEST(ForwardPlan, NoTmaWithoutTheEncoder) {
+  if (!tma_plannable()) GTEST_SKIP() << "no sm_90a kernels in this build";
+  DeviceInfo no_driver = h100();
+  no_driver.tma_encoder = false;
+  EXPECT_EQ(plan(dense_case("d128", 512, 512, 16, 16, 128, 2), no_driver).kind, ForwardKind::wgmma);
+}
+
 TEST(ForwardPlan, WhichCallsWalk) {
-  if (!tma_plannable()) GTEST_SKIP() << "no sm_90a kernels in this build, or no CUDA driver to encode TMA maps";
+  if (!tma_plannable()) GTEST_SKIP() << "no sm_90a kernels in this build";
   // Dense, no mask: one CTA per SM walks.
   ForwardPlan p = plan(dense_case("dense", 512, 512, 16, 16, 128, 4), h100());
   EXPECT_EQ(p.tma.persistent_ctas, 132);
@@ -119,7 +128,7 @@ TEST(ForwardPlan, WhichCallsWalk) {
 
 // The launch encodes the tensors the plan checked: they describe the views.
 TEST(ForwardPlan, TmaTensorsDescribeTheViews) {
-  if (!tma_plannable()) GTEST_SKIP() << "no sm_90a kernels in this build, or no CUDA driver to encode TMA maps";
+  if (!tma_plannable()) GTEST_SKIP() << "no sm_90a kernels in this build";
   Problem dense;
   const ForwardPlan d = plan(dense_case("gqa", 384, 640, 8, 2, 128, 3), h100(), [&](Problem& p) { dense = p; });
   ASSERT_EQ(d.kind, ForwardKind::tma);
@@ -153,7 +162,7 @@ TEST(ForwardPlan, TmaTensorsDescribeTheViews) {
 }
 
 TEST(ForwardPlan, WhichCallsStoreByTma) {
-  if (!tma_plannable()) GTEST_SKIP() << "no sm_90a kernels in this build, or no CUDA driver to encode TMA maps";
+  if (!tma_plannable()) GTEST_SKIP() << "no sm_90a kernels in this build";
   const char* store = std::getenv("CUFLASH_TMA_STORE");
   if (store != nullptr && std::string(store) == "0") GTEST_SKIP() << "CUFLASH_TMA_STORE=0 turns the TMA store off";
   // Dense and unsplit: O leaves through TMA stores.

@@ -2,7 +2,7 @@
 // elements indexed (innermost first) D, rows, heads, batch with the caller's
 // strides; a varlen tensor is one batch of `rows` = total packed rows (batch
 // stride 0). The forward plan builds these from the problem's views, checks
-// them (tma_map.hpp: tma_can_map) and hands them to the launch, which
+// them (tma_map.hpp: tma_layout_ok) and hands them to the launch, which
 // encodes exactly what was checked.
 #pragma once
 

@@ -38,16 +38,17 @@ bool stride_ok(std::int64_t bytes) { return bytes > 0 && bytes % 16 == 0 && byte
 
 }  // namespace
 
-bool tma_can_map(const HeadRowsTensor& t) {
+bool tma_layout_ok(const HeadRowsTensor& t) {
   // Rows of whole 16-byte chunks; the box's columns past head_dim read as zeros.
   if (reinterpret_cast<std::uintptr_t>(t.base) % 16 != 0 || t.head_dim % 8 != 0) return false;
   return stride_ok(byte_stride(t.strides.row, t.rows)) && stride_ok(byte_stride(t.strides.head, t.heads)) &&
-         stride_ok(byte_stride(t.strides.batch, t.batch)) && t.rows < (std::int64_t{1} << 31) &&
-         encoder() != nullptr;
+         stride_ok(byte_stride(t.strides.batch, t.batch)) && t.rows < (std::int64_t{1} << 31);
 }
 
+bool tma_encoder_available() { return encoder() != nullptr; }
+
 Status encode_head_rows_map(CUtensorMap* map, const HeadRowsTensor& t, int box_rows, const char* name) {
-  if (!tma_can_map(t))
+  if (!tma_layout_ok(t) || !tma_encoder_available())
     return {StatusCode::internal, std::string("backend cuda: no TMA map for ") + name + " (its layout was not checked)"};
   const cuuint64_t dims[4] = {static_cast<cuuint64_t>(t.head_dim), static_cast<cuuint64_t>(t.rows),
                               static_cast<cuuint64_t>(t.heads), static_cast<cuuint64_t>(t.batch)};

@@ -16,10 +16,14 @@
 
 namespace cuflash::detail::sm90 {
 
-// Whether the map can be built (TMA's limits: 16-byte aligned base,
+// Whether TMA's limits allow a map of the tensor: 16-byte aligned base,
 // strides multiples of 16 bytes below 2^40, no zero stride across more than
-// one index); the tensor-core kernels' view checks already guarantee most.
-bool tma_can_map(const HeadRowsTensor& t);
+// one index (the tensor-core kernels' view checks already guarantee most).
+bool tma_layout_ok(const HeadRowsTensor& t);
+
+// Whether the driver's encoder (cuTensorMapEncodeTiled) is reachable: none
+// on a machine without a CUDA driver.
+bool tma_encoder_available();
 
 Status encode_head_rows_map(CUtensorMap* map, const HeadRowsTensor& t, int box_rows, const char* name);
 
