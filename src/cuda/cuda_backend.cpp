@@ -20,7 +20,7 @@
 #include "simt/attention_f32.hpp"
 #include "sm80/flash_bwd.hpp"
 #include "sm80/flash_decode.hpp"
-#include "sm80/flash_fwd.hpp"
+#include "flash_forward.hpp"
 #include "sm80/merge_states.cuh"
 
 namespace cuflash::detail {

@@ -1,5 +1,5 @@
 // What the host passes to the TMA forward's launcher beyond the kernel
-// parameters (host-only, so the dispatch in sm80/flash_fwd.cu can fill it
+// parameters (host-only, so the dispatch in flash_forward.cu can fill it
 // without seeing the kernel).
 #pragma once
 

@@ -2,7 +2,7 @@
 // of the kernel the plan (forward_plan.hpp: sm80 mma.sync, or wgmma / TMA on
 // Hopper, the split count) picked, dispatched on dtype x head dim; the
 // split-KV partial results are combined by sm80/combine_splits.cu.
-#include "sm80/flash_fwd.hpp"
+#include "flash_forward.hpp"
 
 #include <cuda_bf16.h>
 #include <cuda_fp16.h>

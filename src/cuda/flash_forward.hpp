@@ -1,4 +1,5 @@
-// Host entry of the FlashAttention-2 forward (fp16/bf16, mma.sync, sm80+).
+// Host entry of the tensor-core forward (fp16/bf16): the sm80 mma.sync
+// kernel, and on Hopper the wgmma and TMA kernels (forward_plan.hpp picks).
 #pragma once
 
 #include <cuda_runtime_api.h>
