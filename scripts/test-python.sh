@@ -64,15 +64,34 @@ fi
 # CUFLASH_TEST_TORCH=1 (.ci/run sets it): torch from PyPI too (tests/python/requirements-torch.txt,
 # ~4.7 GB with its nvidia-* wheels, ~1.5 min here), so that the torch tests run on CPU tensors
 # instead of skipping. Left out of the README's test command, whose time is a user's first wait.
-# Without pip's cache: the cache would keep a second copy of the ~3 GB of wheels, which
-# once filled a CI machine's disk (ENOSPC) after the build.
+# One pip install of the file downloads every wheel (~3.4 GB) before it installs any: 8 GB of
+# disk at its peak, which once filled a CI machine's disk (ENOSPC) after the build. So pip
+# resolves first (--dry-run --report, nothing installed), then installs what it chose one
+# distribution at a time, without its cache: the peak is what is installed plus one wheel.
+pip_quiet=(-q --no-cache-dir --disable-pip-version-check)
+install_one_at_a_time() {
+  local requirements=$1 report=$logs/pip-torch-report.json
+  "$venv/bin/python" -m pip install "${pip_quiet[@]}" --dry-run --report "$report" -r "$requirements" || return 1
+  "$venv/bin/python" - "$report" <<'PY' >"$logs/pip-torch-plan.txt" || return 1
+import json, sys
+# One line per distribution pip chose: name==version (the versions its resolution fixed).
+for item in json.load(open(sys.argv[1]))["install"]:
+    print(f'{item["metadata"]["name"]}=={item["metadata"]["version"]}')
+PY
+  local requirement
+  while read -r requirement; do
+    "$venv/bin/python" -m pip install "${pip_quiet[@]}" --no-deps "$requirement" || return 1
+  done <"$logs/pip-torch-plan.txt"
+  # (Whatever the order, the set is complete: pip check says so.)
+  "$venv/bin/python" -m pip check
+}
 if [ "${CUFLASH_TEST_TORCH:-0}" = 1 ]; then
   start=$(date +%s)
   free_before=$(df -Pm . | awk 'NR == 2 { print $4 }')
-  if "$venv/bin/python" -m pip install -q --no-cache-dir --disable-pip-version-check \
-      -r tests/python/requirements-torch.txt >"$logs/pip-torch.log" 2>&1; then
-    echo "test-python: torch installed in $(($(date +%s) - start)) s" \
-      "($free_before MB free before, $(df -Pm . | awk 'NR == 2 { print $4 }') MB after; log: $logs/pip-torch.log)"
+  if install_one_at_a_time tests/python/requirements-torch.txt >"$logs/pip-torch.log" 2>&1; then
+    echo "test-python: torch installed in $(($(date +%s) - start)) s, $(grep -c . "$logs/pip-torch-plan.txt")" \
+      "distributions one at a time ($free_before MB free before, $(df -Pm . | awk 'NR == 2 { print $4 }') MB after;" \
+      "log: $logs/pip-torch.log)"
   else
     tail -n 20 "$logs/pip-torch.log"
     echo "test-python: could not install torch (CUFLASH_TEST_TORCH=1; $free_before MB free before," \
