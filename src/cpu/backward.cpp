@@ -149,13 +149,7 @@ class BackwardRunner {
     load_query_block(b, head, first_row, row_count, scratch);
     std::fill(scratch.query_grads.begin(), scratch.query_grads.end(), 0.0f);
 
-    KeyRange block{kv_len, -1};
-    for (int r = 0; r < row_count; ++r) {
-      const KeyRange keys = ScoreModel::visible_keys(rules, first_row + r);
-      if (keys.empty()) continue;
-      block.first = std::min(block.first, keys.first);
-      block.last = std::max(block.last, keys.last);
-    }
+    const KeyRange block = ScoreModel::rows_keys(rules, first_row, first_row + row_count);
     for (std::int64_t tile = block.first / kKeyTile; !block.empty() && tile <= block.last / kKeyTile; ++tile) {
       const int first_key = static_cast<int>(tile) * kKeyTile;
       const int key_count = std::min(kKeyTile, kv_len - first_key);

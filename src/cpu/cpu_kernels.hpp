@@ -226,6 +226,17 @@ class ScoreModel {
     rules.row_keys(row, &lo, &hi);
     return {lo, static_cast<std::int64_t>(hi) - 1};
   }
+  // Keys any of rows [first_row, end_row) sees, as one inclusive range.
+  static KeyRange rows_keys(const ScoreRules& rules, int first_row, int end_row) {
+    KeyRange all{rules.k_len, -1};
+    for (int row = first_row; row < end_row; ++row) {
+      const KeyRange keys = visible_keys(rules, row);
+      if (keys.empty()) continue;
+      all.first = std::min(all.first, keys.first);
+      all.last = std::max(all.last, keys.last);
+    }
+    return all;
+  }
 
   // The attention sink of a query head, times log2(e); -inf without sinks
   // (a sink of -inf is no sink: exp(-inf) = 0 joins no denominator).

@@ -76,24 +76,12 @@ void append_to_cache(const Problem& problem) {
   }
 }
 
-// Keys any of rows [first_row, end_row) of sequence b may see, as one inclusive range.
-KeyRange rows_keys(const Problem& problem, const ScoreModel& model, int b, int first_row, int end_row) {
+std::int64_t rows_cost(const ScoreModel& model, int b, int first_row, int end_row) {
   const ScoreRules rules = model.sequence_rules(b);
-  KeyRange all{problem.kv_len(b), -1};
-  for (int row = first_row; row < end_row; ++row) {
-    const KeyRange keys = ScoreModel::visible_keys(rules, row);
-    if (keys.empty()) continue;
-    all.first = std::min(all.first, keys.first);
-    all.last = std::max(all.last, keys.last);
-  }
-  return all;
-}
-
-std::int64_t rows_cost(const Problem& problem, const ScoreModel& model, int b, int first_row, int end_row) {
   std::int64_t cost = 0;
   for (int first = first_row; first < end_row; first += kQueryBlock) {
     const int end = std::min(end_row, first + kQueryBlock);
-    const KeyRange keys = rows_keys(problem, model, b, first, end);
+    const KeyRange keys = ScoreModel::rows_keys(rules, first, end);
     cost += (keys.empty() ? 0 : keys.last - keys.first + 1) * (end - first) + (end - first);
   }
   return cost;
@@ -113,7 +101,7 @@ std::vector<WorkItem> list_work_items(const Problem& problem, const ScoreModel& 
     const int q_len = problem.q_len(b);
     for (int first_row = 0; first_row < q_len; first_row += rows_per_item) {
       const int end_row = static_cast<int>(std::min<std::int64_t>(q_len, static_cast<std::int64_t>(first_row) + rows_per_item));
-      const std::int64_t cost = rows_cost(problem, model, b, first_row, end_row);
+      const std::int64_t cost = rows_cost(model, b, first_row, end_row);
       for (int head_kv = 0; head_kv < problem.heads_kv; ++head_kv)
         items.push_back({b, head_kv, first_row, end_row, cost});
     }
@@ -144,7 +132,8 @@ class ForwardRunner {
   void run(const WorkItem& item, ForwardScratch& scratch) const {
     const int kv_first = problem_.kv_first(item.batch_index);
     const int kv_len = problem_.kv_len(item.batch_index);
-    const KeyRange keys = rows_keys(problem_, model_, item.batch_index, item.first_row, item.end_row);
+    const KeyRange keys =
+        ScoreModel::rows_keys(model_.sequence_rules(item.batch_index), item.first_row, item.end_row);
     // Tiles sit at multiples of kKeyTile, whatever the first visible key.
     const int first_tile = keys.empty() ? 0 : static_cast<int>(keys.first / kKeyTile);
     if (!keys.empty()) {
@@ -178,7 +167,7 @@ class ForwardRunner {
     std::fill_n(scratch.running_max, kQueryBlock, sink);
     std::fill_n(scratch.running_sum, kQueryBlock, sink == kNegInf ? 0.0f : 1.0f);
 
-    const KeyRange keys = rows_keys(problem_, model_, b, first_row, first_row + row_count);
+    const KeyRange keys = ScoreModel::rows_keys(rules, first_row, first_row + row_count);
     if (!keys.empty()) {
       for (int tile = static_cast<int>(keys.first / kKeyTile); tile <= keys.last / kKeyTile; ++tile) {
         const int first_key = tile * kKeyTile;

@@ -1,11 +1,11 @@
 #include "common/device_info.hpp"
 
-#include "sm90/tma_map.hpp"
-
 #include <cuda_runtime_api.h>
 
 #include <mutex>
 #include <vector>
+
+#include "sm90/tma_map.hpp"
 
 namespace cuflash::detail {
 

@@ -7,25 +7,17 @@
 #include <cuda_bf16.h>
 #include <cuda_fp16.h>
 
-#include <algorithm>
-#include <cmath>
-#include <cstdint>
-#include <cstdlib>
 #include <string>
 
 #include "common/attention_params.hpp"
 #include "common/cuda_check.hpp"
-#include "common/device_info.hpp"
-#include "common/element_io.cuh"
 #include "common/kernel_table.hpp"
 #include "forward_plan.hpp"
 #include "sm80/combine_splits.hpp"
-#include "sm80/flash_fwd_tiles.hpp"
 #include "sm80/head_dims.hpp"
 #include "sm80/kernel_support.hpp"
 #include "sm90/flash_fwd_tma_launch_args.hpp"
 #include "sm90/flash_fwd_wgmma_tiles.hpp"
-#include "sm90/tma_map.hpp"
 
 namespace cuflash::detail {
 

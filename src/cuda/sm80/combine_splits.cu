@@ -10,11 +10,11 @@
 #include "common/cuda_check.hpp"
 #include "common/dependent_launch.cuh"
 #include "common/scratch.hpp"
-#include "softmax_merge.hpp"
 #include "common/score_mask.cuh"
 #include "common/tensor_core.cuh"
 #include "problem.hpp"
 #include "sm80/flash_decode_tiles.hpp"
+#include "softmax_merge.hpp"
 
 namespace cuflash::detail {
 

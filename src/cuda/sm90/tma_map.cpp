@@ -49,7 +49,7 @@ bool tma_encoder_available() { return encoder() != nullptr; }
 
 Status encode_head_rows_map(CUtensorMap* map, const HeadRowsTensor& t, int box_rows, const char* name) {
   if (!tma_layout_ok(t) || !tma_encoder_available())
-    return {StatusCode::internal, std::string("backend cuda: no TMA map for ") + name + " (its layout was not checked)"};
+    return {StatusCode::internal, std::string("backend cuda: no TMA map for ") + name + " (its layout, or the driver's encoder, was not checked)"};
   const cuuint64_t dims[4] = {static_cast<cuuint64_t>(t.head_dim), static_cast<cuuint64_t>(t.rows),
                               static_cast<cuuint64_t>(t.heads), static_cast<cuuint64_t>(t.batch)};
   const cuuint64_t strides[3] = {static_cast<cuuint64_t>(byte_stride(t.strides.row, t.rows)),
