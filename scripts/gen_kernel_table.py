@@ -29,6 +29,8 @@ WGMMA_HEAD_DIMS = [64, 128, 192, 256]
 # The warp-specialized TMA forward (sm_90a): (kernel head dim, columns computed),
 # the columns below the kernel dim for narrower callers' head dims.
 TMA_INSTANCES = [(64, 64), (64, 48), (128, 128), (128, 80), (128, 96), (192, 192), (256, 256)]
+# The warp-specialized TMA backward (sm_90a): the caller's head dim is the kernel's.
+TMA_BWD_HEAD_DIMS = [128]
 
 NAMESPACE_END = "}}  // namespace cuflash::detail::{ns}\n"
 
@@ -70,6 +72,12 @@ def inst_files():
                 comment = (f"// One instantiation of the TMA forward (kernel head dim {d}, {columns} columns\n"
                            "// computed: sm90::tma_columns); see sm90/flash_fwd_tma_launch.cuh.")
             files[name] = inst_file("sm90/flash_fwd_tma_launch.cuh", "sm90", declaration, comment)
+        for d in TMA_BWD_HEAD_DIMS:
+            files[f"flash_bwd_tma_{tag}_d{d}.cu"] = inst_file(
+                "sm90/flash_bwd_tma_launch.cuh", "sm90",
+                f"template Status launch_flash_bwd_tma<{ctype}, {d}>(const BackwardParams&, const TmaBackwardLaunch&, "
+                "void*, cudaStream_t);",
+                "// One instantiation of the TMA backward; see sm90/flash_bwd_tma_launch.cuh.")
     return files
 
 
@@ -79,6 +87,8 @@ def int_list(values):
 
 def header():
     sm80_cases = "".join(f"    case {d}: return f(std::integral_constant<int, {d}>{{}});\n" for d in SM80_HEAD_DIMS)
+    tma_bwd_cases = "".join(f"    case {d}: return f(std::integral_constant<int, {d}>{{}});\n"
+                            for d in TMA_BWD_HEAD_DIMS)
     tma_cases = "".join(
         f"    case {columns}: return f(std::integral_constant<int, {d}>{{}}, std::integral_constant<int, {columns}>{{}});\n"
         for d, columns in sorted(TMA_INSTANCES, key=lambda t: t[1]))
@@ -108,6 +118,8 @@ struct TmaInstance {{
   int head_dim, columns;
 }};
 inline constexpr TmaInstance kTmaInstances[] = {{{tma_pairs}}};
+// The TMA backward's head dims (the caller's must be one of them).
+inline constexpr int kTmaBackwardHeadDims[] = {int_list(TMA_BWD_HEAD_DIMS)};
 
 template <int N>
 constexpr bool contains(const int (&list)[N], int value) {{
@@ -130,6 +142,14 @@ template <typename F, typename Otherwise>
 decltype(auto) with_tma_columns(int columns, F&& f, Otherwise&& otherwise) {{
   switch (columns) {{
 {tma_cases}    default: return otherwise();
+  }}
+}}
+
+// f(std::integral_constant<int, D>{{}}) for a TMA backward head dim D, else otherwise().
+template <typename F, typename Otherwise>
+decltype(auto) with_tma_backward_head_dim(int head_dim, F&& f, Otherwise&& otherwise) {{
+  switch (head_dim) {{
+{tma_bwd_cases}    default: return otherwise();
   }}
 }}
 

@@ -10,12 +10,14 @@
 # the logs) are copied there, two files of the eight that come back.
 #   CUFLASH_COMMIT=$(git rev-parse --short HEAD) scripts/gpu-check.sh
 # Knobs (environment):
-#   CUFLASH_GPU_CHECK_STEPS  steps to run, default "build ctest sm80fwd tma memcheck
-#                            racecheck synccheck initcheck run"
+#   CUFLASH_GPU_CHECK_STEPS  steps to run, default "build ctest sm80fwd sm80bwd tma
+#                            memcheck racecheck synccheck initcheck run"
 #                            (sm80fwd: the CUDA forward tests again with
 #                            CUFLASH_SM90_FORWARD=0, so that on Hopper the sm80
 #                            kernel, which the wgmma kernel replaces there for head
-#                            dims 64/128/192/256, is tested too; tma: the TMA
+#                            dims 64/128/192/256, is tested too; sm80bwd: the CUDA
+#                            backward tests again with CUFLASH_SM90_BACKWARD=0, the
+#                            sm80 kernels where the TMA backward takes D = 128; tma: the TMA
 #                            kernel's cases again with the persistent walk forced
 #                            on every call, CUFLASH_TMA_PERSISTENT=1, and with the
 #                            TMA store off, CUFLASH_TMA_STORE=0; sweep, not in the
@@ -57,7 +59,7 @@ logs=$build/logs
 rm -rf "$logs"
 mkdir -p "$logs"
 summary=$logs/gpu-check-summary.md
-steps=" ${CUFLASH_GPU_CHECK_STEPS:-build ctest sm80fwd tma memcheck racecheck synccheck initcheck run} "
+steps=" ${CUFLASH_GPU_CHECK_STEPS:-build ctest sm80fwd sm80bwd tma memcheck racecheck synccheck initcheck run} "
 sanitize_filter=${CUFLASH_SANITIZE_FILTER:-'Sanitize*:*MergeStatesGpu*:HopperTma/*'}
 racecheck_filter=${CUFLASH_RACECHECK_FILTER:-"$sanitize_filter-*Cudnn*"}
 export PATH=/usr/local/cuda/bin:$PATH
@@ -128,7 +130,7 @@ fi
 if wants ctest; then
   # -V keeps every test's output: the error ledgers ("[ cuflash ]" lines) and notes below come from it.
   start=$(now)
-  ctest --test-dir "$build" -V --output-on-failure --timeout 600 -j 8 >"$logs/ctest.log" 2>&1
+  ctest --test-dir "$build" -V --output-on-failure --timeout 600 -j "$(nproc)" >"$logs/ctest.log" 2>&1
   ctest_status=$?
   [ $ctest_status -eq 0 ] || status_all=1
   say "- ctest: status $ctest_status in $(( $(now) - start )) s; $(grep -E 'tests passed' "$logs/ctest.log" | tail -1)"
@@ -174,6 +176,11 @@ fi
 if wants sm80fwd; then
   gpu_tests sm80-forward.log "CUDA forward tests with CUFLASH_SM90_FORWARD=0 (the sm80 kernel on this GPU)" \
     CUFLASH_SM90_FORWARD=0 '*CudaForward*'
+fi
+
+if wants sm80bwd; then
+  gpu_tests sm80-backward.log "CUDA backward tests with CUFLASH_SM90_BACKWARD=0 (the sm80 kernels on this GPU)" \
+    CUFLASH_SM90_BACKWARD=0 '*CudaBackward*'
 fi
 
 if wants tma; then

@@ -7,9 +7,11 @@
 #include <cstdlib>
 #include <string>
 
+#include "common/env_switch.hpp"
 #include "sm80/combine_splits.hpp"
 #include "sm80/head_dims.hpp"
 #include "sm90/flash_fwd_wgmma_tiles.hpp"
+#include "sm90/head_rows_tensor.hpp"
 #include "sm90/tma_map.hpp"
 
 namespace cuflash::detail {
@@ -33,45 +35,28 @@ struct ForwardKernel {
   sm80::FwdTile tile{};
 };
 
-bool env_enabled(const char* name) {
-  const char* v = std::getenv(name);
-  return v == nullptr || std::string(v) != "0";
-}
-
 bool sm90_forward_enabled() {
-  static const bool enabled = env_enabled("CUFLASH_SM90_FORWARD");
+  static const bool enabled = env_switch_on("CUFLASH_SM90_FORWARD");
   return enabled;
 }
 
 bool sm90_tma_enabled() {
-  static const bool enabled = env_enabled("CUFLASH_SM90_TMA");
+  static const bool enabled = env_switch_on("CUFLASH_SM90_TMA");
   return enabled;
 }
 
 // CUFLASH_TMA_STORE=0 keeps the TMA kernel's output on per-thread stores
 // (read once; for measuring the TMA store).
 bool tma_store_enabled() {
-  static const bool enabled = env_enabled("CUFLASH_TMA_STORE");
+  static const bool enabled = env_switch_on("CUFLASH_TMA_STORE");
   return enabled;
-}
-
-// A q/k/v/out view as the TMA maps see it ([B, S, H, D] or [total, H, D]).
-sm90::HeadRowsTensor head_rows_tensor(const Problem& problem, const TensorView& view, int heads) {
-  sm90::HeadRowsTensor t;
-  t.base = view.data;
-  t.batch = problem.layout == Layout::varlen ? 1 : problem.batch;
-  t.rows = view.shape[view.rank - 3];
-  t.heads = heads;
-  t.head_dim = problem.head_dim;
-  t.strides = row_strides(view, problem.layout);
-  return t;
 }
 
 // Whether the TMA kernel's maps of q, k and v can be encoded on `info`.
 bool tma_maps_fit(const Problem& problem, const DeviceInfo& info) {
-  return info.tma_encoder && sm90::tma_layout_ok(head_rows_tensor(problem, problem.q, problem.heads_q)) &&
-         sm90::tma_layout_ok(head_rows_tensor(problem, problem.k, problem.heads_kv)) &&
-         sm90::tma_layout_ok(head_rows_tensor(problem, problem.v, problem.heads_kv));
+  return info.tma_encoder && sm90::tma_layout_ok(sm90::head_rows_tensor(problem, problem.q, problem.heads_q)) &&
+         sm90::tma_layout_ok(sm90::head_rows_tensor(problem, problem.k, problem.heads_kv)) &&
+         sm90::tma_layout_ok(sm90::head_rows_tensor(problem, problem.v, problem.heads_kv));
 }
 
 // The TMA kernel's tile for a problem's head dim (block_n 0: none).
@@ -130,9 +115,9 @@ constexpr long long kCausalWalkMaxKeys = 8192;
 
 sm90::TmaForwardLaunch tma_forward_launch(const Problem& problem, const DeviceInfo& info) {
   sm90::TmaForwardLaunch launch;
-  launch.q = head_rows_tensor(problem, problem.q, problem.heads_q);
-  launch.k = head_rows_tensor(problem, problem.k, problem.heads_kv);
-  launch.v = head_rows_tensor(problem, problem.v, problem.heads_kv);
+  launch.q = sm90::head_rows_tensor(problem, problem.q, problem.heads_q);
+  launch.k = sm90::head_rows_tensor(problem, problem.k, problem.heads_kv);
+  launch.v = sm90::head_rows_tensor(problem, problem.v, problem.heads_kv);
   // A right bound alone (causal: 0) makes a block's cost grow with its rows.
   launch.causal_walk = problem.window_right >= 0;
   const bool walkable =
@@ -198,7 +183,7 @@ ForwardPlan plan_forward(const Problem& problem, const DeviceInfo& device) {
     // of their own), an output the map can describe (a workspace query may
     // come without one: its plan never launches).
     if (tma_store_enabled() && problem.layout != Layout::varlen && plan.splits == 1 && !problem.out.empty()) {
-      plan.tma.out = head_rows_tensor(problem, problem.out, problem.heads_q);
+      plan.tma.out = sm90::head_rows_tensor(problem, problem.out, problem.heads_q);
       plan.tma.out_by_tma = sm90::tma_layout_ok(plan.tma.out);
     }
   }

@@ -25,6 +25,8 @@ TEST_P(CudaBackward, MatchesOracle) {
 }
 
 INSTANTIATE_TEST_SUITE_P(Dense, CudaBackward, ::testing::ValuesIn(matrix::dense_cases()), CaseSpecName());
+// The Hopper TMA kernel's cases (every one at its head dim, 128).
+INSTANTIATE_TEST_SUITE_P(HopperTma, CudaBackward, ::testing::ValuesIn(matrix::hopper_tma_cases()), CaseSpecName());
 INSTANTIATE_TEST_SUITE_P(HeadDims, CudaBackward, ::testing::ValuesIn(matrix::head_dim_cases()), CaseSpecName());
 INSTANTIATE_TEST_SUITE_P(Lengths, CudaBackward, ::testing::ValuesIn(matrix::length_cases()), CaseSpecName());
 INSTANTIATE_TEST_SUITE_P(Gqa, CudaBackward, ::testing::ValuesIn(matrix::gqa_cases()), CaseSpecName());

@@ -78,6 +78,28 @@ std::vector<CaseSpec> dense_cases() {
   return concat(for_gpu_dtypes(cpu_dense_cases(), kHalfDtypes), for_gpu_dtypes(f32, kF32));
 }
 
+// ----- the Hopper TMA backward's head dim ---------------------------------------
+// The CPU suite's dense cases (masks, windows, offsets, softcap, ALiBi, GQA,
+// strided views, rows that see nothing) at head dim 128, and longer ones:
+// several key blocks per CTA walk, query tiles past the sequence's end. On an
+// H100 the plan runs them on the TMA kernel; elsewhere on the sm80 kernels.
+
+std::vector<CaseSpec> hopper_tma_cases() {
+  std::vector<CaseSpec> half;
+  for (CaseSpec s : cpu_dense_cases()) {
+    s.head_dim = 128;
+    half.push_back(std::move(s));
+  }
+  half.push_back(dense("q300_k700_gqa", 300, 700, 4, 2, 128, 1));
+  half.push_back(causal(dense("q700_k300_causal", 700, 300, 2, 2, 128, 1)));
+  half.push_back(causal(dense("q1000_k1000_causal_mqa", 1000, 1000, 4, 1, 128, 1)));
+  CaseSpec window = dense("q777_k777_window_100_40", 777, 777, 2, 1, 128, 1);
+  window.options.window_left = 100;
+  window.options.window_right = 40;
+  half.push_back(window);
+  return for_gpu_dtypes(half, kHalfDtypes);
+}
+
 // ----- head dims ------------------------------------------------------------------
 
 std::vector<CaseSpec> head_dim_cases() {

@@ -12,6 +12,7 @@
 namespace cuflash::test::backward_matrix {
 
 std::vector<CaseSpec> dense_cases();
+std::vector<CaseSpec> hopper_tma_cases();
 std::vector<CaseSpec> head_dim_cases();
 std::vector<CaseSpec> length_cases();
 std::vector<CaseSpec> gqa_cases();

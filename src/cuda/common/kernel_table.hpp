@@ -21,6 +21,8 @@ struct TmaInstance {
   int head_dim, columns;
 };
 inline constexpr TmaInstance kTmaInstances[] = {{64, 64}, {64, 48}, {128, 128}, {128, 80}, {128, 96}, {192, 192}, {256, 256}};
+// The TMA backward's head dims (the caller's must be one of them).
+inline constexpr int kTmaBackwardHeadDims[] = {128};
 
 template <int N>
 constexpr bool contains(const int (&list)[N], int value) {
@@ -55,6 +57,15 @@ decltype(auto) with_tma_columns(int columns, F&& f, Otherwise&& otherwise) {
     case 128: return f(std::integral_constant<int, 128>{}, std::integral_constant<int, 128>{});
     case 192: return f(std::integral_constant<int, 192>{}, std::integral_constant<int, 192>{});
     case 256: return f(std::integral_constant<int, 256>{}, std::integral_constant<int, 256>{});
+    default: return otherwise();
+  }
+}
+
+// f(std::integral_constant<int, D>{}) for a TMA backward head dim D, else otherwise().
+template <typename F, typename Otherwise>
+decltype(auto) with_tma_backward_head_dim(int head_dim, F&& f, Otherwise&& otherwise) {
+  switch (head_dim) {
+    case 128: return f(std::integral_constant<int, 128>{});
     default: return otherwise();
   }
 }

@@ -52,6 +52,22 @@ __device__ __forceinline__ std::int64_t lse_offset(const AttentionParams& p, int
          static_cast<std::int64_t>(seq_start + row) * p.lse_row_stride;
 }
 
+// Sequence-relative row range [lo, hi) of the queries that see some key of
+// [n0, n1) (n1 <= k_len); 64-bit so that huge windows cannot overflow.
+__device__ __forceinline__ void query_rows_seeing(const AttentionParams& p, const SeqBounds& seq, int n0, int n1,
+                                                  std::int64_t* lo, std::int64_t* hi) {
+  const std::int64_t offset = diagonal(p, seq);
+  std::int64_t l = 0, h = seq.q_len;
+  if (p.window_right >= 0) l = max(l, static_cast<std::int64_t>(n0) - offset - p.window_right);
+  if (p.window_left >= 0) h = min(h, static_cast<std::int64_t>(n1) - offset + p.window_left);
+  *lo = l;
+  *hi = h;
+}
+
+// A row's natural-log lse in base 2; a row with no visible key (lse -inf)
+// gets +inf, so that every P of it is exp2(-inf) = 0.
+__device__ __forceinline__ float lse_base2(float lse) { return lse == -INFINITY ? INFINITY : lse * kLog2e; }
+
 // The score rules (score_rules.hpp) of sequence b's query head h.
 __device__ __forceinline__ ScoreRules score_rules(const AttentionParams& p, const SeqBounds& s, int b, int h) {
   ScoreRules r;

@@ -109,6 +109,18 @@ __device__ __forceinline__ std::uint32_t pack2<__half>(float lo, float hi) {
   return *reinterpret_cast<std::uint32_t*>(&v);
 }
 
+// One register of two 16-bit values (lo first) -> two floats.
+template <typename T>
+__device__ __forceinline__ float2 unpack2(std::uint32_t v);
+template <>
+__device__ __forceinline__ float2 unpack2<__nv_bfloat16>(std::uint32_t v) {
+  return __bfloat1622float2(*reinterpret_cast<const __nv_bfloat162*>(&v));
+}
+template <>
+__device__ __forceinline__ float2 unpack2<__half>(std::uint32_t v) {
+  return __half22float2(*reinterpret_cast<const __half2*>(&v));
+}
+
 // Hardware exp2 / tanh (MUFU). ex2.approx of -inf is +0, which the online
 // softmax relies on for masked scores.
 __device__ __forceinline__ float fast_exp2(float x) {

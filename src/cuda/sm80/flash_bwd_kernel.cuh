@@ -272,10 +272,6 @@ __device__ __forceinline__ void load_stats_async(float* s_lse, float* s_dsum, co
   }
 }
 
-// A row's natural-log lse in base 2; a row with no visible key (lse -inf)
-// gets +inf, so that every P of it is exp2(-inf) = 0.
-__device__ __forceinline__ float lse_base2(float lse) { return lse == -INFINITY ? INFINITY : lse * kLog2e; }
-
 // S, dP of a warp's [kRowsS x kColsS] part of the tile -> P (into s) and dS
 // (into dp) with softcap and/or ALiBi; `masked`: the tile needs the
 // per-element mask (rows >= q_len and the score rules). With Dropout, Z =
@@ -449,29 +445,6 @@ __device__ __forceinline__ void atomic_add2(float* dst, float x, float y) {
 #endif
 }
 
-template <typename T>
-__device__ __forceinline__ float2 unpack2(std::uint32_t v);
-template <>
-__device__ __forceinline__ float2 unpack2<__nv_bfloat16>(std::uint32_t v) {
-  return __bfloat1622float2(*reinterpret_cast<const __nv_bfloat162*>(&v));
-}
-template <>
-__device__ __forceinline__ float2 unpack2<__half>(std::uint32_t v) {
-  return __half22float2(*reinterpret_cast<const __half2*>(&v));
-}
-
-// Sequence-relative row range [lo, hi) of the queries that see some key of
-// [n0, n1) (n1 <= k_len); 64-bit so that huge windows cannot overflow.
-__device__ __forceinline__ void query_range(const BackwardParams& p, const SeqBounds& seq, int n0, int n1,
-                                            std::int64_t* lo, std::int64_t* hi) {
-  const std::int64_t offset = diagonal(p, seq);
-  std::int64_t l = 0, h = seq.q_len;
-  if (p.window_right >= 0) l = max(l, static_cast<std::int64_t>(n0) - offset - p.window_right);
-  if (p.window_left >= 0) h = min(h, static_cast<std::int64_t>(n1) - offset + p.window_left);
-  *lo = l;
-  *hi = h;
-}
-
 }  // namespace bwd
 
 // ---------------------------------------------------------------------------
@@ -534,8 +507,8 @@ __global__ void __launch_bounds__(DsumShape<D>::kWarps * 32)
     float sum = 0.0f;
 #pragma unroll
     for (int k = 0; k < 4; ++k) {
-      const float2 a = bwd::unpack2<T>(ow[k]);
-      const float2 c = bwd::unpack2<T>(dw[k]);
+      const float2 a = unpack2<T>(ow[k]);
+      const float2 c = unpack2<T>(dw[k]);
       sum = fmaf(a.x, c.x, sum);
       sum = fmaf(a.y, c.y, sum);
     }
@@ -616,7 +589,7 @@ __global__ void __launch_bounds__(256, 1) flash_bwd_dkdv_kernel(const __grid_con
 
   // Work items: (query head of the group) x (query block that sees the keys).
   std::int64_t row_lo, row_hi;
-  bwd::query_range(p, seq, n0, n1, &row_lo, &row_hi);
+  query_rows_seeing(p, seq, n0, n1, &row_lo, &row_hi);
   const int m_lo = row_lo < row_hi ? static_cast<int>(row_lo / BM) : 0;
   const int m_count = row_lo < row_hi ? static_cast<int>((row_hi + BM - 1) / BM) - m_lo : 0;
   const int items = m_count * p.group;

@@ -30,4 +30,15 @@ __device__ __forceinline__ void tma_load_4d(void* smem_dst, const CUtensorMap* m
       : "memory");
 }
 
+// `bytes` (a multiple of 16; both addresses 16-byte aligned) of contiguous
+// global memory -> smem_dst, completing that many bytes of `bar`'s
+// transaction count (no tensor map: a plain bulk copy).
+__device__ __forceinline__ void bulk_load(void* smem_dst, const void* src, std::uint32_t bytes, std::uint64_t* bar) {
+  asm volatile(
+      "cp.async.bulk.shared::cluster.global.mbarrier::complete_tx::bytes [%0], [%1], %2, [%3];\n" ::"r"(
+          sm80::smem_address(smem_dst)),
+      "l"(reinterpret_cast<std::uint64_t>(src)), "r"(bytes), "r"(sm80::smem_address(bar))
+      : "memory");
+}
+
 }  // namespace cuflash::detail::sm90

@@ -26,6 +26,17 @@ __device__ __forceinline__ void tma_store_4d(const CUtensorMap* map, const void*
       : "memory");
 }
 
+// dst[0 .. bytes/4) += smem_src[0 .. bytes/4) in fp32, element by element,
+// atomically with respect to other reductions (a bulk reduction: one
+// instruction, no per-thread atomics). `bytes` a multiple of 16, both
+// addresses 16-byte aligned; a bulk_group operation like the stores.
+__device__ __forceinline__ void bulk_reduce_add_f32(float* dst, const float* smem_src, std::uint32_t bytes) {
+  asm volatile("cp.reduce.async.bulk.global.shared::cta.bulk_group.add.f32 [%0], [%1], %2;\n" ::"l"(
+                   reinterpret_cast<std::uint64_t>(dst)),
+               "r"(sm80::smem_address(smem_src)), "r"(bytes)
+               : "memory");
+}
+
 // Closes the group of bulk operations this thread issued since the last commit.
 __device__ __forceinline__ void bulk_commit_group() { asm volatile("cp.async.bulk.commit_group;\n" ::: "memory"); }
 
@@ -34,6 +45,12 @@ __device__ __forceinline__ void bulk_commit_group() { asm volatile("cp.async.bul
 template <int Pending>
 __device__ __forceinline__ void bulk_wait_group_read() {
   asm volatile("cp.async.bulk.wait_group.read %0;\n" ::"n"(Pending) : "memory");
+}
+// Waits until at most `Pending` of them are incomplete (their global
+// writes done), e.g. before the CTA exits.
+template <int Pending>
+__device__ __forceinline__ void bulk_wait_group() {
+  asm volatile("cp.async.bulk.wait_group %0;\n" ::"n"(Pending) : "memory");
 }
 
 }  // namespace cuflash::detail::sm90

@@ -1,0 +1,64 @@
+// The cuda backend's backward plan (backward_plan.hpp).
+#include "backward_plan.hpp"
+
+#include "common/attention_params.hpp"
+#include "common/env_switch.hpp"
+#include "common/kernel_table.hpp"
+#include "sm90/head_rows_tensor.hpp"
+#include "sm90/tma_map.hpp"
+
+namespace cuflash::detail {
+
+namespace {
+
+bool sm90_backward_enabled() {
+  static const bool enabled = env_switch_on("CUFLASH_SM90_BACKWARD");
+  return enabled;
+}
+
+// The TMA kernel takes dense problems in fp16/bf16 at its own head dims,
+// without dropout (its tiles have no mask of it yet) and without the
+// deterministic order (its dQ reductions land in any order), whose q, k,
+// v and dout can be TMA-mapped. Everything else stays on the sm80 kernels,
+// which compute the same function.
+bool tma_backward_fits(const Problem& problem, const DeviceInfo& info, sm90::TmaBackwardLaunch* launch) {
+#if defined(CUFLASH_WITH_SM90A)
+  if (!info.valid || info.major != 9 || info.minor != 0 || !info.tma_encoder || !sm90_backward_enabled())
+    return false;
+  if (problem.dtype != DType::bf16 && problem.dtype != DType::f16) return false;
+  if (!kernel_table::contains(kernel_table::kTmaBackwardHeadDims, problem.head_dim)) return false;
+  if (problem.layout != Layout::dense || problem.has_dropout() || problem.deterministic) return false;
+  launch->q = sm90::head_rows_tensor(problem, problem.q, problem.heads_q);
+  launch->dout = sm90::head_rows_tensor(problem, problem.dout, problem.heads_q);
+  launch->k = sm90::head_rows_tensor(problem, problem.k, problem.heads_kv);
+  launch->v = sm90::head_rows_tensor(problem, problem.v, problem.heads_kv);
+  return sm90::tma_layout_ok(launch->q) && sm90::tma_layout_ok(launch->dout) && sm90::tma_layout_ok(launch->k) &&
+         sm90::tma_layout_ok(launch->v);
+#else
+  (void)problem;
+  (void)info;
+  (void)launch;
+  return false;
+#endif
+}
+
+}  // namespace
+
+BackwardPlan plan_backward(const Problem& problem, const DeviceInfo& device, std::size_t sm80_workspace_bytes) {
+  BackwardPlan plan;
+  if (tma_backward_fits(problem, device, &plan.tma)) {
+    plan.kind = BackwardKind::tma;
+    plan.workspace_bytes =
+        sm90::tma_backward_workspace(total_q_rows(problem), problem.batch, problem.heads_q, problem.head_dim).bytes;
+    return plan;
+  }
+  plan.tma = {};
+  plan.workspace_bytes = sm80_workspace_bytes;
+  return plan;
+}
+
+BackwardPlan plan_backward(const Problem& problem, std::size_t sm80_workspace_bytes) {
+  return plan_backward(problem, device_info(problem.device.index), sm80_workspace_bytes);
+}
+
+}  // namespace cuflash::detail

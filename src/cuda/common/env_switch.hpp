@@ -1,0 +1,15 @@
+// Switches for measuring and testing (CUFLASH_SM90_FORWARD=0 and the like):
+// on unless the variable is "0". Callers read each once per process.
+#pragma once
+
+#include <cstdlib>
+#include <string>
+
+namespace cuflash::detail {
+
+inline bool env_switch_on(const char* name) {
+  const char* v = std::getenv(name);
+  return v == nullptr || std::string(v) != "0";
+}
+
+}  // namespace cuflash::detail

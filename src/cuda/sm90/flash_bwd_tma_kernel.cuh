@@ -1,0 +1,480 @@
+// FlashAttention backward on Hopper, warp-specialized (sm_90a): TMA loads by
+// a producer warp, the five GEMMs of a tile on wgmma by two consumer
+// warpgroups, dQ added into its fp32 accumulator by bulk reductions from a
+// third warp.
+//
+// A CTA owns BN = 128 keys of one kv head (consumer warpgroup c: keys
+// [64 c, 64 c + 64)) and walks the query tiles (64 rows) that see them, for
+// every query head of the GQA group, so dK and dV sum in registers. Per
+// query tile, with the key rows as wgmma's M (S and dP transposed, so that
+// P^T and dS^T are already the A fragments of the dV and dK GEMMs):
+//   S^T = K Q^T, dP^T = V dO^T              (ss, N = 64 queries)
+//   P^T = exp2(logit2 - lse2), dS^T = P^T (dP^T - dsum) [x softcap's factor]
+//   dV += P^T dO, dK += dS^T Q              (rs, N = D; B MN-major)
+//   dS^T -> shared memory as dS (stmatrix, transposed); both warpgroups' halves in,
+//   dQ[:, 64 c ..] = dS K[:, 64 c ..]       (ss, B MN-major, N = D / 2)
+//   dQ -> shared memory (fragment order) -> the dQ warp's bulk reduce-add.
+// The producer warp loads K and V once, then Q, dO, the rows' base-2 lse
+// and dsum of each tile into a two-stage ring (mbarriers as in the forward,
+// sm90/mbarrier.cuh). lse2, dsum and the dQ accumulator are in padded
+// 64-row tiles (sm90/bwd_row_tiles.hpp), written by the preparation kernel
+// below, which also zeroes the accumulator; the conversion kernel turns it
+// into dq. The sm80 kernel (sm80/flash_bwd_kernel.cuh) computes the same
+// function with mma.sync; its comment has the formulas in full.
+#pragma once
+
+#include <cuda.h>
+
+#include <cmath>
+#include <cstdint>
+
+#include "common/attention_params.hpp"
+#include "common/forward_block.cuh"
+#include "common/score_mask.cuh"
+#include "common/tensor_core.cuh"
+#include "sm90/bwd_row_tiles.hpp"
+#include "sm90/mbarrier.cuh"
+#include "sm90/stmatrix.cuh"
+#include "sm90/sw128_tile.hpp"
+#include "sm90/tma_load.cuh"
+#include "sm90/tma_store.cuh"
+#include "sm90/warpgroup.cuh"
+#include "sm90/wgmma.cuh"
+
+namespace cuflash::detail::sm90 {
+
+struct TmaBackwardParams {
+  BackwardParams p;
+  CUtensorMap q, k, v, dout;
+  // Padded rows (bwd_row_tiles.hpp), [heads_q][padded_rows] and
+  // [heads_q][padded_rows][D]: written by the preparation kernel.
+  float* lse2 = nullptr;  // base-2 lse; +inf for a row that sees no key
+  float* dsum = nullptr;
+  float* dq_accum = nullptr;
+  std::int64_t padded_rows = 0;
+};
+
+template <typename T, int D_>
+struct TmaBwdConfig {
+  using Element = T;
+  static constexpr int D = D_;
+  static constexpr int BM = kBwdTileRows;  // query rows per tile
+  static constexpr int BN = 128;           // keys per CTA, 64 per consumer warpgroup
+  static constexpr int Stages = 2;         // Q / dO / lse / dsum ring
+  static constexpr int kThreads = 384;     // producer warpgroup + 2 consumers
+  static constexpr int ProducerRegs = 24, ConsumerRegs = 240;
+  static_assert(128 * (ProducerRegs + 2 * ConsumerRegs) <= 65536);
+  static constexpr int NS = BM / 8;       // n8 blocks of S^T, dP^T per warp
+  static constexpr int KS = BM / 16;      // k-steps of dV, dK (queries)
+  static constexpr int DT = D / 8;        // n8 blocks of dK, dV
+  static constexpr int DQ = D / 2;        // dQ columns per consumer
+  static constexpr int DQT = DQ / 8;
+  using QTile = Sw128Tile<BM, D>;   // Q, dO: [queries][D]
+  using KTile = Sw128Tile<BN, D>;   // K, V: [keys][D]
+  using STile = Sw128Tile<BM, BN>;  // dS: [queries][keys]
+  static constexpr int kDqBytes = BM * D * 4;
+  static constexpr int kStatBytes = BM * 4;
+  static constexpr int kKOffset = 0;
+  static constexpr int kVOffset = KTile::kBytes;
+  static constexpr int kQOffset = 2 * KTile::kBytes;
+  static constexpr int kDoOffset = kQOffset + Stages * QTile::kBytes;
+  static constexpr int kDsOffset = kDoOffset + Stages * QTile::kBytes;  // two buffers
+  static constexpr int kDqOffset = kDsOffset + 2 * STile::kBytes;
+  static constexpr int kLseOffset = kDqOffset + kDqBytes;  // [Stages][BM]
+  static constexpr int kDsumOffset = kLseOffset + Stages * kStatBytes;
+  static constexpr int kBarrierOffset = kDsumOffset + Stages * kStatBytes;
+  static constexpr int kBarriers = 1 + 2 * Stages;  // kv_full, q_full[], q_empty[]
+  static constexpr int kSmemBytes = kBarrierOffset + 8 * kBarriers + 1024;  // + alignment slack
+  static_assert(kSmemBytes <= 227 * 1024, "shared memory per SM");
+  static constexpr int kTileBytes = 2 * QTile::kBytes + 2 * kStatBytes;  // one ring stage's loads
+  // Named barriers: both consumers' dS written (256); dQ staged, dQ buffer
+  // free (consumers + the dQ warp, 288); K no longer read (256); consumer
+  // c's dK/dV staged (128).
+  static constexpr int kDsReady = 1, kDqStaged = 2, kDqFree = 3, kKRead = 4, kKvStaged0 = 5;
+};
+
+// The query tiles a CTA walks: heads h0 .. h0 + group - 1, each over tiles
+// m_lo .. m_end - 1. Every role of the CTA walks the same sequence.
+struct BwdWalk {
+  int m_lo = 0, m_end = 0, h0 = 0, group = 1;
+  __device__ __forceinline__ int tiles() const { return (m_end - m_lo) * group; }
+  __device__ __forceinline__ int head(int n) const { return h0 + n / (m_end - m_lo); }
+  __device__ __forceinline__ int m0(int n) const { return (m_lo + n % (m_end - m_lo)) * kBwdTileRows; }
+};
+
+__device__ __forceinline__ BwdWalk bwd_walk(const BackwardParams& p, const SeqBounds& seq, int n0, int n1, int hk) {
+  BwdWalk w;
+  std::int64_t lo, hi;
+  query_rows_seeing(p, seq, n0, n1, &lo, &hi);
+  w.group = p.group;
+  w.h0 = hk * p.group;
+  if (lo < hi) {
+    w.m_lo = static_cast<int>(lo / kBwdTileRows);
+    w.m_end = static_cast<int>((hi + kBwdTileRows - 1) / kBwdTileRows);
+  }
+  return w;
+}
+
+// ---------------------------------------------------------------------------
+// Preparation: grid (query tiles, heads_q, batch), 256 threads, 4 per row:
+// lse2 and dsum of the tile's 64 padded rows (rows past the sequence 0),
+// and the tile's dQ accumulator zeroed.
+// ---------------------------------------------------------------------------
+template <typename T, int D>
+__global__ void __launch_bounds__(256) flash_bwd_tma_prep_kernel(const __grid_constant__ TmaBackwardParams tp) {
+  const BackwardParams& p = tp.p;
+  const int m0 = blockIdx.x * kBwdTileRows, h = blockIdx.y, b = blockIdx.z;
+  const SeqBounds seq = seq_bounds(p, b);
+  if (m0 >= seq.q_len) return;
+  const std::int64_t q_start =
+      p.cu_seqlens_q != nullptr ? static_cast<std::int64_t>(seq.q_start) : static_cast<std::int64_t>(b) * p.max_q_len;
+  const std::int64_t row0 = static_cast<std::int64_t>(h) * tp.padded_rows + bwd_padded_start(q_start, b) + m0;
+  const int r = threadIdx.x / 4, part = threadIdx.x % 4;
+  constexpr int kChunks = D / 8 / 4;  // 16-byte chunks per thread
+  float acc = 0.0f;
+  const int i = m0 + r;
+  if (i < seq.q_len) {
+    const T* o = static_cast<const T*>(p.out) + row_offset(p.out_strides, b, seq.q_start, i, h);
+    const T* d = static_cast<const T*>(p.dout) + row_offset(p.dout_strides, b, seq.q_start, i, h);
+#pragma unroll
+    for (int u = 0; u < kChunks; ++u) {
+      const int col = (u * 4 + part) * 8;
+      if (col < p.head_dim) {
+        const uint4 ov = *reinterpret_cast<const uint4*>(o + col);
+        const uint4 dv = *reinterpret_cast<const uint4*>(d + col);
+        const std::uint32_t* ow = &ov.x;
+        const std::uint32_t* dw = &dv.x;
+#pragma unroll
+        for (int e = 0; e < 4; ++e) {
+          const float2 a = sm80::unpack2<T>(ow[e]), c = sm80::unpack2<T>(dw[e]);
+          acc = fmaf(a.x, c.x, fmaf(a.y, c.y, acc));
+        }
+      }
+    }
+  }
+  acc += __shfl_xor_sync(0xffffffffu, acc, 1);
+  acc += __shfl_xor_sync(0xffffffffu, acc, 2);
+  if (part == 0) {
+    tp.dsum[row0 + r] = acc;
+    tp.lse2[row0 + r] = i < seq.q_len ? lse_base2(p.lse[lse_offset(p, b, seq.q_start, i, h)]) : 0.0f;
+  }
+  float4* accum = reinterpret_cast<float4*>(tp.dq_accum + row0 * D);
+  for (int idx = threadIdx.x; idx < kBwdTileRows * D / 4; idx += 256) accum[idx] = make_float4(0.f, 0.f, 0.f, 0.f);
+}
+
+// ---------------------------------------------------------------------------
+// Conversion: grid (query tiles, heads_q, batch), 256 threads: dq =
+// softmax_scale * the tile's accumulator (DqTileOrder), rows of the sequence.
+// ---------------------------------------------------------------------------
+template <typename T, int D>
+__global__ void __launch_bounds__(256) flash_bwd_tma_convert_kernel(const __grid_constant__ TmaBackwardParams tp) {
+  const BackwardParams& p = tp.p;
+  const int m0 = blockIdx.x * kBwdTileRows, h = blockIdx.y, b = blockIdx.z;
+  const SeqBounds seq = seq_bounds(p, b);
+  if (m0 >= seq.q_len) return;
+  const std::int64_t q_start =
+      p.cu_seqlens_q != nullptr ? static_cast<std::int64_t>(seq.q_start) : static_cast<std::int64_t>(b) * p.max_q_len;
+  const float* tile =
+      tp.dq_accum + (static_cast<std::int64_t>(h) * tp.padded_rows + bwd_padded_start(q_start, b) + m0) * D;
+  constexpr int kChunksPerRow = D / 8;
+  for (int idx = threadIdx.x; idx < kBwdTileRows * kChunksPerRow; idx += 256) {
+    const int r = idx / kChunksPerRow, col = (idx % kChunksPerRow) * 8;
+    const int i = m0 + r;
+    if (i >= seq.q_len || col >= p.head_dim) continue;
+    std::uint32_t words[4];
+#pragma unroll
+    for (int e = 0; e < 4; ++e) {
+      const float2 v = *reinterpret_cast<const float2*>(tile + DqTileOrder<D>::index(r, col + 2 * e));
+      words[e] = sm80::pack2<T>(v.x * p.softmax_scale, v.y * p.softmax_scale);
+    }
+    *reinterpret_cast<uint4*>(static_cast<T*>(p.dq) + row_offset(p.dq_strides, b, seq.q_start, i, h) + col) =
+        make_uint4(words[0], words[1], words[2], words[3]);
+  }
+}
+
+// ---------------------------------------------------------------------------
+// Main kernel: grid (key blocks of BN, heads_kv, batch), C::kThreads.
+// ---------------------------------------------------------------------------
+template <class C, bool Transformed>
+__global__ void __launch_bounds__(C::kThreads, 1) flash_bwd_tma_kernel(const __grid_constant__ TmaBackwardParams tp) {
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900 && defined(__CUDA_ARCH_FEAT_SM90_ALL)
+  using T = typename C::Element;
+  constexpr int D = C::D, BM = C::BM, BN = C::BN;
+  const BackwardParams& p = tp.p;
+  extern __shared__ unsigned char smem_raw[];
+  unsigned char* smem = smem_raw + ((1024 - (smem_address(smem_raw) & 1023)) & 1023);
+  T* sK = reinterpret_cast<T*>(smem + C::kKOffset);
+  T* sV = reinterpret_cast<T*>(smem + C::kVOffset);
+  auto sQ = [&](int st) { return reinterpret_cast<T*>(smem + C::kQOffset + st * C::QTile::kBytes); };
+  auto sDo = [&](int st) { return reinterpret_cast<T*>(smem + C::kDoOffset + st * C::QTile::kBytes); };
+  auto sDs = [&](int buf) { return reinterpret_cast<T*>(smem + C::kDsOffset + buf * C::STile::kBytes); };
+  float* sDq = reinterpret_cast<float*>(smem + C::kDqOffset);
+  auto sLse = [&](int st) { return reinterpret_cast<float*>(smem + C::kLseOffset + st * C::kStatBytes); };
+  auto sDsum = [&](int st) { return reinterpret_cast<float*>(smem + C::kDsumOffset + st * C::kStatBytes); };
+  std::uint64_t* kv_full = reinterpret_cast<std::uint64_t*>(smem + C::kBarrierOffset);
+  std::uint64_t* q_full = kv_full + 1;
+  std::uint64_t* q_empty = q_full + C::Stages;
+
+  const int tid = threadIdx.x, wg = tid / 128;
+  const int hk = blockIdx.y, b = blockIdx.z;
+  const SeqBounds seq = seq_bounds(p, b);
+  const int n0 = blockIdx.x * BN;
+  if (n0 >= seq.k_len) return;  // varlen: past this sequence's keys (the whole CTA)
+  const int n1 = min(n0 + BN, seq.k_len);
+  const BwdWalk walk = bwd_walk(p, seq, n0, n1, hk);
+  const int n_tiles = walk.tiles();
+  const bool varlen = p.cu_seqlens_q != nullptr;
+  const int batch_coord = varlen ? 0 : b;
+  const std::int64_t q_start =
+      varlen ? static_cast<std::int64_t>(seq.q_start) : static_cast<std::int64_t>(b) * p.max_q_len;
+  const std::int64_t padded0 = bwd_padded_start(q_start, b);
+
+  if (tid == 0) {
+    mbarrier_init(kv_full, 1);
+#pragma unroll
+    for (int st = 0; st < C::Stages; ++st) {
+      mbarrier_init(&q_full[st], 1);
+      mbarrier_init(&q_empty[st], 256);
+    }
+    mbarrier_init_fence();
+  }
+  __syncthreads();
+
+  if (wg == 0) {
+    warpgroup_registers_decrease<C::ProducerRegs>();
+    const int warp = tid / 32, lane = tid % 32;
+    if (warp == 0) {
+      // Producer: lane 0 issues every load.
+      if (lane != 0 || n_tiles == 0) return;
+      tma_prefetch_map(&tp.q);
+      tma_prefetch_map(&tp.dout);
+      mbarrier_arrive_expect_tx(kv_full, 2 * C::KTile::kBytes);
+#pragma unroll
+      for (int c = 0; c < C::KTile::kBlocks; ++c) {
+        tma_load_4d(sK + c * (C::KTile::kBlockBytes / 2), &tp.k, kv_full, c * 64, seq.k_start + n0, hk, batch_coord);
+        tma_load_4d(sV + c * (C::KTile::kBlockBytes / 2), &tp.v, kv_full, c * 64, seq.k_start + n0, hk, batch_coord);
+      }
+      for (int n = 0; n < n_tiles; ++n) {
+        const int st = n % C::Stages;
+        const int h = walk.head(n), m0 = walk.m0(n);
+        mbarrier_wait(&q_empty[st], ((n / C::Stages) & 1) ^ 1);
+        mbarrier_arrive_expect_tx(&q_full[st], C::kTileBytes);
+#pragma unroll
+        for (int c = 0; c < C::QTile::kBlocks; ++c) {
+          tma_load_4d(sQ(st) + c * (C::QTile::kBlockBytes / 2), &tp.q, &q_full[st], c * 64, seq.q_start + m0, h,
+                      batch_coord);
+          tma_load_4d(sDo(st) + c * (C::QTile::kBlockBytes / 2), &tp.dout, &q_full[st], c * 64, seq.q_start + m0,
+                      h, batch_coord);
+        }
+        const std::int64_t row = static_cast<std::int64_t>(h) * tp.padded_rows + padded0 + m0;
+        bulk_load(sLse(st), tp.lse2 + row, C::kStatBytes, &q_full[st]);
+        bulk_load(sDsum(st), tp.dsum + row, C::kStatBytes, &q_full[st]);
+      }
+      return;
+    }
+    if (warp == 1) {
+      // The dQ warp: each tile's staged dQ (both consumers' halves) added
+      // into the accumulator by one bulk reduction, the buffer released as
+      // soon as the reduction has read it.
+      for (int n = 0; n < n_tiles; ++n) {
+        if (n > 0) {
+          if (lane == 0) bulk_wait_group_read<0>();
+          __syncwarp();
+        }
+        named_barrier_arrive(C::kDqFree, 288);
+        named_barrier_sync(C::kDqStaged, 288);
+        if (lane == 0) {
+          const std::int64_t row = static_cast<std::int64_t>(walk.head(n)) * tp.padded_rows + padded0 + walk.m0(n);
+          bulk_reduce_add_f32(tp.dq_accum + row * D, sDq, C::kDqBytes);
+          bulk_commit_group();
+        }
+      }
+      if (lane == 0) bulk_wait_group<0>();
+    }
+    return;
+  }
+
+  warpgroup_registers_increase<C::ConsumerRegs>();
+  const int cw = __shfl_sync(0xffffffffu, wg, 0) - 1;  // keys [64 cw, 64 cw + 64) of the block
+  const int warp = (tid / 32) % 4, lane = tid % 32, g = lane / 4, t4 = lane % 4;
+  const int key_row = 64 * cw + 16 * warp + g;  // this thread's first key row, within the block
+
+  float dk[C::DT][4], dv[C::DT][4];
+  if (n_tiles > 0) {
+    // Descriptors: K and V rows of this warpgroup (K-major A); K's columns
+    // [cw D/2, ..) with the keys as rows (MN-major B of dQ).
+    const std::uint64_t k_desc = sw128_desc(sK + cw * 64 * 64, 16, 1024);
+    const std::uint64_t v_desc = sw128_desc(sV + cw * 64 * 64, 16, 1024);
+    const std::uint64_t kt_desc =
+        sw128_desc(reinterpret_cast<unsigned char*>(sK) + cw * (C::DQ / 64) * C::KTile::kBlockBytes,
+                   C::KTile::kBlockBytes, 1024);
+    mbarrier_wait(kv_full, 0);
+    int h_rules = -1;
+    ScoreRules rules;
+    for (int n = 0; n < n_tiles; ++n) {
+      const int st = n % C::Stages;
+      const int h = walk.head(n), m0 = walk.m0(n);
+      if (h != h_rules) {
+        rules = score_rules(p, seq, b, h);
+        h_rules = h;
+      }
+      const std::uint64_t q_desc = sw128_desc(sQ(st), 16, 1024);
+      const std::uint64_t do_desc = sw128_desc(sDo(st), 16, 1024);
+      mbarrier_wait(&q_full[st], (n / C::Stages) & 1);
+
+      // S^T = K Q^T and dP^T = V dO^T, two groups.
+      float s[C::NS][4], dp[C::NS][4];
+      wgmma_fence();
+#pragma unroll
+      for (int ks = 0; ks < D / 16; ++ks) {
+        const std::uint32_t off = (ks % 4) * 32;
+        wgmma_ss<T, BM>(s, desc_advance(k_desc, (ks / 4) * C::KTile::kBlockBytes + off),
+                        desc_advance(q_desc, (ks / 4) * C::QTile::kBlockBytes + off), ks > 0);
+      }
+      wgmma_commit();
+#pragma unroll
+      for (int ks = 0; ks < D / 16; ++ks) {
+        const std::uint32_t off = (ks % 4) * 32;
+        wgmma_ss<T, BM>(dp, desc_advance(v_desc, (ks / 4) * C::KTile::kBlockBytes + off),
+                        desc_advance(do_desc, (ks / 4) * C::QTile::kBlockBytes + off), ks > 0);
+      }
+      wgmma_commit();
+
+      // Per query column of this thread: lse2 and dsum (columns 8 i + 2 t4, + 1).
+      const float* lse_row = sLse(st);
+      const float* dsum_row = sDsum(st);
+      const bool masked = !rules.tile_unmasked(m0, BM, n0 + 64 * cw, 64) || m0 + BM > seq.q_len;
+      wgmma_wait<1>();
+      fence_accumulators(s);
+      // P^T (into s); the softcap tanh kept for dS where Transformed.
+      float squashed[Transformed ? C::NS : 1][Transformed ? 4 : 1];
+#pragma unroll
+      for (int i = 0; i < C::NS; ++i) {
+        const float2 lse2 = *reinterpret_cast<const float2*>(lse_row + 8 * i + 2 * t4);
+#pragma unroll
+        for (int e = 0; e < 4; ++e) {
+          const int q_col = 8 * i + 2 * t4 + (e & 1);
+          const int key = n0 + key_row + 8 * (e >> 1);
+          const int qi = m0 + q_col;
+          const float l2 = (e & 1) ? lse2.y : lse2.x;
+          float x;
+          if constexpr (Transformed) {
+            float th;
+            x = sm80::fast_exp2(rules.logit2(s[i][e], qi, key, rules.alibi_log2, &th) - l2);
+            squashed[i][e] = th;
+          } else {
+            x = sm80::fast_exp2(fmaf(s[i][e], rules.scale_log2, -l2));
+          }
+          if (masked && !(qi < seq.q_len && rules.visible(qi, key))) x = 0.0f;
+          s[i][e] = x;
+        }
+      }
+      wgmma_wait<0>();
+      fence_accumulators(dp);
+      // dS^T = P^T (dP^T - dsum) [x (1 - tanh^2)], into dp.
+#pragma unroll
+      for (int i = 0; i < C::NS; ++i) {
+        const float2 ds2 = *reinterpret_cast<const float2*>(dsum_row + 8 * i + 2 * t4);
+#pragma unroll
+        for (int e = 0; e < 4; ++e) {
+          float y = s[i][e] * (dp[i][e] - ((e & 1) ? ds2.y : ds2.x));
+          if constexpr (Transformed) {
+            if (rules.cap_log2 != 0.0f) y *= ScoreRules::softcap_grad(squashed[i][e]);
+          }
+          dp[i][e] = y;
+        }
+      }
+      std::uint32_t pa[C::KS][4], dsa[C::KS][4];
+      p_fragments_m16<T, C::KS>(s, pa);
+      p_fragments_m16<T, C::KS>(dp, dsa);
+
+      // dV += P^T dO, dK += dS^T Q (B: [queries][D], MN-major).
+      const std::uint64_t do_mn = sw128_desc(sDo(st), C::QTile::kBlockBytes, 1024);
+      const std::uint64_t q_mn = sw128_desc(sQ(st), C::QTile::kBlockBytes, 1024);
+      wgmma_fence();
+#pragma unroll
+      for (int kk = 0; kk < C::KS; ++kk)
+        wgmma_rs<T, D, true>(dv, pa[kk], desc_advance(do_mn, kk * 16 * 128), n > 0 || kk > 0);
+#pragma unroll
+      for (int kk = 0; kk < C::KS; ++kk)
+        wgmma_rs<T, D, true>(dk, dsa[kk], desc_advance(q_mn, kk * 16 * 128), n > 0 || kk > 0);
+      wgmma_commit();
+
+      // dS (queries x keys, this warpgroup's 64 keys) into shared memory:
+      // matrices (i, rows g), (i, rows g + 8), (i + 1, ...) of dsa[kk] are
+      // queries 16 kk .. 16 kk + 15 of keys key_row - g + [0, 8) and + 8.
+      T* ds_tile = sDs(n & 1);
+#pragma unroll
+      for (int kk = 0; kk < C::KS; ++kk) {
+        const int mtx = lane / 8, r = lane % 8;
+        const int query = 16 * kk + 8 * (mtx / 2) + r;
+        const int key_chunk = (64 * cw + 16 * warp) / 8 + (mtx % 2);
+        stmatrix_x4_trans(ds_tile + C::STile::offset(query, key_chunk), dsa[kk]);
+      }
+      fence_proxy_async_shared();
+      named_barrier_sync(C::kDsReady, 256);
+
+      // dQ[:, cw D/2 ..] = dS K[:, cw D/2 ..] over the block's 128 keys.
+      float dq[C::DQT][4];
+      const std::uint64_t ds_desc = sw128_desc(ds_tile, 16, 1024);
+      wgmma_fence();
+#pragma unroll
+      for (int ks = 0; ks < BN / 16; ++ks)
+        wgmma_ss_trans_b<T, C::DQ>(dq, desc_advance(ds_desc, (ks / 4) * C::STile::kBlockBytes + (ks % 4) * 32),
+                                   desc_advance(kt_desc, ks * 16 * 128), ks > 0);
+      wgmma_commit();
+      wgmma_wait<1>();  // dV, dK done: Q, dO, lse, dsum of this stage read
+      fence_accumulators(dv);
+      fence_accumulators(dk);
+      mbarrier_arrive(&q_empty[st]);
+      wgmma_wait<0>();
+      fence_accumulators(dq);
+      named_barrier_sync(C::kDqFree, 288);
+#pragma unroll
+      for (int i = 0; i < C::DQT; ++i)
+        *reinterpret_cast<float4*>(sDq + DqTileOrder<D>::block(cw, warp, i) + lane * 4) =
+            make_float4(dq[i][0], dq[i][1], dq[i][2], dq[i][3]);
+      fence_proxy_async_shared();
+      named_barrier_arrive(C::kDqStaged, 288);
+    }
+  } else {
+#pragma unroll
+    for (int i = 0; i < C::DT; ++i)
+#pragma unroll
+      for (int e = 0; e < 4; ++e) dk[i][e] = dv[i][e] = 0.0f;
+  }
+
+  // Epilogue: dK * softmax_scale and dV as T, staged in this warpgroup's
+  // rows of sK / sV (swizzled as loaded: conflict-free), then row chunks
+  // stored by the warpgroup. Both warpgroups' dQ GEMMs read all of K, so
+  // neither writes sK before both are done.
+  named_barrier_sync(C::kKRead, 256);
+#pragma unroll
+  for (int half = 0; half < 2; ++half) {
+    const int r = key_row + 8 * half;
+#pragma unroll
+    for (int i = 0; i < C::DT; ++i) {
+      *reinterpret_cast<std::uint32_t*>(sK + C::KTile::offset(r, i) + 2 * t4) =
+          sm80::pack2<T>(dk[i][2 * half] * p.softmax_scale, dk[i][2 * half + 1] * p.softmax_scale);
+      *reinterpret_cast<std::uint32_t*>(sV + C::KTile::offset(r, i) + 2 * t4) =
+          sm80::pack2<T>(dv[i][2 * half], dv[i][2 * half + 1]);
+    }
+  }
+  named_barrier_sync(C::kKvStaged0 + cw, 128);
+  constexpr int kChunksPerRow = D / 8;
+  T* dk_base = static_cast<T*>(p.dk) + row_offset(p.dk_strides, b, seq.k_start, 0, hk);
+  T* dv_base = static_cast<T*>(p.dv) + row_offset(p.dv_strides, b, seq.k_start, 0, hk);
+  for (int idx = tid % 128; idx < 64 * kChunksPerRow; idx += 128) {
+    const int r = 64 * cw + idx / kChunksPerRow, c = idx % kChunksPerRow;
+    const int key = n0 + r;
+    if (key < seq.k_len && c * 8 < p.head_dim) {
+      *reinterpret_cast<uint4*>(dk_base + static_cast<std::int64_t>(key) * p.dk_strides.row + c * 8) =
+          *reinterpret_cast<const uint4*>(sK + C::KTile::offset(r, c));
+      *reinterpret_cast<uint4*>(dv_base + static_cast<std::int64_t>(key) * p.dv_strides.row + c * 8) =
+          *reinterpret_cast<const uint4*>(sV + C::KTile::offset(r, c));
+    }
+  }
+#endif
+}
+
+}  // namespace cuflash::detail::sm90

@@ -1,0 +1,57 @@
+// Launch of the warp-specialized TMA backward for one (element type, head
+// dim); explicitly instantiated once per pair in src/cuda/inst/. Order on
+// the stream: preparation (lse2, dsum, the dQ accumulator zeroed), the main
+// kernel (dK, dV; dQ added into the accumulator), the dq conversion.
+#pragma once
+
+#include <cuda_runtime_api.h>
+
+#include "common/cuda_check.hpp"
+#include "common/kernel_attributes.hpp"
+#include "sm90/flash_bwd_tma_kernel.cuh"
+#include "sm90/flash_bwd_tma_launch_args.hpp"
+#include "sm90/tma_map.hpp"
+
+namespace cuflash::detail::sm90 {
+
+template <typename T, int D>
+Status launch_flash_bwd_tma(const BackwardParams& p, const TmaBackwardLaunch& launch, void* workspace,
+                            cudaStream_t stream) {
+  using C = TmaBwdConfig<T, D>;
+  TmaBackwardParams tp;
+  tp.p = p;
+  // The tensors the plan checked (backward_plan.cpp) are the ones encoded.
+  CUFLASH_TRY(encode_head_rows_map(&tp.q, launch.q, C::BM, "q"));
+  CUFLASH_TRY(encode_head_rows_map(&tp.dout, launch.dout, C::BM, "dout"));
+  CUFLASH_TRY(encode_head_rows_map(&tp.k, launch.k, C::BN, "k"));
+  CUFLASH_TRY(encode_head_rows_map(&tp.v, launch.v, C::BN, "v"));
+  const TmaBackwardWorkspace ws = tma_backward_workspace(p.total_q_rows, p.batch, p.heads_q, D);
+  auto* base = static_cast<unsigned char*>(workspace);
+  tp.dq_accum = reinterpret_cast<float*>(base + ws.dq_accum);
+  tp.lse2 = reinterpret_cast<float*>(base + ws.lse2);
+  tp.dsum = reinterpret_cast<float*>(base + ws.dsum);
+  tp.padded_rows = bwd_padded_rows(p.total_q_rows, p.batch);
+
+  const dim3 row_tiles(static_cast<unsigned>((p.max_q_len + kBwdTileRows - 1) / kBwdTileRows),
+                       static_cast<unsigned>(p.heads_q), static_cast<unsigned>(p.batch));
+  if (p.max_q_len > 0) {
+    flash_bwd_tma_prep_kernel<T, D><<<row_tiles, 256, 0, stream>>>(tp);
+    CUFLASH_TRY(launch_status("flash_bwd_tma_prep_kernel"));
+  }
+  if (p.max_kv_len > 0) {
+    auto kernel = p.softcap > 0.0f || p.alibi_slopes != nullptr ? flash_bwd_tma_kernel<C, true>
+                                                                 : flash_bwd_tma_kernel<C, false>;
+    CUFLASH_TRY(allow_dynamic_smem(kernel, C::kSmemBytes, "flash_bwd_tma_kernel"));
+    const dim3 grid(static_cast<unsigned>((p.max_kv_len + C::BN - 1) / C::BN), static_cast<unsigned>(p.heads_kv),
+                    static_cast<unsigned>(p.batch));
+    kernel<<<grid, C::kThreads, C::kSmemBytes, stream>>>(tp);
+    CUFLASH_TRY(launch_status("flash_bwd_tma_kernel"));
+  }
+  if (p.max_q_len > 0) {
+    flash_bwd_tma_convert_kernel<T, D><<<row_tiles, 256, 0, stream>>>(tp);
+    CUFLASH_TRY(launch_status("flash_bwd_tma_convert_kernel"));
+  }
+  return {};
+}
+
+}  // namespace cuflash::detail::sm90

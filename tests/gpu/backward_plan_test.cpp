@@ -1,0 +1,101 @@
+// The cuda backend's backward plan (src/cuda/backward_plan.hpp) on a
+// described H100 and A100, without a GPU: which calls the Hopper TMA kernel
+// takes and what workspace it asks for. The kernels themselves are tested on
+// the GPU by the backward suites (HopperTma/CudaBackward.* and the rest).
+#include <gtest/gtest.h>
+
+#include <random>
+#include <utility>
+
+#include "backward_plan.hpp"
+#include "common/attention_case.hpp"
+#include "gpu/gpu_cases.hpp"
+#include "validate.hpp"
+
+namespace cuflash::test {
+namespace {
+
+using detail::BackwardKind;
+using detail::BackwardPlan;
+using detail::DeviceInfo;
+using detail::Problem;
+
+constexpr std::size_t kSm80Bytes = 12345;  // stands for the sm80 kernels' need
+
+DeviceInfo h100() {
+  DeviceInfo d;
+  d.sm_count = 132;
+  d.major = 9;
+  d.minor = 0;
+  d.max_smem_per_block = 227 * 1024;
+  d.smem_per_sm = 228 * 1024;
+  d.tma_encoder = true;
+  d.valid = true;
+  return d;
+}
+
+template <class Edit>
+BackwardPlan plan(CaseSpec spec, const DeviceInfo& device, Edit edit) {
+  if (spec.dtype == DType::f32) spec.dtype = DType::bf16;
+  std::mt19937 engine(11);
+  AttentionCase c(spec, engine);
+  Problem p;
+  const Status status = detail::validate_backward(c.backward_args(), c.options(Backend::cuda), nullptr, &p);
+  EXPECT_TRUE(status.ok()) << status.to_string();
+  edit(p);
+  return detail::plan_backward(p, device, kSm80Bytes);
+}
+
+BackwardPlan plan(CaseSpec spec, const DeviceInfo& device) {
+  return plan(std::move(spec), device, [](Problem&) {});
+}
+
+// Planned only in a library built with the sm_90a kernels.
+bool tma_plannable() { return plan(dense_case("probe", 64, 64, 1, 1, 128, 1), h100()).kind == BackwardKind::tma; }
+
+TEST(BackwardPlan, HopperDenseHeadDim128TakesTheTmaKernel) {
+  if (!tma_plannable()) GTEST_SKIP() << "no sm_90a kernels in this build";
+  CaseSpec s = dense_case("d128", 300, 700, 8, 2, 128, 3);
+  s.options.causal = true;
+  const BackwardPlan p = plan(s, h100());
+  EXPECT_EQ(p.kind, BackwardKind::tma);
+  // The tensors the maps will encode: q/dout with the query heads, k/v with the kv heads.
+  EXPECT_EQ(p.tma.q.heads, 8);
+  EXPECT_EQ(p.tma.dout.heads, 8);
+  EXPECT_EQ(p.tma.k.heads, 2);
+  EXPECT_EQ(p.tma.k.rows, 700);
+  EXPECT_EQ(p.tma.q.rows, 300);
+  EXPECT_EQ(p.tma.q.batch, 3);
+  // dQ accumulator, lse2 and dsum over 8 heads of padded rows: 900 rows + 64
+  // per sequence and one more tile, rounded to tiles (1152).
+  const std::size_t rows = 1152 * 8;
+  EXPECT_EQ(p.workspace_bytes, rows * 128 * 4 + 2 * ((rows * 4 + 255) / 256 * 256));
+}
+
+TEST(BackwardPlan, EverythingElseStaysOnTheSm80Kernels) {
+  if (!tma_plannable()) GTEST_SKIP() << "no sm_90a kernels in this build";
+  auto sm80 = [](const BackwardPlan& p) { return p.kind == BackwardKind::sm80 && p.workspace_bytes == kSm80Bytes; };
+  DeviceInfo a100 = h100();
+  a100.major = 8;
+  EXPECT_TRUE(sm80(plan(dense_case("ampere", 64, 64, 2, 2, 128, 1), a100)));
+  DeviceInfo no_driver = h100();
+  no_driver.tma_encoder = false;
+  EXPECT_TRUE(sm80(plan(dense_case("no_encoder", 64, 64, 2, 2, 128, 1), no_driver)));
+  EXPECT_TRUE(sm80(plan(dense_case("d64", 64, 64, 2, 2, 64, 1), h100())));
+  EXPECT_TRUE(sm80(plan(dense_case("d96", 64, 64, 2, 2, 96, 1), h100())));
+  EXPECT_TRUE(sm80(plan(dense_case("deterministic", 64, 64, 2, 2, 128, 1), h100(),
+                        [](Problem& p) { p.deterministic = true; })));
+  EXPECT_TRUE(sm80(plan(dense_case("dropout", 64, 64, 2, 2, 128, 1), h100(), [](Problem& p) { p.dropout_p = 0.1f; })));
+  CaseSpec f32 = dense_case("f32", 64, 64, 2, 2, 128, 1);
+  EXPECT_TRUE(sm80(plan(f32, h100(), [](Problem& p) { p.dtype = DType::f32; })));
+}
+
+TEST(BackwardPlan, VarlenStaysOnTheSm80Kernels) {
+  if (!tma_plannable()) GTEST_SKIP() << "no sm_90a kernels in this build";
+  CaseSpec s = dense_case("varlen", 64, 64, 2, 2, 128, 1);
+  const BackwardPlan p = plan(s, h100(), [](Problem& p) { p.layout = detail::Layout::varlen; });
+  EXPECT_EQ(p.kind, BackwardKind::sm80);
+}
+
+}  // namespace
+}  // namespace cuflash::test
