@@ -9,10 +9,11 @@
 // query tile, with the key rows as wgmma's M (S and dP transposed, so that
 // P^T and dS^T are already the A fragments of the dV and dK GEMMs):
 //   S^T = K Q^T, dP^T = V dO^T              (ss, N = 64 queries)
-//   P^T = exp2(logit2 - lse2), dS^T = P^T (dP^T - dsum) [x softcap's factor]
-//   dV += P^T dO, dK += dS^T Q              (rs, N = D; B MN-major)
+//   P^T = exp2(logit2 - lse2); dV += P^T dO (rs, N = D; B MN-major), under
+//   dP's GEMM and dS^T = P^T (dP^T - dsum) [x softcap's factor]
 //   dS^T -> shared memory as dS (stmatrix, transposed); both warpgroups' halves in,
 //   dQ[:, 64 c ..] = dS K[:, 64 c ..]       (ss, B MN-major, N = D / 2)
+//   dK += dS^T Q                            (rs, N = D), while
 //   dQ -> shared memory (fragment order) -> the dQ warp's bulk reduce-add.
 // The producer warp loads K and V once, then Q, dO, the rows' base-2 lse
 // and dsum of each tile into a two-stage ring (mbarriers as in the forward,
@@ -321,8 +322,13 @@ __global__ void __launch_bounds__(C::kThreads, 1) flash_bwd_tma_kernel(const __g
       const std::uint64_t q_desc = sw128_desc(sQ(st), 16, 1024);
       const std::uint64_t do_desc = sw128_desc(sDo(st), 16, 1024);
       mbarrier_wait(&q_full[st], (n / C::Stages) & 1);
+      // This thread's query columns' lse2 (8 i + 2 t4, + 1), read before the
+      // GEMMs so that the exponentials do not wait on shared memory.
+      float2 lse2[C::NS];
+#pragma unroll
+      for (int i = 0; i < C::NS; ++i) lse2[i] = *reinterpret_cast<const float2*>(sLse(st) + 8 * i + 2 * t4);
 
-      // S^T = K Q^T and dP^T = V dO^T, two groups.
+      // S^T = K Q^T and dP^T = V dO^T, one group each.
       float s[C::NS][4], dp[C::NS][4];
       wgmma_fence();
 #pragma unroll
@@ -340,65 +346,67 @@ __global__ void __launch_bounds__(C::kThreads, 1) flash_bwd_tma_kernel(const __g
       }
       wgmma_commit();
 
-      // Per query column of this thread: lse2 and dsum (columns 8 i + 2 t4, + 1).
-      const float* lse_row = sLse(st);
-      const float* dsum_row = sDsum(st);
       const bool masked = !rules.tile_unmasked(m0, BM, n0 + 64 * cw, 64) || m0 + BM > seq.q_len;
       wgmma_wait<1>();
       fence_accumulators(s);
-      // P^T (into s); the softcap tanh kept for dS where Transformed.
-      float squashed[Transformed ? C::NS : 1][Transformed ? 4 : 1];
+      // P^T, packed as the A fragments of dV += P^T dO (pa[kk]: n8 blocks 2 kk
+      // and 2 kk + 1, rows g then g + 8, as p_fragments_m16 packs them); s
+      // keeps P^T in fp32 for dS, times softcap's factor 1 - tanh^2 where
+      // there is one (so that no tanh has to stay live until dS).
+      std::uint32_t pa[C::KS][4];
 #pragma unroll
       for (int i = 0; i < C::NS; ++i) {
-        const float2 lse2 = *reinterpret_cast<const float2*>(lse_row + 8 * i + 2 * t4);
+        float grad[4] = {1.0f, 1.0f, 1.0f, 1.0f};
 #pragma unroll
         for (int e = 0; e < 4; ++e) {
-          const int q_col = 8 * i + 2 * t4 + (e & 1);
+          const int qi = m0 + 8 * i + 2 * t4 + (e & 1);
           const int key = n0 + key_row + 8 * (e >> 1);
-          const int qi = m0 + q_col;
-          const float l2 = (e & 1) ? lse2.y : lse2.x;
+          const float l2 = (e & 1) ? lse2[i].y : lse2[i].x;
           float x;
           if constexpr (Transformed) {
             float th;
             x = sm80::fast_exp2(rules.logit2(s[i][e], qi, key, rules.alibi_log2, &th) - l2);
-            squashed[i][e] = th;
+            grad[e] = ScoreRules::softcap_grad(th);  // 1 without softcap (th = 0)
           } else {
             x = sm80::fast_exp2(fmaf(s[i][e], rules.scale_log2, -l2));
           }
           if (masked && !(qi < seq.q_len && rules.visible(qi, key))) x = 0.0f;
           s[i][e] = x;
         }
-      }
-      wgmma_wait<0>();
-      fence_accumulators(dp);
-      // dS^T = P^T (dP^T - dsum) [x (1 - tanh^2)], into dp.
+        pa[i / 2][(i % 2) * 2] = sm80::pack2<T>(s[i][0], s[i][1]);
+        pa[i / 2][(i % 2) * 2 + 1] = sm80::pack2<T>(s[i][2], s[i][3]);
+        if constexpr (Transformed) {
 #pragma unroll
-      for (int i = 0; i < C::NS; ++i) {
-        const float2 ds2 = *reinterpret_cast<const float2*>(dsum_row + 8 * i + 2 * t4);
-#pragma unroll
-        for (int e = 0; e < 4; ++e) {
-          float y = s[i][e] * (dp[i][e] - ((e & 1) ? ds2.y : ds2.x));
-          if constexpr (Transformed) {
-            if (rules.cap_log2 != 0.0f) y *= ScoreRules::softcap_grad(squashed[i][e]);
-          }
-          dp[i][e] = y;
+          for (int e = 0; e < 4; ++e) s[i][e] *= grad[e];
         }
       }
-      std::uint32_t pa[C::KS][4], dsa[C::KS][4];
-      p_fragments_m16<T, C::KS>(s, pa);
-      p_fragments_m16<T, C::KS>(dp, dsa);
-
-      // dV += P^T dO, dK += dS^T Q (B: [queries][D], MN-major).
+      // dV += P^T dO (B: [queries][D], MN-major), under dP's GEMM and dS.
       const std::uint64_t do_mn = sw128_desc(sDo(st), C::QTile::kBlockBytes, 1024);
-      const std::uint64_t q_mn = sw128_desc(sQ(st), C::QTile::kBlockBytes, 1024);
       wgmma_fence();
 #pragma unroll
       for (int kk = 0; kk < C::KS; ++kk)
         wgmma_rs<T, D, true>(dv, pa[kk], desc_advance(do_mn, kk * 16 * 128), n > 0 || kk > 0);
-#pragma unroll
-      for (int kk = 0; kk < C::KS; ++kk)
-        wgmma_rs<T, D, true>(dk, dsa[kk], desc_advance(q_mn, kk * 16 * 128), n > 0 || kk > 0);
       wgmma_commit();
+
+      float2 dsum[C::NS];
+#pragma unroll
+      for (int i = 0; i < C::NS; ++i) dsum[i] = *reinterpret_cast<const float2*>(sDsum(st) + 8 * i + 2 * t4);
+      wgmma_wait<1>();  // dP^T done (dV may still run)
+      fence_accumulators(dp);
+      // dS^T = P^T [x (1 - tanh^2)] (dP^T - dsum), into dp. A masked P is
+      // exactly 0 and so is its dS, whatever dP (a key or query row past the
+      // sequence) holds.
+#pragma unroll
+      for (int i = 0; i < C::NS; ++i) {
+#pragma unroll
+        for (int e = 0; e < 4; ++e) {
+          float y = s[i][e] * (dp[i][e] - ((e & 1) ? dsum[i].y : dsum[i].x));
+          if (masked && s[i][e] == 0.0f) y = 0.0f;
+          dp[i][e] = y;
+        }
+      }
+      std::uint32_t dsa[C::KS][4];
+      p_fragments_m16<T, C::KS>(dp, dsa);
 
       // dS (queries x keys, this warpgroup's 64 keys) into shared memory:
       // matrices (i, rows g), (i, rows g + 8), (i + 1, ...) of dsa[kk] are
@@ -414,20 +422,22 @@ __global__ void __launch_bounds__(C::kThreads, 1) flash_bwd_tma_kernel(const __g
       fence_proxy_async_shared();
       named_barrier_sync(C::kDsReady, 256);
 
-      // dQ[:, cw D/2 ..] = dS K[:, cw D/2 ..] over the block's 128 keys.
+      // dQ[:, cw D/2 ..] = dS K[:, cw D/2 ..] over the block's 128 keys, then
+      // dK += dS^T Q (B MN-major): dQ is staged for the dQ warp while dK runs.
       float dq[C::DQT][4];
       const std::uint64_t ds_desc = sw128_desc(ds_tile, 16, 1024);
+      const std::uint64_t q_mn = sw128_desc(sQ(st), C::QTile::kBlockBytes, 1024);
       wgmma_fence();
 #pragma unroll
       for (int ks = 0; ks < BN / 16; ++ks)
         wgmma_ss_trans_b<T, C::DQ>(dq, desc_advance(ds_desc, (ks / 4) * C::STile::kBlockBytes + (ks % 4) * 32),
                                    desc_advance(kt_desc, ks * 16 * 128), ks > 0);
       wgmma_commit();
-      wgmma_wait<1>();  // dV, dK done: Q, dO, lse, dsum of this stage read
-      fence_accumulators(dv);
-      fence_accumulators(dk);
-      mbarrier_arrive(&q_empty[st]);
-      wgmma_wait<0>();
+#pragma unroll
+      for (int kk = 0; kk < C::KS; ++kk)
+        wgmma_rs<T, D, true>(dk, dsa[kk], desc_advance(q_mn, kk * 16 * 128), n > 0 || kk > 0);
+      wgmma_commit();
+      wgmma_wait<1>();  // dV and dQ done
       fence_accumulators(dq);
       named_barrier_sync(C::kDqFree, 288);
 #pragma unroll
@@ -436,6 +446,10 @@ __global__ void __launch_bounds__(C::kThreads, 1) flash_bwd_tma_kernel(const __g
             make_float4(dq[i][0], dq[i][1], dq[i][2], dq[i][3]);
       fence_proxy_async_shared();
       named_barrier_arrive(C::kDqStaged, 288);
+      wgmma_wait<0>();  // dK done: Q, dO, lse, dsum of this stage read
+      fence_accumulators(dv);
+      fence_accumulators(dk);
+      mbarrier_arrive(&q_empty[st]);
     }
   } else {
 #pragma unroll
