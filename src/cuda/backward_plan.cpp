@@ -16,7 +16,7 @@ bool sm90_backward_enabled() {
   return enabled;
 }
 
-// The TMA kernel takes dense problems in fp16/bf16 at its own head dims,
+// The TMA kernel takes dense and varlen problems in fp16/bf16 at its own head dims,
 // without dropout (its tiles have no mask of it yet) and without the
 // deterministic order (its dQ reductions land in any order), whose q, k,
 // v and dout can be TMA-mapped. Everything else stays on the sm80 kernels,
@@ -27,7 +27,7 @@ bool tma_backward_fits(const Problem& problem, const DeviceInfo& info, sm90::Tma
     return false;
   if (problem.dtype != DType::bf16 && problem.dtype != DType::f16) return false;
   if (!kernel_table::contains(kernel_table::kTmaBackwardHeadDims, problem.head_dim)) return false;
-  if (problem.layout != Layout::dense || problem.has_dropout() || problem.deterministic) return false;
+  if (problem.layout == Layout::kv_cache || problem.has_dropout() || problem.deterministic) return false;
   launch->q = sm90::head_rows_tensor(problem, problem.q, problem.heads_q);
   launch->dout = sm90::head_rows_tensor(problem, problem.dout, problem.heads_q);
   launch->k = sm90::head_rows_tensor(problem, problem.k, problem.heads_kv);

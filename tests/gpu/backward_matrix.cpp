@@ -80,8 +80,8 @@ std::vector<CaseSpec> dense_cases() {
 
 // ----- the Hopper TMA backward's head dim ---------------------------------------
 // The CPU suite's dense cases (masks, windows, offsets, softcap, ALiBi, GQA,
-// strided views, rows that see nothing) at head dim 128, and longer ones:
-// several key blocks per CTA walk, query tiles past the sequence's end. On an
+// strided views, rows that see nothing) at head dim 128, longer ones
+// (several key blocks, query tiles past the sequence's end) and varlen. On an
 // H100 the plan runs them on the TMA kernel; elsewhere on the sm80 kernels.
 
 std::vector<CaseSpec> hopper_tma_cases() {
@@ -97,6 +97,15 @@ std::vector<CaseSpec> hopper_tma_cases() {
   window.options.window_left = 100;
   window.options.window_right = 40;
   half.push_back(window);
+  // Varlen: tails of key blocks and query tiles inside the packed rows (the
+  // next sequence's rows, and NaN rows after cu_seqlens[B]), an empty
+  // sequence, one without keys.
+  half.push_back(causal(varlen_case("varlen_causal_gqa", {5, 0, 135, 70}, {12, 3, 200, 64}, 4, 2, 128)));
+  CaseSpec varlen = varlen_case("varlen_window_softcap_mqa", {63, 65, 0, 300}, {100, 65, 7, 300}, 4, 1, 128);
+  varlen.options.window_left = 50;
+  varlen.options.window_right = 10;
+  varlen.options.softcap = 2.0f;
+  half.push_back(varlen);
   return for_gpu_dtypes(half, kHalfDtypes);
 }
 

@@ -90,11 +90,13 @@ TEST(BackwardPlan, EverythingElseStaysOnTheSm80Kernels) {
   EXPECT_TRUE(sm80(plan(f32, h100(), [](Problem& p) { p.dtype = DType::f32; })));
 }
 
-TEST(BackwardPlan, VarlenStaysOnTheSm80Kernels) {
+TEST(BackwardPlan, VarlenTakesTheTmaKernelAsOneBatchOfPackedRows) {
   if (!tma_plannable()) GTEST_SKIP() << "no sm_90a kernels in this build";
-  CaseSpec s = dense_case("varlen", 64, 64, 2, 2, 128, 1);
-  const BackwardPlan p = plan(s, h100(), [](Problem& p) { p.layout = detail::Layout::varlen; });
-  EXPECT_EQ(p.kind, BackwardKind::sm80);
+  const BackwardPlan p = plan(varlen_case("varlen", {5, 0, 35}, {12, 3, 20}, 4, 2, 128), h100());
+  EXPECT_EQ(p.kind, BackwardKind::tma);
+  EXPECT_EQ(p.tma.q.batch, 1);
+  EXPECT_EQ(p.tma.q.rows, 40);
+  EXPECT_EQ(p.tma.k.rows, 35);
 }
 
 }  // namespace

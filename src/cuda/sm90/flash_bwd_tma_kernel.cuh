@@ -84,7 +84,7 @@ struct TmaBwdConfig {
   static constexpr int kLseOffset = kDqOffset + kDqBytes;  // [Stages][BM]
   static constexpr int kDsumOffset = kLseOffset + Stages * kStatBytes;
   static constexpr int kBarrierOffset = kDsumOffset + Stages * kStatBytes;
-  static constexpr int kBarriers = 1 + 2 * Stages;  // kv_full, q_full[], q_empty[]
+  static constexpr int kBarriers = 2 + 2 * Stages;  // kv_full, q_full[], q_empty[], landed
   static constexpr int kSmemBytes = kBarrierOffset + 8 * kBarriers + 1024;  // + alignment slack
   static_assert(kSmemBytes <= 227 * 1024, "shared memory per SM");
   static constexpr int kTileBytes = 2 * QTile::kBytes + 2 * kStatBytes;  // one ring stage's loads
@@ -215,6 +215,7 @@ __global__ void __launch_bounds__(C::kThreads, 1) flash_bwd_tma_kernel(const __g
   std::uint64_t* kv_full = reinterpret_cast<std::uint64_t*>(smem + C::kBarrierOffset);
   std::uint64_t* q_full = kv_full + 1;
   std::uint64_t* q_empty = q_full + C::Stages;
+  std::uint64_t* landed = q_empty + C::Stages;  // a varlen tail's TMA bytes, before its zeroing
 
   const int tid = threadIdx.x, wg = tid / 128;
   const int hk = blockIdx.y, b = blockIdx.z;
@@ -232,6 +233,7 @@ __global__ void __launch_bounds__(C::kThreads, 1) flash_bwd_tma_kernel(const __g
 
   if (tid == 0) {
     mbarrier_init(kv_full, 1);
+    mbarrier_init(landed, 1);
 #pragma unroll
     for (int st = 0; st < C::Stages; ++st) {
       mbarrier_init(&q_full[st], 1);
@@ -245,31 +247,79 @@ __global__ void __launch_bounds__(C::kThreads, 1) flash_bwd_tma_kernel(const __g
     warpgroup_registers_decrease<C::ProducerRegs>();
     const int warp = tid / 32, lane = tid % 32;
     if (warp == 0) {
-      // Producer: lane 0 issues every load.
-      if (lane != 0 || n_tiles == 0) return;
-      tma_prefetch_map(&tp.q);
-      tma_prefetch_map(&tp.dout);
-      mbarrier_arrive_expect_tx(kv_full, 2 * C::KTile::kBytes);
+      // Producer: lane 0 issues every load; the whole warp zeroes varlen
+      // tails (below).
+      if (n_tiles == 0) return;
+      const bool leader = lane == 0;
+      // A varlen tile that runs past its sequence holds the next sequence's
+      // rows, or rows no sequence owns (possibly NaN): masked P and dS are
+      // exactly 0, but dQ = dS K, dK += dS^T Q and dV += P^T dO multiply
+      // them by those rows, and 0 x NaN is NaN. So such rows of K, V, Q and
+      // dO are zeroed before the consumers see the tile: the TMA bytes
+      // land on `landed` instead, the warp zeroes, then releases the full
+      // barrier. (Dense tensors end at the sequence: TMA fills zeros.)
+      std::uint32_t tails = 0;
+      // Rows [first_row, Tile's rows) of a swizzled tile, zeroed by the warp.
+      auto zero_tail = [&](auto tile_shape, T* tile, int first_row) {
+        using Tile = decltype(tile_shape);
+        constexpr int kChunksPerRow = D / 8;
+        const int rows = Tile::kBytes / (2 * D);
+        for (int idx = lane; idx < (rows - first_row) * kChunksPerRow; idx += 32)
+          *reinterpret_cast<uint4*>(tile + Tile::offset(first_row + idx / kChunksPerRow, idx % kChunksPerRow)) =
+              make_uint4(0, 0, 0, 0);
+      };
+      auto release_tail = [&](std::uint64_t* full) {
+        // The zeros are generic-proxy writes that wgmma reads through the
+        // async proxy; then the warp's writes before lane 0's arrival.
+        fence_proxy_async_shared();
+        __syncwarp();
+        if (leader) mbarrier_arrive(full);
+      };
+      const int k_rows = seq.k_len - n0;
+      const bool k_tail = varlen && k_rows < BN;
+      if (leader) {
+        tma_prefetch_map(&tp.q);
+        tma_prefetch_map(&tp.dout);
+        std::uint64_t* bar = k_tail ? landed : kv_full;
+        mbarrier_arrive_expect_tx(bar, 2 * C::KTile::kBytes);
 #pragma unroll
-      for (int c = 0; c < C::KTile::kBlocks; ++c) {
-        tma_load_4d(sK + c * (C::KTile::kBlockBytes / 2), &tp.k, kv_full, c * 64, seq.k_start + n0, hk, batch_coord);
-        tma_load_4d(sV + c * (C::KTile::kBlockBytes / 2), &tp.v, kv_full, c * 64, seq.k_start + n0, hk, batch_coord);
+        for (int c = 0; c < C::KTile::kBlocks; ++c) {
+          tma_load_4d(sK + c * (C::KTile::kBlockBytes / 2), &tp.k, bar, c * 64, seq.k_start + n0, hk, batch_coord);
+          tma_load_4d(sV + c * (C::KTile::kBlockBytes / 2), &tp.v, bar, c * 64, seq.k_start + n0, hk, batch_coord);
+        }
+      }
+      if (k_tail) {
+        mbarrier_wait(landed, tails++ & 1);
+        zero_tail(typename C::KTile{}, sK, k_rows);
+        zero_tail(typename C::KTile{}, sV, k_rows);
+        release_tail(kv_full);
       }
       for (int n = 0; n < n_tiles; ++n) {
         const int st = n % C::Stages;
         const int h = walk.head(n), m0 = walk.m0(n);
-        mbarrier_wait(&q_empty[st], ((n / C::Stages) & 1) ^ 1);
-        mbarrier_arrive_expect_tx(&q_full[st], C::kTileBytes);
+        const int q_rows = seq.q_len - m0;
+        const bool q_tail = varlen && q_rows < BM;
+        if (leader) {
+          mbarrier_wait(&q_empty[st], ((n / C::Stages) & 1) ^ 1);
+          std::uint64_t* bar = q_tail ? landed : &q_full[st];
+          mbarrier_arrive_expect_tx(bar, C::kTileBytes);
 #pragma unroll
-        for (int c = 0; c < C::QTile::kBlocks; ++c) {
-          tma_load_4d(sQ(st) + c * (C::QTile::kBlockBytes / 2), &tp.q, &q_full[st], c * 64, seq.q_start + m0, h,
-                      batch_coord);
-          tma_load_4d(sDo(st) + c * (C::QTile::kBlockBytes / 2), &tp.dout, &q_full[st], c * 64, seq.q_start + m0,
-                      h, batch_coord);
+          for (int c = 0; c < C::QTile::kBlocks; ++c) {
+            tma_load_4d(sQ(st) + c * (C::QTile::kBlockBytes / 2), &tp.q, bar, c * 64, seq.q_start + m0, h,
+                        batch_coord);
+            tma_load_4d(sDo(st) + c * (C::QTile::kBlockBytes / 2), &tp.dout, bar, c * 64, seq.q_start + m0, h,
+                        batch_coord);
+          }
+          const std::int64_t row = static_cast<std::int64_t>(h) * tp.padded_rows + padded0 + m0;
+          bulk_load(sLse(st), tp.lse2 + row, C::kStatBytes, bar);
+          bulk_load(sDsum(st), tp.dsum + row, C::kStatBytes, bar);
         }
-        const std::int64_t row = static_cast<std::int64_t>(h) * tp.padded_rows + padded0 + m0;
-        bulk_load(sLse(st), tp.lse2 + row, C::kStatBytes, &q_full[st]);
-        bulk_load(sDsum(st), tp.dsum + row, C::kStatBytes, &q_full[st]);
+        if (q_tail) {
+          mbarrier_wait(landed, tails++ & 1);
+          zero_tail(typename C::QTile{}, sQ(st), q_rows);
+          zero_tail(typename C::QTile{}, sDo(st), q_rows);
+          release_tail(&q_full[st]);
+        }
       }
       return;
     }
