@@ -92,11 +92,13 @@ TEST(BackwardPlan, EverythingElseStaysOnTheSm80Kernels) {
 
 TEST(BackwardPlan, VarlenTakesTheTmaKernelAsOneBatchOfPackedRows) {
   if (!tma_plannable()) GTEST_SKIP() << "no sm_90a kernels in this build";
-  const BackwardPlan p = plan(varlen_case("varlen", {5, 0, 35}, {12, 3, 20}, 4, 2, 128), h100());
+  const CaseSpec spec = varlen_case("varlen", {5, 0, 35}, {12, 3, 20}, 4, 2, 128);
+  const BackwardPlan p = plan(spec, h100());
   EXPECT_EQ(p.kind, BackwardKind::tma);
   EXPECT_EQ(p.tma.q.batch, 1);
-  EXPECT_EQ(p.tma.q.rows, 40);
-  EXPECT_EQ(p.tma.k.rows, 35);
+  // Every packed row of the tensors, the unowned ones after cu_seqlens[B] too.
+  EXPECT_EQ(p.tma.q.rows, 40 + spec.extra_rows);
+  EXPECT_EQ(p.tma.k.rows, 35 + spec.extra_rows);
 }
 
 }  // namespace
