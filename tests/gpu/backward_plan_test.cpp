@@ -9,6 +9,7 @@
 
 #include "backward_plan.hpp"
 #include "common/attention_case.hpp"
+#include "gpu/described_devices.hpp"
 #include "gpu/gpu_cases.hpp"
 #include "validate.hpp"
 
@@ -22,17 +23,7 @@ using detail::Problem;
 
 constexpr std::size_t kSm80Bytes = 12345;  // stands for the sm80 kernels' need
 
-DeviceInfo h100() {
-  DeviceInfo d;
-  d.sm_count = 132;
-  d.major = 9;
-  d.minor = 0;
-  d.max_smem_per_block = 227 * 1024;
-  d.smem_per_sm = 228 * 1024;
-  d.tma_encoder = true;
-  d.valid = true;
-  return d;
-}
+DeviceInfo h100() { return described_h100(); }
 
 template <class Edit>
 BackwardPlan plan(CaseSpec spec, const DeviceInfo& device, Edit edit) {
@@ -75,9 +66,7 @@ TEST(BackwardPlan, HopperDenseHeadDim128TakesTheTmaKernel) {
 TEST(BackwardPlan, EverythingElseStaysOnTheSm80Kernels) {
   if (!tma_plannable()) GTEST_SKIP() << "no sm_90a kernels in this build";
   auto sm80 = [](const BackwardPlan& p) { return p.kind == BackwardKind::sm80 && p.workspace_bytes == kSm80Bytes; };
-  DeviceInfo a100 = h100();
-  a100.major = 8;
-  EXPECT_TRUE(sm80(plan(dense_case("ampere", 64, 64, 2, 2, 128, 1), a100)));
+  EXPECT_TRUE(sm80(plan(dense_case("ampere", 64, 64, 2, 2, 128, 1), described_a100())));
   DeviceInfo no_driver = h100();
   no_driver.tma_encoder = false;
   EXPECT_TRUE(sm80(plan(dense_case("no_encoder", 64, 64, 2, 2, 128, 1), no_driver)));

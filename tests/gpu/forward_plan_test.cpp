@@ -13,6 +13,7 @@
 
 #include "common/attention_case.hpp"
 #include "forward_plan.hpp"
+#include "gpu/described_devices.hpp"
 #include "gpu/gpu_cases.hpp"
 #include "validate.hpp"
 
@@ -24,26 +25,8 @@ using detail::ForwardKind;
 using detail::ForwardPlan;
 using detail::Problem;
 
-DeviceInfo h100() {
-  DeviceInfo d;
-  d.sm_count = 132;
-  d.major = 9;
-  d.minor = 0;
-  d.max_smem_per_block = 227 * 1024;
-  d.smem_per_sm = 228 * 1024;
-  d.tma_encoder = true;  // a driver to encode the TMA maps with
-  d.valid = true;
-  return d;
-}
-
-DeviceInfo a100() {
-  DeviceInfo d = h100();
-  d.sm_count = 108;
-  d.major = 8;
-  d.max_smem_per_block = 163 * 1024;
-  d.smem_per_sm = 164 * 1024;
-  return d;
-}
+DeviceInfo h100() { return described_h100(); }
+DeviceInfo a100() { return described_a100(); }
 
 // Plans a bf16 case; the host views die with the case, the plan reads only
 // shapes, strides and alignment. `edit` changes the validated problem first.

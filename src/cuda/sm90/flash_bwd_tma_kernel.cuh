@@ -116,6 +116,16 @@ __device__ __forceinline__ BwdWalk bwd_walk(const BackwardParams& p, const SeqBo
   return w;
 }
 
+// Padded row (bwd_row_tiles.hpp) of row m0 of sequence b, query head h:
+// where its lse2 and dsum are, and D times it, its dQ tile.
+__device__ __forceinline__ std::int64_t bwd_padded_row(const TmaBackwardParams& tp, const SeqBounds& seq, int b,
+                                                       int h, int m0) {
+  const BackwardParams& p = tp.p;
+  const std::int64_t q_start =
+      p.cu_seqlens_q != nullptr ? static_cast<std::int64_t>(seq.q_start) : static_cast<std::int64_t>(b) * p.max_q_len;
+  return static_cast<std::int64_t>(h) * tp.padded_rows + bwd_padded_start(q_start, b) + m0;
+}
+
 // ---------------------------------------------------------------------------
 // Preparation: grid (query tiles, heads_q, batch), 256 threads, 4 per row:
 // lse2 and dsum of the tile's 64 padded rows (rows past the sequence 0),
@@ -127,9 +137,7 @@ __global__ void __launch_bounds__(256) flash_bwd_tma_prep_kernel(const __grid_co
   const int m0 = blockIdx.x * kBwdTileRows, h = blockIdx.y, b = blockIdx.z;
   const SeqBounds seq = seq_bounds(p, b);
   if (m0 >= seq.q_len) return;
-  const std::int64_t q_start =
-      p.cu_seqlens_q != nullptr ? static_cast<std::int64_t>(seq.q_start) : static_cast<std::int64_t>(b) * p.max_q_len;
-  const std::int64_t row0 = static_cast<std::int64_t>(h) * tp.padded_rows + bwd_padded_start(q_start, b) + m0;
+  const std::int64_t row0 = bwd_padded_row(tp, seq, b, h, m0);
   const int r = threadIdx.x / 4, part = threadIdx.x % 4;
   constexpr int kChunks = D / 8 / 4;  // 16-byte chunks per thread
   float acc = 0.0f;
@@ -173,10 +181,7 @@ __global__ void __launch_bounds__(256) flash_bwd_tma_convert_kernel(const __grid
   const int m0 = blockIdx.x * kBwdTileRows, h = blockIdx.y, b = blockIdx.z;
   const SeqBounds seq = seq_bounds(p, b);
   if (m0 >= seq.q_len) return;
-  const std::int64_t q_start =
-      p.cu_seqlens_q != nullptr ? static_cast<std::int64_t>(seq.q_start) : static_cast<std::int64_t>(b) * p.max_q_len;
-  const float* tile =
-      tp.dq_accum + (static_cast<std::int64_t>(h) * tp.padded_rows + bwd_padded_start(q_start, b) + m0) * D;
+  const float* tile = tp.dq_accum + bwd_padded_row(tp, seq, b, h, m0) * D;
   constexpr int kChunksPerRow = D / 8;
   for (int idx = threadIdx.x; idx < kBwdTileRows * kChunksPerRow; idx += 256) {
     const int r = idx / kChunksPerRow, col = (idx % kChunksPerRow) * 8;
@@ -227,9 +232,7 @@ __global__ void __launch_bounds__(C::kThreads, 1) flash_bwd_tma_kernel(const __g
   const int n_tiles = walk.tiles();
   const bool varlen = p.cu_seqlens_q != nullptr;
   const int batch_coord = varlen ? 0 : b;
-  const std::int64_t q_start =
-      varlen ? static_cast<std::int64_t>(seq.q_start) : static_cast<std::int64_t>(b) * p.max_q_len;
-  const std::int64_t padded0 = bwd_padded_start(q_start, b);
+  const std::int64_t padded0 = bwd_padded_row(tp, seq, b, 0, 0);  // head 0, row 0
 
   if (tid == 0) {
     mbarrier_init(kv_full, 1);
