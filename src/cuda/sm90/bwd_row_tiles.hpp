@@ -11,12 +11,13 @@
 // its length, so sequences never overlap; all rows fit in
 // padded_rows(total rows, batch).
 //
-// Inside a tile the dQ accumulator is in the order the two consumer
-// warpgroups hold it (wgmma's accumulator fragments: warpgroup c has the
-// columns [c D/2, (c+1) D/2), warp w the rows [16 w, 16 w + 16), lane l its
-// four floats of each n8 column block), so that each warp stores whole 512-byte
-// lines to shared memory without bank conflicts and the tile leaves in one
-// piece; the conversion to dq reads it back by index().
+// Inside a tile the dQ accumulator is in the order the consumer warpgroups
+// hold it (wgmma's accumulator fragments: warpgroup c has the columns
+// [c D/2, (c+1) D/2), or all of them when each sums over its own keys, warp w
+// the rows [16 w, 16 w + 16), lane l its four floats of each n8 column
+// block), so that each warp stores whole 512-byte lines to shared memory
+// without bank conflicts and the tile leaves in one piece; the conversion to
+// dq reads it back by index().
 #pragma once
 
 #include <cstdint>
@@ -34,12 +35,15 @@ CUFLASH_HOST_DEVICE constexpr std::int64_t bwd_padded_rows(std::int64_t total_ro
   return (total_rows + static_cast<std::int64_t>(kBwdTileRows) * (batch + 1) - 1) / kBwdTileRows * kBwdTileRows;
 }
 
-template <int D>
+// ColumnBlocks: how many consumer warpgroups split the D columns of a dQ
+// tile (2: each has D / 2 of them; 1: each has all D, over its own keys,
+// and the tile adds the warpgroups' partial sums).
+template <int D, int ColumnBlocks = 2>
 struct DqTileOrder {
-  static constexpr int kColsPerConsumer = D / 2;
+  static constexpr int kColsPerConsumer = D / ColumnBlocks;
   static constexpr int kBlocks = kColsPerConsumer / 8;  // n8 column blocks per warpgroup
   static constexpr int kFloats = kBwdTileRows * D;
-  // First float of n8 block i of warp w in warpgroup c: 32 lanes x 4 floats.
+  // First float of n8 block i of warp w in column block c: 32 lanes x 4 floats.
   CUFLASH_HOST_DEVICE static constexpr int block(int c, int w, int i) { return ((c * 4 + w) * kBlocks + i) * 128; }
   // Element (row, col) of the 64 x D tile (the accumulator layout of
   // wgmma.cuh: lane 4 g + t holds rows 16 w + g (floats 0, 1) and

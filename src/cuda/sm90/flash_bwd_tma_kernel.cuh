@@ -68,12 +68,22 @@ struct TmaBwdConfig {
   static constexpr int NS = BM / 8;       // n8 blocks of S^T, dP^T per warp
   static constexpr int KS = BM / 16;      // k-steps of dV, dK (queries)
   static constexpr int DT = D / 8;        // n8 blocks of dK, dV
-  static constexpr int DQ = D / 2;        // dQ columns per consumer
+  // dQ = dS K over the block's keys: from D = 128 the consumers split its
+  // columns (each D / 2 over all 128 keys, after both have written dS);
+  // below, each computes all D columns over its own 64 keys and the tile
+  // takes both partial sums (two bulk reductions), with no wait on the
+  // other consumer's dS (a D / 2 = 32-column B operand would start inside a
+  // swizzle row).
+  static constexpr bool kDqColumnSplit = D >= 128;
+  static constexpr int DQ = kDqColumnSplit ? D / 2 : D;  // dQ columns per consumer
   static constexpr int DQT = DQ / 8;
+  static constexpr int DqKeys = kDqColumnSplit ? BN : 64;  // keys each consumer's dQ sums
+  using DqOrder = DqTileOrder<D, kDqColumnSplit ? 2 : 1>;
   using QTile = Sw128Tile<BM, D>;   // Q, dO: [queries][D]
   using KTile = Sw128Tile<BN, D>;   // K, V: [keys][D]
   using STile = Sw128Tile<BM, BN>;  // dS: [queries][keys]
-  static constexpr int kDqBytes = BM * D * 4;
+  static constexpr int kDqBytes = BM * D * 4;  // one dQ tile
+  static constexpr int kDqTiles = kDqColumnSplit ? 1 : 2;  // tiles staged per query tile
   static constexpr int kStatBytes = BM * 4;
   static constexpr int kKOffset = 0;
   static constexpr int kVOffset = KTile::kBytes;
@@ -81,7 +91,7 @@ struct TmaBwdConfig {
   static constexpr int kDoOffset = kQOffset + Stages * QTile::kBytes;
   static constexpr int kDsOffset = kDoOffset + Stages * QTile::kBytes;  // two buffers
   static constexpr int kDqOffset = kDsOffset + 2 * STile::kBytes;
-  static constexpr int kLseOffset = kDqOffset + kDqBytes;  // [Stages][BM]
+  static constexpr int kLseOffset = kDqOffset + kDqTiles * kDqBytes;  // [Stages][BM]
   static constexpr int kDsumOffset = kLseOffset + Stages * kStatBytes;
   static constexpr int kBarrierOffset = kDsumOffset + Stages * kStatBytes;
   static constexpr int kBarriers = 2 + 2 * Stages;  // kv_full, q_full[], q_empty[], landed
@@ -173,10 +183,12 @@ __global__ void __launch_bounds__(256) flash_bwd_tma_prep_kernel(const __grid_co
 
 // ---------------------------------------------------------------------------
 // Conversion: grid (query tiles, heads_q, batch), 256 threads: dq =
-// softmax_scale * the tile's accumulator (DqTileOrder), rows of the sequence.
+// softmax_scale * the tile's accumulator (C::DqOrder), rows of the sequence.
 // ---------------------------------------------------------------------------
-template <typename T, int D>
+template <class C>
 __global__ void __launch_bounds__(256) flash_bwd_tma_convert_kernel(const __grid_constant__ TmaBackwardParams tp) {
+  using T = typename C::Element;
+  constexpr int D = C::D;
   const BackwardParams& p = tp.p;
   const int m0 = blockIdx.x * kBwdTileRows, h = blockIdx.y, b = blockIdx.z;
   const SeqBounds seq = seq_bounds(p, b);
@@ -190,7 +202,7 @@ __global__ void __launch_bounds__(256) flash_bwd_tma_convert_kernel(const __grid
     std::uint32_t words[4];
 #pragma unroll
     for (int e = 0; e < 4; ++e) {
-      const float2 v = *reinterpret_cast<const float2*>(tile + DqTileOrder<D>::index(r, col + 2 * e));
+      const float2 v = *reinterpret_cast<const float2*>(tile + C::DqOrder::index(r, col + 2 * e));
       words[e] = sm80::pack2<T>(v.x * p.softmax_scale, v.y * p.softmax_scale);
     }
     *reinterpret_cast<uint4*>(static_cast<T*>(p.dq) + row_offset(p.dq_strides, b, seq.q_start, i, h) + col) =
@@ -327,9 +339,9 @@ __global__ void __launch_bounds__(C::kThreads, 1) flash_bwd_tma_kernel(const __g
       return;
     }
     if (warp == 1) {
-      // The dQ warp: each tile's staged dQ (both consumers' halves) added
-      // into the accumulator by one bulk reduction, the buffer released as
-      // soon as the reduction has read it.
+      // The dQ warp: each tile's staged dQ (both consumers' halves, or their
+      // two partial sums) added into the accumulator by bulk reductions, the
+      // buffer released as soon as they have read it.
       for (int n = 0; n < n_tiles; ++n) {
         if (n > 0) {
           if (lane == 0) bulk_wait_group_read<0>();
@@ -339,7 +351,9 @@ __global__ void __launch_bounds__(C::kThreads, 1) flash_bwd_tma_kernel(const __g
         named_barrier_sync(C::kDqStaged, 288);
         if (lane == 0) {
           const std::int64_t row = static_cast<std::int64_t>(walk.head(n)) * tp.padded_rows + padded0 + walk.m0(n);
-          bulk_reduce_add_f32(tp.dq_accum + row * D, sDq, C::kDqBytes);
+#pragma unroll
+          for (int t = 0; t < C::kDqTiles; ++t)  // (two: the consumers' partial sums)
+            bulk_reduce_add_f32(tp.dq_accum + row * D, sDq + t * (C::kDqBytes / 4), C::kDqBytes);
           bulk_commit_group();
         }
       }
@@ -355,12 +369,14 @@ __global__ void __launch_bounds__(C::kThreads, 1) flash_bwd_tma_kernel(const __g
 
   float dk[C::DT][4], dv[C::DT][4];
   if (n_tiles > 0) {
-    // Descriptors: K and V rows of this warpgroup (K-major A); K's columns
-    // [cw D/2, ..) with the keys as rows (MN-major B of dQ).
+    // Descriptors: K and V rows of this warpgroup (K-major A); K with the
+    // keys as rows (MN-major B of dQ): its columns [cw D/2, ..) over all
+    // keys, or all columns over this warpgroup's keys.
     const std::uint64_t k_desc = sw128_desc(sK + cw * 64 * 64, 16, 1024);
     const std::uint64_t v_desc = sw128_desc(sV + cw * 64 * 64, 16, 1024);
     const std::uint64_t kt_desc =
-        sw128_desc(reinterpret_cast<unsigned char*>(sK) + cw * (C::DQ / 64) * C::KTile::kBlockBytes,
+        sw128_desc(reinterpret_cast<unsigned char*>(sK) +
+                       (C::kDqColumnSplit ? cw * (C::DQ / 64) * C::KTile::kBlockBytes : cw * 64 * 128),
                    C::KTile::kBlockBytes, 1024);
     mbarrier_wait(kv_full, 0);
     int h_rules = -1;
@@ -473,16 +489,19 @@ __global__ void __launch_bounds__(C::kThreads, 1) flash_bwd_tma_kernel(const __g
         stmatrix_x4_trans(ds_tile + C::STile::offset(query, key_chunk), dsa[kk]);
       }
       fence_proxy_async_shared();
-      named_barrier_sync(C::kDsReady, 256);
+      if constexpr (C::kDqColumnSplit) named_barrier_sync(C::kDsReady, 256);
 
-      // dQ[:, cw D/2 ..] = dS K[:, cw D/2 ..] over the block's 128 keys, then
-      // dK += dS^T Q (B MN-major): dQ is staged for the dQ warp while dK runs.
+      // dQ[:, cw D/2 ..] = dS K[:, cw D/2 ..] over the block's 128 keys (or
+      // dQ's partial sum over this warpgroup's keys), then dK += dS^T Q (B
+      // MN-major): dQ is staged for the dQ warp while dK runs.
       float dq[C::DQT][4];
-      const std::uint64_t ds_desc = sw128_desc(ds_tile, 16, 1024);
+      const std::uint64_t ds_desc =
+          sw128_desc(reinterpret_cast<unsigned char*>(ds_tile) + (C::kDqColumnSplit ? 0 : cw * C::STile::kBlockBytes),
+                     16, 1024);
       const std::uint64_t q_mn = sw128_desc(sQ(st), C::QTile::kBlockBytes, 1024);
       wgmma_fence();
 #pragma unroll
-      for (int ks = 0; ks < BN / 16; ++ks)
+      for (int ks = 0; ks < C::DqKeys / 16; ++ks)
         wgmma_ss_trans_b<T, C::DQ>(dq, desc_advance(ds_desc, (ks / 4) * C::STile::kBlockBytes + (ks % 4) * 32),
                                    desc_advance(kt_desc, ks * 16 * 128), ks > 0);
       wgmma_commit();
@@ -495,7 +514,9 @@ __global__ void __launch_bounds__(C::kThreads, 1) flash_bwd_tma_kernel(const __g
       named_barrier_sync(C::kDqFree, 288);
 #pragma unroll
       for (int i = 0; i < C::DQT; ++i)
-        *reinterpret_cast<float4*>(sDq + DqTileOrder<D>::block(cw, warp, i) + lane * 4) =
+        *reinterpret_cast<float4*>(sDq + (C::kDqColumnSplit ? C::DqOrder::block(cw, warp, i)
+                                                            : cw * (C::kDqBytes / 4) + C::DqOrder::block(0, warp, i)) +
+                                   lane * 4) =
             make_float4(dq[i][0], dq[i][1], dq[i][2], dq[i][3]);
       fence_proxy_async_shared();
       named_barrier_arrive(C::kDqStaged, 288);

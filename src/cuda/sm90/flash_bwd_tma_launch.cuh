@@ -48,7 +48,7 @@ Status launch_flash_bwd_tma(const BackwardParams& p, const TmaBackwardLaunch& la
     CUFLASH_TRY(launch_status("flash_bwd_tma_kernel"));
   }
   if (p.max_q_len > 0) {
-    flash_bwd_tma_convert_kernel<T, D><<<row_tiles, 256, 0, stream>>>(tp);
+    flash_bwd_tma_convert_kernel<C><<<row_tiles, 256, 0, stream>>>(tp);
     CUFLASH_TRY(launch_status("flash_bwd_tma_convert_kernel"));
   }
   return {};
