@@ -12,7 +12,9 @@
 //   P^T = exp2(logit2 - lse2); dV += P^T dO (rs, N = D; B MN-major), under
 //   dP's GEMM and dS^T = P^T (dP^T - dsum) [x softcap's factor]
 //   dS^T -> shared memory as dS (stmatrix, transposed); both warpgroups' halves in,
-//   dQ[:, 64 c ..] = dS K[:, 64 c ..]       (ss, B MN-major, N = D / 2)
+//   dQ[:, 64 c ..] = dS K[:, 64 c ..]       (ss, B MN-major, N = D / 2; below
+//                                            D = 128 each consumer all of D
+//                                            over its own keys: kDqColumnSplit)
 //   dK += dS^T Q                            (rs, N = D), while
 //   dQ -> shared memory (fragment order) -> the dQ warp's bulk reduce-add.
 // The producer warp loads K and V once, then Q, dO, the rows' base-2 lse
