@@ -247,6 +247,11 @@ __global__ void __launch_bounds__(C::kThreads, 1) flash_bwd_tma_kernel(const __g
   const bool varlen = p.cu_seqlens_q != nullptr;
   const int batch_coord = varlen ? 0 : b;
   const std::int64_t padded0 = bwd_padded_row(tp, seq, b, 0, 0);  // head 0, row 0
+  // The padded row of the CTA's n-th query tile (its lse2, dsum; D times
+  // it, its dQ tile): bwd_padded_row with the sequence's part computed once.
+  auto tile_padded_row = [&](int n) {
+    return static_cast<std::int64_t>(walk.head(n)) * tp.padded_rows + padded0 + walk.m0(n);
+  };
 
   if (tid == 0) {
     mbarrier_init(kv_full, 1);
@@ -276,15 +281,6 @@ __global__ void __launch_bounds__(C::kThreads, 1) flash_bwd_tma_kernel(const __g
       // land on `landed` instead, the warp zeroes, then releases the full
       // barrier. (Dense tensors end at the sequence: TMA fills zeros.)
       std::uint32_t tails = 0;
-      // Rows [first_row, Tile's rows) of a swizzled tile, zeroed by the warp.
-      auto zero_tail = [&](auto tile_shape, T* tile, int first_row) {
-        using Tile = decltype(tile_shape);
-        constexpr int kChunksPerRow = D / 8;
-        const int rows = Tile::kBytes / (2 * D);
-        for (int idx = lane; idx < (rows - first_row) * kChunksPerRow; idx += 32)
-          *reinterpret_cast<uint4*>(tile + Tile::offset(first_row + idx / kChunksPerRow, idx % kChunksPerRow)) =
-              make_uint4(0, 0, 0, 0);
-      };
       auto release_tail = [&](std::uint64_t* full) {
         // The zeros are generic-proxy writes that wgmma reads through the
         // async proxy; then the warp's writes before lane 0's arrival.
@@ -307,8 +303,8 @@ __global__ void __launch_bounds__(C::kThreads, 1) flash_bwd_tma_kernel(const __g
       }
       if (k_tail) {
         mbarrier_wait(landed, tails++ & 1);
-        zero_tail(typename C::KTile{}, sK, k_rows);
-        zero_tail(typename C::KTile{}, sV, k_rows);
+        C::KTile::zero_rows_from(sK, k_rows, lane);
+        C::KTile::zero_rows_from(sV, k_rows, lane);
         release_tail(kv_full);
       }
       for (int n = 0; n < n_tiles; ++n) {
@@ -327,14 +323,14 @@ __global__ void __launch_bounds__(C::kThreads, 1) flash_bwd_tma_kernel(const __g
             tma_load_4d(sDo(st) + c * (C::QTile::kBlockBytes / 2), &tp.dout, bar, c * 64, seq.q_start + m0, h,
                         batch_coord);
           }
-          const std::int64_t row = static_cast<std::int64_t>(h) * tp.padded_rows + padded0 + m0;
+          const std::int64_t row = tile_padded_row(n);
           bulk_load(sLse(st), tp.lse2 + row, C::kStatBytes, bar);
           bulk_load(sDsum(st), tp.dsum + row, C::kStatBytes, bar);
         }
         if (q_tail) {
           mbarrier_wait(landed, tails++ & 1);
-          zero_tail(typename C::QTile{}, sQ(st), q_rows);
-          zero_tail(typename C::QTile{}, sDo(st), q_rows);
+          C::QTile::zero_rows_from(sQ(st), q_rows, lane);
+          C::QTile::zero_rows_from(sDo(st), q_rows, lane);
           release_tail(&q_full[st]);
         }
       }
@@ -352,7 +348,7 @@ __global__ void __launch_bounds__(C::kThreads, 1) flash_bwd_tma_kernel(const __g
         named_barrier_arrive(C::kDqFree, 288);
         named_barrier_sync(C::kDqStaged, 288);
         if (lane == 0) {
-          const std::int64_t row = static_cast<std::int64_t>(walk.head(n)) * tp.padded_rows + padded0 + walk.m0(n);
+          const std::int64_t row = tile_padded_row(n);
 #pragma unroll
           for (int t = 0; t < C::kDqTiles; ++t)  // (two: the consumers' partial sums)
             bulk_reduce_add_f32(tp.dq_accum + row * D, sDq + t * (C::kDqBytes / 4), C::kDqBytes);

@@ -329,11 +329,7 @@ __global__ void __launch_bounds__(C::kThreads, 1) flash_fwd_tma_kernel(const __g
         if (tail) {
           mbarrier_wait(v_landed, tails & 1);
           ++tails;
-          constexpr int kChunksPerRow = C::D / 8;
-          const uint4 zero = make_uint4(0, 0, 0, 0);
-          for (int idx = tid; idx < (C::BN - tail_row) * kChunksPerRow; idx += 32)
-            *reinterpret_cast<uint4*>(sV(st) + C::KVTile::offset(tail_row + idx / kChunksPerRow,
-                                                                 idx % kChunksPerRow)) = zero;
+          C::KVTile::zero_rows_from(sV(st), tail_row, tid);
           // The zeros are generic-proxy writes that wgmma reads through the
           // async proxy; then the warp's writes before lane 0's arrival.
           fence_proxy_async_shared();

@@ -11,12 +11,23 @@ namespace cuflash::detail::sm90 {
 template <int ROWS, int D>
 struct Sw128Tile {
   static_assert(D % 64 == 0, "columns in whole 64-element blocks");
+  static constexpr int kRows = ROWS;
   static constexpr int kBlocks = D / 64;
   static constexpr int kBlockBytes = ROWS * 128;  // one 64-column block
   static constexpr int kBytes = kBlocks * kBlockBytes;
   // Element offset of 16-byte chunk `chunk` (0 .. D/8-1) of row `row`.
   __host__ __device__ static constexpr int offset(int row, int chunk) {
     return (chunk / 8) * (kBlockBytes / 2) + row * 64 + ((chunk % 8) ^ (row % 8)) * 8;
+  }
+  // Rows [first_row, ROWS) of `tile` set to zero by one warp (`lane` its
+  // lane), 16 bytes per store: the rows of a varlen tile past its sequence,
+  // which TMA loaded from the next sequence or from rows no sequence owns.
+  template <typename T>
+  __device__ __forceinline__ static void zero_rows_from(T* tile, int first_row, int lane) {
+    constexpr int kChunksPerRow = D / 8;
+    for (int idx = lane; idx < (ROWS - first_row) * kChunksPerRow; idx += 32)
+      *reinterpret_cast<uint4*>(tile + offset(first_row + idx / kChunksPerRow, idx % kChunksPerRow)) =
+          make_uint4(0, 0, 0, 0);
   }
 };
 
