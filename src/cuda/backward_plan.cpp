@@ -4,6 +4,7 @@
 #include "common/attention_params.hpp"
 #include "common/env_switch.hpp"
 #include "common/kernel_table.hpp"
+#include "sm80/flash_bwd.hpp"
 #include "sm90/head_rows_tensor.hpp"
 #include "sm90/tma_map.hpp"
 
@@ -44,7 +45,7 @@ bool tma_backward_fits(const Problem& problem, const DeviceInfo& info, sm90::Tma
 
 }  // namespace
 
-BackwardPlan plan_backward(const Problem& problem, const DeviceInfo& device, std::size_t sm80_workspace_bytes) {
+BackwardPlan plan_backward(const Problem& problem, const DeviceInfo& device) {
   BackwardPlan plan;
   if (tma_backward_fits(problem, device, &plan.tma)) {
     plan.kind = BackwardKind::tma;
@@ -53,12 +54,12 @@ BackwardPlan plan_backward(const Problem& problem, const DeviceInfo& device, std
     return plan;
   }
   plan.tma = {};
-  plan.workspace_bytes = sm80_workspace_bytes;
+  plan.workspace_bytes = sm80_backward_workspace_bytes(problem);
   return plan;
 }
 
-BackwardPlan plan_backward(const Problem& problem, std::size_t sm80_workspace_bytes) {
-  return plan_backward(problem, device_info(problem.device.index), sm80_workspace_bytes);
+BackwardPlan plan_backward(const Problem& problem) {
+  return plan_backward(problem, device_info(problem.device.index));
 }
 
 }  // namespace cuflash::detail

@@ -23,9 +23,8 @@ struct BackwardPlan {
 };
 
 // The plan on `device` (a test may pass any DeviceInfo); the second form
-// reads the problem's device. `sm80_workspace_bytes`: what the sm80
-// kernels need for this problem (sm80/flash_bwd.cu).
-BackwardPlan plan_backward(const Problem& problem, const DeviceInfo& device, std::size_t sm80_workspace_bytes);
-BackwardPlan plan_backward(const Problem& problem, std::size_t sm80_workspace_bytes);
+// reads the problem's device.
+BackwardPlan plan_backward(const Problem& problem, const DeviceInfo& device);
+BackwardPlan plan_backward(const Problem& problem);
 
 }  // namespace cuflash::detail

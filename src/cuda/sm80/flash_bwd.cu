@@ -74,11 +74,6 @@ Status launch_tma_for_dim(const BackwardParams& p, const sm90::TmaBackwardLaunch
       });
 }
 
-std::size_t sm80_workspace_bytes(const Problem& problem) {
-  const std::size_t dsum = align256(static_cast<std::size_t>(total_q_rows(problem)) * problem.heads_q * sizeof(float));
-  return dq_accum_bytes(problem) + dsum;
-}
-
 }  // namespace
 
 Status flash_backward_supports(const Problem& problem) {
@@ -102,9 +97,12 @@ Status flash_backward_supports(const Problem& problem) {
   return {};
 }
 
-std::size_t flash_backward_workspace_bytes(const Problem& problem) {
-  return plan_backward(problem, sm80_workspace_bytes(problem)).workspace_bytes;
+std::size_t sm80_backward_workspace_bytes(const Problem& problem) {
+  const std::size_t dsum = align256(static_cast<std::size_t>(total_q_rows(problem)) * problem.heads_q * sizeof(float));
+  return dq_accum_bytes(problem) + dsum;
 }
+
+std::size_t flash_backward_workspace_bytes(const Problem& problem) { return plan_backward(problem).workspace_bytes; }
 
 Status flash_backward(const Problem& problem, void* workspace, cudaStream_t stream) {
   DeviceGuard guard(problem.device.index);
@@ -115,7 +113,7 @@ Status flash_backward(const Problem& problem, void* workspace, cudaStream_t stre
   // Windows wider than a sequence are normalized per sequence on the device
   // (score_rules), which keeps the kernels' index arithmetic inside int.
   BackwardParams p = make_backward_params(problem);
-  const BackwardPlan plan = plan_backward(problem, info, sm80_workspace_bytes(problem));
+  const BackwardPlan plan = plan_backward(problem, info);
   if (plan.kind == BackwardKind::tma) {
     if (problem.dtype == DType::bf16)
       return launch_tma_for_dim<__nv_bfloat16>(p, plan.tma, problem.head_dim, workspace, stream);

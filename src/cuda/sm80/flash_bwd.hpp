@@ -12,8 +12,11 @@ namespace cuflash::detail {
 
 // ok, or `unsupported` with the reason (head dim, dtype, layout, alignment).
 Status flash_backward_supports(const Problem& problem);
-// Scratch bytes (dq accumulator, dot(dout, out)); depends on shapes only.
+// Scratch bytes of the kernel the backward plan picks (backward_plan.hpp);
+// depends on shapes and the device only.
 std::size_t flash_backward_workspace_bytes(const Problem& problem);
+// Scratch bytes of the sm80 kernels (dq accumulator, dot(dout, out)).
+std::size_t sm80_backward_workspace_bytes(const Problem& problem);
 Status flash_backward(const Problem& problem, void* workspace, cudaStream_t stream);
 
 }  // namespace cuflash::detail
