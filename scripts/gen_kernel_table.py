@@ -30,9 +30,7 @@ WGMMA_HEAD_DIMS = [64, 128, 192, 256]
 # the columns below the kernel dim for narrower callers' head dims.
 TMA_INSTANCES = [(64, 64), (64, 48), (128, 128), (128, 80), (128, 96), (192, 192), (256, 256)]
 # The warp-specialized TMA backward (sm_90a): the caller's head dim is the kernel's.
-# (64 compiles, with each consumer's dQ summed over its own keys, but has not
-# run on a GPU yet: it joins this list, and so the plan, after its tests.)
-TMA_BWD_HEAD_DIMS = [128]
+TMA_BWD_HEAD_DIMS = [64, 128]
 
 NAMESPACE_END = "}}  // namespace cuflash::detail::{ns}\n"
 

@@ -5,6 +5,8 @@
 #include <utility>
 #include <vector>
 
+#include "common/kernel_table.hpp"
+
 namespace cuflash::test::backward_matrix {
 
 // 2 sequences, 4 query heads over 2 KV heads of dimension 64 unless said otherwise.
@@ -78,34 +80,41 @@ std::vector<CaseSpec> dense_cases() {
   return concat(for_gpu_dtypes(cpu_dense_cases(), kHalfDtypes), for_gpu_dtypes(f32, kF32));
 }
 
-// ----- the Hopper TMA backward's head dim ---------------------------------------
-// The CPU suite's dense cases (masks, windows, offsets, softcap, ALiBi, GQA,
-// strided views, rows that see nothing) at head dim 128, longer ones
+// ----- the Hopper TMA backward's head dims --------------------------------------
+// At each head dim of the kernel table's TMA backward: the CPU suite's dense
+// cases (masks, windows, offsets, softcap, ALiBi, GQA, strided views, rows
+// that see nothing), longer ones
 // (several key blocks, query tiles past the sequence's end) and varlen. On an
 // H100 the plan runs them on the TMA kernel; elsewhere on the sm80 kernels.
 
 std::vector<CaseSpec> hopper_tma_cases() {
   std::vector<CaseSpec> half;
-  for (CaseSpec s : cpu_dense_cases()) {
-    s.head_dim = 128;
-    half.push_back(std::move(s));
+  for (int d : kernel_table::kTmaBackwardHeadDims) {
+    const std::string l = "d" + std::to_string(d) + "_";
+    // At 64 (the default head dim) the dense suite above runs these already.
+    if (d != 64)
+      for (CaseSpec s : cpu_dense_cases()) {
+        s.label = l + s.label;
+        s.head_dim = d;
+        half.push_back(std::move(s));
+      }
+    half.push_back(dense(l + "q300_k700_gqa", 300, 700, 4, 2, d, 1));
+    half.push_back(causal(dense(l + "q700_k300_causal", 700, 300, 2, 2, d, 1)));
+    half.push_back(causal(dense(l + "q1000_k1000_causal_mqa", 1000, 1000, 4, 1, d, 1)));
+    CaseSpec window = dense(l + "q777_k777_window_100_40", 777, 777, 2, 1, d, 1);
+    window.options.window_left = 100;
+    window.options.window_right = 40;
+    half.push_back(window);
+    // Varlen: tails of key blocks and query tiles inside the packed rows (the
+    // next sequence's rows, and NaN rows after cu_seqlens[B]), an empty
+    // sequence, one without keys.
+    half.push_back(causal(varlen_case(l + "varlen_causal_gqa", {5, 0, 135, 70}, {12, 3, 200, 64}, 4, 2, d)));
+    CaseSpec varlen = varlen_case(l + "varlen_window_softcap_mqa", {63, 65, 0, 300}, {100, 65, 7, 300}, 4, 1, d);
+    varlen.options.window_left = 50;
+    varlen.options.window_right = 10;
+    varlen.options.softcap = 2.0f;
+    half.push_back(varlen);
   }
-  half.push_back(dense("q300_k700_gqa", 300, 700, 4, 2, 128, 1));
-  half.push_back(causal(dense("q700_k300_causal", 700, 300, 2, 2, 128, 1)));
-  half.push_back(causal(dense("q1000_k1000_causal_mqa", 1000, 1000, 4, 1, 128, 1)));
-  CaseSpec window = dense("q777_k777_window_100_40", 777, 777, 2, 1, 128, 1);
-  window.options.window_left = 100;
-  window.options.window_right = 40;
-  half.push_back(window);
-  // Varlen: tails of key blocks and query tiles inside the packed rows (the
-  // next sequence's rows, and NaN rows after cu_seqlens[B]), an empty
-  // sequence, one without keys.
-  half.push_back(causal(varlen_case("varlen_causal_gqa", {5, 0, 135, 70}, {12, 3, 200, 64}, 4, 2, 128)));
-  CaseSpec varlen = varlen_case("varlen_window_softcap_mqa", {63, 65, 0, 300}, {100, 65, 7, 300}, 4, 1, 128);
-  varlen.options.window_left = 50;
-  varlen.options.window_right = 10;
-  varlen.options.softcap = 2.0f;
-  half.push_back(varlen);
   return for_gpu_dtypes(half, kHalfDtypes);
 }
 
