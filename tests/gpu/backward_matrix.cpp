@@ -89,7 +89,7 @@ std::vector<CaseSpec> dense_cases() {
 
 std::vector<CaseSpec> hopper_tma_cases() {
   std::vector<CaseSpec> half;
-  for (int d : kernel_table::kTmaBackwardHeadDims) {
+  for (int d : detail::kernel_table::kTmaBackwardHeadDims) {
     const std::string l = "d" + std::to_string(d) + "_";
     // At 64 (the default head dim) the dense suite above runs these already.
     if (d != 64)
