@@ -35,7 +35,11 @@ SEQLENS = [512, 1024, 2048, 4096, 8192, 16384]
 HEAD_DIMS = [64, 128, 256]
 PASSES = ["fwd", "fwdbwd"]
 MASKS = ["none", "causal"]
-CUFLASH_BACKENDS = {"cuflash_cuda": "cuda", "cuflash_cudnn": "cudnn"}
+# Report name -> (`cuflash bench --backend`, deterministic backward). The
+# deterministic one runs the forward+backward pass only (its forward is the
+# default's) and is reported against the default (plot_prefill.TARGETS).
+CUFLASH_BACKENDS = {"cuflash_cuda": ("cuda", False), "cuflash_cudnn": ("cudnn", False),
+                    "cuflash_cuda_det": ("cuda", True)}
 TORCH_BACKENDS = {"torch_flash": "FLASH_ATTENTION", "torch_cudnn": "CUDNN_ATTENTION",
                   "torch_efficient": "EFFICIENT_ATTENTION"}
 DEFAULT_BACKENDS = ["cuflash_cuda", "cuflash_cudnn", "torch_flash", "torch_cudnn", "torch_efficient"]
@@ -64,38 +68,50 @@ def head_dims(args, sweep: str) -> list[int]:
     return list(args.head_dims)
 
 
-def points(args, sweep: str = "prefill") -> list[dict]:
+def points(args, sweep: str = "prefill", passes: list[str] | None = None) -> list[dict]:
+    passes = args.passes if passes is None else passes
     if sweep == "small":
         return [dict(pass_name=p, head_dim=d, causal=m == "causal", seqlen=s, batch=SMALL_BATCH, heads=SMALL_HEADS,
                      sweep="small")
-                for p in args.passes for d in head_dims(args, sweep) for m in args.masks for s in args.small_seqlens]
+                for p in passes for d in head_dims(args, sweep) for m in args.masks for s in args.small_seqlens]
     return [dict(pass_name=p, head_dim=d, causal=m == "causal", seqlen=s, batch=TOKENS // s, heads=HIDDEN // d)
-            for p in args.passes for d in args.head_dims for m in args.masks for s in args.seqlens]
+            for p in passes for d in args.head_dims for m in args.masks for s in args.seqlens]
 
 
 def run_cuflash(args, backends: list[str], sweep: str = "prefill") -> list[dict]:
-    """All cuflash backends in one `cuflash bench` process; a point it does
+    """The cuflash backends in one `cuflash bench` process per backward mode
+    (the deterministic one: forward+backward only); a point a process does
     not report gets an error row, so the merge still shows it."""
+    results = []
+    for deterministic in (False, True):
+        group = [b for b in backends if CUFLASH_BACKENDS[b][1] == deterministic]
+        passes = [p for p in args.passes if p == "fwdbwd" or not deterministic]
+        if group and passes:
+            results += run_cuflash_group(args, group, sweep, passes, deterministic)
+    return results
+
+
+def run_cuflash_group(args, backends: list[str], sweep: str, passes: list[str], deterministic: bool) -> list[dict]:
     if sweep == "small":
         shape = ["--batch", str(SMALL_BATCH), "--heads", str(SMALL_HEADS),
                  "--seqlen", ",".join(map(str, args.small_seqlens))]
     else:
         shape = ["--sweep", "prefill", "--seqlen", ",".join(map(str, args.seqlens))]
     command = [args.cuflash, "bench", *shape, "--json",
-               "--backend", ",".join(CUFLASH_BACKENDS[b] for b in backends),
-               "--pass", ",".join(args.passes), "--head-dim", ",".join(map(str, head_dims(args, sweep))),
-               "--mask", ",".join(args.masks), *timing_flags(args)]
+               "--backend", ",".join(CUFLASH_BACKENDS[b][0] for b in backends),
+               "--pass", ",".join(passes), "--head-dim", ",".join(map(str, head_dims(args, sweep))),
+               "--mask", ",".join(args.masks), *timing_flags(args)] + (["--deterministic"] if deterministic else [])
     results = []
 
     def add(row: dict) -> None:
-        row["backend"] = "cuflash_" + row["backend"]
+        row["backend"] = "cuflash_" + row["backend"] + ("_det" if deterministic else "")
         if sweep != "prefill":
             row["sweep"] = sweep
         results.append(row)
         log(progress(row))
 
     exit_code = run_json_lines(command, log, add)
-    missing = missing_points(results, points(args, sweep), backends,
+    missing = missing_points(results, points(args, sweep, passes), backends,
                              lambda r: (r["pass"], r["head_dim"], r["causal"], r["seqlen"]),
                              lambda p: (p["pass_name"], p["head_dim"], p["causal"], p["seqlen"]))
     for point, backend in missing:

@@ -193,6 +193,30 @@ class CuflashProcess(unittest.TestCase):
         self.assertEqual(len(results), 8)
         self.assertTrue(all(r["sweep"] == "small" and r["tflops"] is None for r in results))
 
+    def test_deterministic_backend_runs_its_own_fwdbwd_process(self):
+        args = prefill.parse_args(["--passes", "fwd,fwdbwd", "--head-dims", "128", "--seqlens", "512"])
+        captured, results = captured_commands(
+            lambda: prefill.run_cuflash(args, ["cuflash_cuda", "cuflash_cuda_det", "cuflash_cudnn"]))
+        self.assertEqual(len(captured), 2)
+        default, ordered = (" ".join(c) for c in captured)
+        self.assertIn("--backend cuda,cudnn --pass fwd,fwdbwd", default)
+        self.assertNotIn("--deterministic", default)
+        self.assertIn("--backend cuda --pass fwdbwd", ordered)
+        self.assertTrue(ordered.endswith("--deterministic"))
+        det = [r for r in results if r["backend"] == "cuflash_cuda_det"]
+        self.assertEqual(sorted((r["pass"], r["causal"]) for r in det), [("fwdbwd", False), ("fwdbwd", True)])
+
+    def test_the_deterministic_ratio_and_its_target(self):
+        results = fake_results(with_failures=False)
+        for row in [r for r in results if r["backend"] == "cuflash_cuda" and r["pass"] == "fwdbwd"]:
+            factor = 0.8 if row["seqlen"] == 512 else 0.9
+            results.append(dict(row, backend="cuflash_cuda_det", tflops=row["tflops"] * factor,
+                                median_ms=row["median_ms"] / factor))
+        text = plot_prefill.render_markdown(plot_prefill.merge_rows(results, META))
+        self.assertIn("cuflash_cuda_det / cuflash_cuda |", text)
+        section = text.split("## Points where cuflash_cuda_det / cuflash_cuda < 0.85")[1].split("##")[0]
+        self.assertEqual(section.count("S=512: 0.80"), 6)  # 3 D x 2 masks, fwdbwd only
+
     def test_missing_command(self):
         args = prefill.parse_args(["--passes", "fwd", "--head-dims", "64", "--seqlens", "512", "--masks", "none",
                                    "--cuflash", "/nonexistent/cuflash"])

@@ -18,9 +18,8 @@ bool sm90_backward_enabled() {
 }
 
 // The TMA kernel takes dense and varlen problems in fp16/bf16 at its own head dims,
-// without dropout (its tiles have no mask of it yet) and without the
-// deterministic order (its dQ reductions land in any order), whose q, k,
-// v and dout can be TMA-mapped. Everything else stays on the sm80 kernels,
+// deterministic or not, without dropout (its tiles have no mask of it yet),
+// whose q, k, v and dout can be TMA-mapped. Everything else stays on the sm80 kernels,
 // which compute the same function.
 bool tma_backward_fits(const Problem& problem, const DeviceInfo& info, sm90::TmaBackwardLaunch* launch) {
 #if defined(CUFLASH_WITH_SM90A)
@@ -28,7 +27,7 @@ bool tma_backward_fits(const Problem& problem, const DeviceInfo& info, sm90::Tma
     return false;
   if (problem.dtype != DType::bf16 && problem.dtype != DType::f16) return false;
   if (!kernel_table::contains(kernel_table::kTmaBackwardHeadDims, problem.head_dim)) return false;
-  if (problem.layout == Layout::kv_cache || problem.has_dropout() || problem.deterministic) return false;
+  if (problem.layout == Layout::kv_cache || problem.has_dropout()) return false;
   launch->q = sm90::head_rows_tensor(problem, problem.q, problem.heads_q);
   launch->dout = sm90::head_rows_tensor(problem, problem.dout, problem.heads_q);
   launch->k = sm90::head_rows_tensor(problem, problem.k, problem.heads_kv);
@@ -50,7 +49,9 @@ BackwardPlan plan_backward(const Problem& problem, const DeviceInfo& device) {
   if (tma_backward_fits(problem, device, &plan.tma)) {
     plan.kind = BackwardKind::tma;
     plan.workspace_bytes =
-        sm90::tma_backward_workspace(total_q_rows(problem), problem.batch, problem.heads_q, problem.head_dim).bytes;
+        sm90::tma_backward_workspace(total_q_rows(problem), problem.batch, problem.heads_q, problem.head_dim,
+                                     problem.deterministic)
+            .bytes;
     return plan;
   }
   plan.tma = {};

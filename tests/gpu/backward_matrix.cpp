@@ -312,6 +312,15 @@ std::vector<CaseSpec> deterministic_cases() {
   add(dense("s1000_gqa4_d128", 1000, 1000, 4, 1, 128, 1), DType::f16);
   add(causal(varlen_case("varlen_gqa4_causal", {5, 0, 300, 65}, {5, 0, 300, 65}, 4, 1, 64)), DType::f16);
   add(causal(dense("s300_gqa4_causal_d64", 300, 300, 4, 1, 64, 1)), DType::f32);
+  // Windows: the key blocks that add into a query tile start past block 0
+  // (the Hopper kernel's turn order counts them); several batches.
+  CaseSpec window = dense("s1000_gqa2_window_300_40_d128", 1000, 1000, 4, 2, 128, 2);
+  window.options.window_left = 300;
+  window.options.window_right = 40;
+  add(window, DType::bf16);
+  CaseSpec varlen = causal(varlen_case("varlen_gqa2_causal_window_d128", {700, 3, 0, 520}, {900, 3, 0, 260}, 4, 2, 128));
+  varlen.options.window_left = 200;
+  add(varlen, DType::bf16);
   return cases;
 }
 

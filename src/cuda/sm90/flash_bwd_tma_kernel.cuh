@@ -17,6 +17,9 @@
 //                                            over its own keys: kDqColumnSplit)
 //   dK += dS^T Q                            (rs, N = D), while
 //   dQ -> shared memory (fragment order) -> the dQ warp's bulk reduce-add.
+// Deterministic calls add each dQ tile's contributions in key-block order
+// (a turn counter per tile, sm90/bulk_turn.cuh); dK and dV never leave the
+// CTA's registers before their single store, so they are deterministic anyway.
 // The producer warp loads K and V once, then Q, dO, the rows' base-2 lse
 // and dsum of each tile into a two-stage ring (mbarriers as in the forward,
 // sm90/mbarrier.cuh). lse2, dsum and the dQ accumulator are in padded
@@ -35,6 +38,7 @@
 #include "common/forward_block.cuh"
 #include "common/score_mask.cuh"
 #include "common/tensor_core.cuh"
+#include "sm90/bulk_turn.cuh"
 #include "sm90/bwd_row_tiles.hpp"
 #include "sm90/mbarrier.cuh"
 #include "sm90/stmatrix.cuh"
@@ -55,6 +59,10 @@ struct TmaBackwardParams {
   float* dsum = nullptr;
   float* dq_accum = nullptr;
   std::int64_t padded_rows = 0;
+  // Deterministic calls: one turn counter per dQ tile ([heads_q][padded_rows
+  // / 64], zeroed by the preparation kernel), so that the key blocks add into
+  // a tile one after another in block order (sm90/bulk_turn.cuh). Null: any order.
+  std::uint32_t* dq_turn = nullptr;
 };
 
 template <typename T, int D_>
@@ -128,6 +136,27 @@ __device__ __forceinline__ BwdWalk bwd_walk(const BackwardParams& p, const SeqBo
   return w;
 }
 
+// Deterministic order: how many key blocks (of BN keys) before block j add
+// into query tile `m_tile` of this sequence, i.e. the first block whose walk
+// reaches it. The blocks that reach a tile are consecutive, and for blocks up
+// to one that reaches it the walk's end (m_end) grows with the block, so a
+// binary search over bwd_walk itself finds the first: the count cannot
+// disagree with the walks the other CTAs take.
+template <int BN>
+__device__ __forceinline__ int bwd_blocks_before(const BackwardParams& p, const SeqBounds& seq, int hk, int m_tile,
+                                                 int j) {
+  int lo = 0, hi = j;  // block j reaches the tile
+  while (lo < hi) {
+    const int mid = (lo + hi) / 2;
+    const BwdWalk w = bwd_walk(p, seq, mid * BN, min(mid * BN + BN, seq.k_len), hk);
+    if (w.m_end > m_tile)
+      hi = mid;
+    else
+      lo = mid + 1;
+  }
+  return j - lo;
+}
+
 // Padded row (bwd_row_tiles.hpp) of row m0 of sequence b, query head h:
 // where its lse2 and dsum are, and D times it, its dQ tile.
 __device__ __forceinline__ std::int64_t bwd_padded_row(const TmaBackwardParams& tp, const SeqBounds& seq, int b,
@@ -141,7 +170,7 @@ __device__ __forceinline__ std::int64_t bwd_padded_row(const TmaBackwardParams& 
 // ---------------------------------------------------------------------------
 // Preparation: grid (query tiles, heads_q, batch), 256 threads, 4 per row:
 // lse2 and dsum of the tile's 64 padded rows (rows past the sequence 0),
-// and the tile's dQ accumulator zeroed.
+// the tile's dQ accumulator zeroed, and its turn counter.
 // ---------------------------------------------------------------------------
 template <typename T, int D>
 __global__ void __launch_bounds__(256) flash_bwd_tma_prep_kernel(const __grid_constant__ TmaBackwardParams tp) {
@@ -179,6 +208,7 @@ __global__ void __launch_bounds__(256) flash_bwd_tma_prep_kernel(const __grid_co
     tp.dsum[row0 + r] = acc;
     tp.lse2[row0 + r] = i < seq.q_len ? lse_base2(p.lse[lse_offset(p, b, seq.q_start, i, h)]) : 0.0f;
   }
+  if (tp.dq_turn != nullptr && threadIdx.x == 0) tp.dq_turn[row0 / kBwdTileRows] = 0;
   float4* accum = reinterpret_cast<float4*>(tp.dq_accum + row0 * D);
   for (int idx = threadIdx.x; idx < kBwdTileRows * D / 4; idx += 256) accum[idx] = make_float4(0.f, 0.f, 0.f, 0.f);
 }
@@ -339,20 +369,29 @@ __global__ void __launch_bounds__(C::kThreads, 1) flash_bwd_tma_kernel(const __g
     if (warp == 1) {
       // The dQ warp: each tile's staged dQ (both consumers' halves, or their
       // two partial sums) added into the accumulator by bulk reductions, the
-      // buffer released as soon as they have read it.
+      // buffer released as soon as they have read it. Deterministic calls
+      // wait for the tile's turn (the key blocks before this one have
+      // added), add the partial sums one after the other, and pass the turn
+      // on once the additions are complete.
+      const bool ordered = tp.dq_turn != nullptr;
       for (int n = 0; n < n_tiles; ++n) {
         if (n > 0) {
           if (lane == 0) bulk_wait_group_read<0>();
           __syncwarp();
         }
         named_barrier_arrive(C::kDqFree, 288);
+        const std::int64_t row = tile_padded_row(n);
+        const int turn = ordered && lane == 0 ? bwd_blocks_before<BN>(p, seq, hk, walk.m0(n) / BM, blockIdx.x) : 0;
         named_barrier_sync(C::kDqStaged, 288);
         if (lane == 0) {
-          const std::int64_t row = tile_padded_row(n);
+          if (ordered) bulk_turn_wait(tp.dq_turn + row / BM, static_cast<std::uint32_t>(turn));
 #pragma unroll
-          for (int t = 0; t < C::kDqTiles; ++t)  // (two: the consumers' partial sums)
+          for (int t = 0; t < C::kDqTiles; ++t) {  // (two: the consumers' partial sums)
             bulk_reduce_add_f32(tp.dq_accum + row * D, sDq + t * (C::kDqBytes / 4), C::kDqBytes);
-          bulk_commit_group();
+            bulk_commit_group();
+            if (ordered) bulk_wait_group<0>();
+          }
+          if (ordered) bulk_turn_pass(tp.dq_turn + row / BM);
         }
       }
       if (lane == 0) bulk_wait_group<0>();

@@ -25,11 +25,12 @@ Status launch_flash_bwd_tma(const BackwardParams& p, const TmaBackwardLaunch& la
   CUFLASH_TRY(encode_head_rows_map(&tp.dout, launch.dout, C::BM, "dout"));
   CUFLASH_TRY(encode_head_rows_map(&tp.k, launch.k, C::BN, "k"));
   CUFLASH_TRY(encode_head_rows_map(&tp.v, launch.v, C::BN, "v"));
-  const TmaBackwardWorkspace ws = tma_backward_workspace(p.total_q_rows, p.batch, p.heads_q, D);
+  const TmaBackwardWorkspace ws = tma_backward_workspace(p.total_q_rows, p.batch, p.heads_q, D, p.deterministic);
   auto* base = static_cast<unsigned char*>(workspace);
   tp.dq_accum = reinterpret_cast<float*>(base + ws.dq_accum);
   tp.lse2 = reinterpret_cast<float*>(base + ws.lse2);
   tp.dsum = reinterpret_cast<float*>(base + ws.dsum);
+  if (p.deterministic) tp.dq_turn = reinterpret_cast<std::uint32_t*>(base + ws.dq_turn);
   tp.padded_rows = bwd_padded_rows(p.total_q_rows, p.batch);
 
   const dim3 row_tiles(static_cast<unsigned>((p.max_q_len + kBwdTileRows - 1) / kBwdTileRows),
