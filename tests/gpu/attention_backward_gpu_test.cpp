@@ -50,5 +50,53 @@ INSTANTIATE_TEST_SUITE_P(Gqa, CudaBackwardDeterministic, ::testing::ValuesIn(mat
 INSTANTIATE_TEST_SUITE_P(Sanitize, CudaBackwardDeterministic,
                          ::testing::ValuesIn(matrix::sanitize_deterministic_cases()), CaseSpecName());
 
+// Deterministic order on long sequences: more key blocks per kv head than the
+// GPU has SMs, so the dQ additions' order runs across CTAs that are not
+// resident together (the Hopper kernel's turns must only ever wait on CTAs
+// launched earlier: a hang is the failure here), causal (blocks add in
+// descending order) and not (ascending), one and two batches. Too large for
+// the float64 oracle: out and lse come from the GPU forward, two
+// deterministic backwards must agree bitwise and with the default backward
+// to its rounding.
+class CudaBackwardDeterministicLong : public ::testing::TestWithParam<CaseSpec> {};
+
+TEST_P(CudaBackwardDeterministicLong, BitwiseAndCloseToTheDefault) {
+  SKIP_WITHOUT_GPU();
+  CUFLASH_TEST_RNG(rng);
+  AttentionCase c(GetParam(), rng.engine());
+  DeviceRunner runner;
+  ASSERT_TRUE(runner.forward(c, c.options(Backend::cuda)).ok());
+  AttentionOptions options = c.options(Backend::cuda);
+  options.deterministic = true;
+  ASSERT_TRUE(runner.backward(c, options).ok());
+  const HostTensor dq = c.dq, dk = c.dk, dv = c.dv;
+  c.dq.poison();
+  c.dk.poison();
+  c.dv.poison();
+  ASSERT_TRUE(runner.backward(c, options).ok());
+  EXPECT_TRUE(same_bytes(dq, c.dq)) << "dq differs between two deterministic runs";
+  EXPECT_TRUE(same_bytes(dk, c.dk)) << "dk differs between two deterministic runs";
+  EXPECT_TRUE(same_bytes(dv, c.dv)) << "dv differs between two deterministic runs";
+  c.dq.poison();
+  options.deterministic = false;
+  ASSERT_TRUE(runner.backward(c, options).ok());
+  std::vector<double> reference(static_cast<std::size_t>(dq.numel()));
+  for (std::int64_t i = 0; i < dq.numel(); ++i) reference[static_cast<std::size_t>(i)] = dq.get(i);
+  const ErrorStats e = compare(c.dq, reference);
+  EXPECT_EQ(e.mismatches, 0) << e.describe();
+  EXPECT_LT(e.rel_l2, 2e-3) << "deterministic dq against the default's: " << e.describe();
+}
+
+std::vector<CaseSpec> long_deterministic_cases() {
+  std::vector<CaseSpec> cases = {dense_case("s20000_gqa2_causal_d128", 20000, 20000, 2, 1, 128, 1),
+                                 dense_case("s17000_d64", 17000, 17000, 1, 1, 64, 2)};
+  cases[0].options.causal = true;
+  for (CaseSpec& s : cases) s.dtype = DType::bf16;
+  return cases;
+}
+
+INSTANTIATE_TEST_SUITE_P(Long, CudaBackwardDeterministicLong, ::testing::ValuesIn(long_deterministic_cases()),
+                         CaseSpecName());
+
 }  // namespace
 }  // namespace cuflash::test

@@ -136,20 +136,45 @@ __device__ __forceinline__ BwdWalk bwd_walk(const BackwardParams& p, const SeqBo
   return w;
 }
 
-// Deterministic order: how many key blocks (of BN keys) before block j add
-// into query tile `m_tile` of this sequence, i.e. the first block whose walk
-// reaches it. The blocks that reach a tile are consecutive, and for blocks up
-// to one that reaches it the walk's end (m_end) grows with the block, so a
-// binary search over bwd_walk itself finds the first: the count cannot
-// disagree with the walks the other CTAs take.
+// Deterministic order. With a right bound (causal or a window), block j's
+// walk starts at a later query tile the larger j is, so the blocks add into a
+// tile from the last one that reaches it down to the first, and the grid is
+// walked in reverse (blockIdx.x 0 is the last block): every CTA then waits
+// only on CTAs launched before it (no deadlock however many blocks a head
+// has), and a block reaches each tile after the one before it in the order
+// (no waiting when they start together). Without a right bound every walk
+// starts at tile 0: the blocks add in ascending order.
+__device__ __forceinline__ bool bwd_blocks_descending(const BackwardParams& p) {
+  return p.deterministic && p.window_right >= 0;
+}
+
+// How many blocks add into query tile `m_tile` before block j does: those
+// after j that reach it (descending) or those before j (ascending). The
+// blocks that reach a tile are consecutive, so a binary search over
+// bwd_walk itself finds the end of the run; the count cannot disagree with
+// the walks the other CTAs take.
 template <int BN>
 __device__ __forceinline__ int bwd_blocks_before(const BackwardParams& p, const SeqBounds& seq, int hk, int m_tile,
                                                  int j) {
-  int lo = 0, hi = j;  // block j reaches the tile
+  auto reaches = [&](int block) {
+    const BwdWalk w = bwd_walk(p, seq, block * BN, min(block * BN + BN, seq.k_len), hk);
+    return w.m_lo <= m_tile && m_tile < w.m_end;
+  };
+  if (bwd_blocks_descending(p)) {
+    int lo = j, hi = (seq.k_len + BN - 1) / BN - 1;  // the last block reaching the tile, in [j, blocks)
+    while (lo < hi) {
+      const int mid = (lo + hi + 1) / 2;
+      if (reaches(mid))
+        lo = mid;
+      else
+        hi = mid - 1;
+    }
+    return lo - j;
+  }
+  int lo = 0, hi = j;  // the first block reaching the tile, in [0, j]
   while (lo < hi) {
     const int mid = (lo + hi) / 2;
-    const BwdWalk w = bwd_walk(p, seq, mid * BN, min(mid * BN + BN, seq.k_len), hk);
-    if (w.m_end > m_tile)
+    if (reaches(mid))
       hi = mid;
     else
       lo = mid + 1;
@@ -269,7 +294,8 @@ __global__ void __launch_bounds__(C::kThreads, 1) flash_bwd_tma_kernel(const __g
   const int tid = threadIdx.x, wg = tid / 128;
   const int hk = blockIdx.y, b = blockIdx.z;
   const SeqBounds seq = seq_bounds(p, b);
-  const int n0 = blockIdx.x * BN;
+  const int key_block = bwd_blocks_descending(p) ? gridDim.x - 1 - blockIdx.x : blockIdx.x;
+  const int n0 = key_block * BN;
   if (n0 >= seq.k_len) return;  // varlen: past this sequence's keys (the whole CTA)
   const int n1 = min(n0 + BN, seq.k_len);
   const BwdWalk walk = bwd_walk(p, seq, n0, n1, hk);
@@ -370,9 +396,10 @@ __global__ void __launch_bounds__(C::kThreads, 1) flash_bwd_tma_kernel(const __g
       // The dQ warp: each tile's staged dQ (both consumers' halves, or their
       // two partial sums) added into the accumulator by bulk reductions, the
       // buffer released as soon as they have read it. Deterministic calls
-      // wait for the tile's turn (the key blocks before this one have
-      // added), add the partial sums one after the other, and pass the turn
-      // on once the additions are complete.
+      // first fold the partial sums into one here (two bulk reductions into
+      // one tile may land in either order), wait for the tile's turn (the
+      // key blocks before this one in the order have added), and pass the
+      // turn on once the addition is complete.
       const bool ordered = tp.dq_turn != nullptr;
       for (int n = 0; n < n_tiles; ++n) {
         if (n > 0) {
@@ -381,17 +408,29 @@ __global__ void __launch_bounds__(C::kThreads, 1) flash_bwd_tma_kernel(const __g
         }
         named_barrier_arrive(C::kDqFree, 288);
         const std::int64_t row = tile_padded_row(n);
-        const int turn = ordered && lane == 0 ? bwd_blocks_before<BN>(p, seq, hk, walk.m0(n) / BM, blockIdx.x) : 0;
+        const int turn = ordered && lane == 0 ? bwd_blocks_before<BN>(p, seq, hk, walk.m0(n) / BM, key_block) : 0;
         named_barrier_sync(C::kDqStaged, 288);
+        int reductions = C::kDqTiles;  // (two: the consumers' partial sums)
+        if (ordered && C::kDqTiles == 2) {
+          float4* sum = reinterpret_cast<float4*>(sDq);
+          const float4* other = sum + C::kDqBytes / 16;
+          for (int i = lane; i < C::kDqBytes / 16; i += 32) {
+            const float4 a = sum[i], c = other[i];
+            sum[i] = make_float4(a.x + c.x, a.y + c.y, a.z + c.z, a.w + c.w);
+          }
+          fence_proxy_async_shared();  // generic writes, read by the bulk reduction
+          __syncwarp();
+          reductions = 1;
+        }
         if (lane == 0) {
           if (ordered) bulk_turn_wait(tp.dq_turn + row / BM, static_cast<std::uint32_t>(turn));
-#pragma unroll
-          for (int t = 0; t < C::kDqTiles; ++t) {  // (two: the consumers' partial sums)
+          for (int t = 0; t < reductions; ++t)
             bulk_reduce_add_f32(tp.dq_accum + row * D, sDq + t * (C::kDqBytes / 4), C::kDqBytes);
-            bulk_commit_group();
-            if (ordered) bulk_wait_group<0>();
+          bulk_commit_group();
+          if (ordered) {
+            bulk_wait_group<0>();
+            bulk_turn_pass(tp.dq_turn + row / BM);
           }
-          if (ordered) bulk_turn_pass(tp.dq_turn + row / BM);
         }
       }
       if (lane == 0) bulk_wait_group<0>();
