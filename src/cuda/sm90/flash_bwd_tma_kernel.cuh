@@ -65,7 +65,7 @@ struct TmaBackwardParams {
   std::uint32_t* dq_turn = nullptr;
 };
 
-template <typename T, int D_>
+template <typename T, int D_, bool DqColumnSplit = (D_ >= 128)>
 struct TmaBwdConfig {
   using Element = T;
   static constexpr int D = D_;
@@ -84,7 +84,7 @@ struct TmaBwdConfig {
   // takes both partial sums (two bulk reductions), with no wait on the
   // other consumer's dS (a D / 2 = 32-column B operand would start inside a
   // swizzle row).
-  static constexpr bool kDqColumnSplit = D >= 128;
+  static constexpr bool kDqColumnSplit = DqColumnSplit;
   static constexpr int DQ = kDqColumnSplit ? D / 2 : D;  // dQ columns per consumer
   static constexpr int DQT = DQ / 8;
   static constexpr int DqKeys = kDqColumnSplit ? BN : 64;  // keys each consumer's dQ sums
@@ -452,7 +452,8 @@ __global__ void __launch_bounds__(C::kThreads, 1) flash_bwd_tma_kernel(const __g
     const std::uint64_t v_desc = sw128_desc(sV + cw * 64 * 64, 16, 1024);
     const std::uint64_t kt_desc =
         sw128_desc(reinterpret_cast<unsigned char*>(sK) +
-                       (C::kDqColumnSplit ? cw * (C::DQ / 64) * C::KTile::kBlockBytes : cw * 64 * 128),
+                       (C::kDqColumnSplit ? cw * C::DQ / 64 * C::KTile::kBlockBytes + cw * C::DQ % 64 * 2
+                                          : cw * 64 * 128),
                    C::KTile::kBlockBytes, 1024);
     mbarrier_wait(kv_full, 0);
     int h_rules = -1;
