@@ -13,7 +13,7 @@
 //
 // Inside a tile the dQ accumulator is in the order the consumer warpgroups
 // hold it (wgmma's accumulator fragments: warpgroup c has the columns
-// [c D/2, (c+1) D/2), or all of them when each sums over its own keys, warp w
+// [c D/2, (c+1) D/2), warp w
 // the rows [16 w, 16 w + 16), lane l its four floats of each n8 column
 // block), so that each warp stores whole 512-byte lines to shared memory
 // without bank conflicts and the tile leaves in one piece; the conversion to
@@ -35,12 +35,9 @@ CUFLASH_HOST_DEVICE constexpr std::int64_t bwd_padded_rows(std::int64_t total_ro
   return (total_rows + static_cast<std::int64_t>(kBwdTileRows) * (batch + 1) - 1) / kBwdTileRows * kBwdTileRows;
 }
 
-// ColumnBlocks: how many consumer warpgroups split the D columns of a dQ
-// tile (2: each has D / 2 of them; 1: each has all D, over its own keys,
-// and the tile adds the warpgroups' partial sums).
-template <int D, int ColumnBlocks = 2>
+template <int D>
 struct DqTileOrder {
-  static constexpr int kColsPerConsumer = D / ColumnBlocks;
+  static constexpr int kColsPerConsumer = D / 2;  // two consumer warpgroups
   static constexpr int kBlocks = kColsPerConsumer / 8;  // n8 column blocks per warpgroup
   static constexpr int kFloats = kBwdTileRows * D;
   // First float of n8 block i of warp w in column block c: 32 lanes x 4 floats.

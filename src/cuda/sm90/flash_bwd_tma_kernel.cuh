@@ -12,9 +12,7 @@
 //   P^T = exp2(logit2 - lse2); dV += P^T dO (rs, N = D; B MN-major), under
 //   dP's GEMM and dS^T = P^T (dP^T - dsum) [x softcap's factor]
 //   dS^T -> shared memory as dS (stmatrix, transposed); both warpgroups' halves in,
-//   dQ[:, 64 c ..] = dS K[:, 64 c ..]       (ss, B MN-major, N = D / 2; below
-//                                            D = 128 each consumer all of D
-//                                            over its own keys: kDqColumnSplit)
+//   dQ[:, c D/2 ..] = dS K[:, c D/2 ..]     (ss, B MN-major, N = D / 2)
 //   dK += dS^T Q                            (rs, N = D), while
 //   dQ -> shared memory (fragment order) -> the dQ warp's bulk reduce-add.
 // Deterministic calls add each dQ tile's contributions in key-block order
@@ -65,7 +63,7 @@ struct TmaBackwardParams {
   std::uint32_t* dq_turn = nullptr;
 };
 
-template <typename T, int D_, bool DqColumnSplit = (D_ >= 128)>
+template <typename T, int D_>
 struct TmaBwdConfig {
   using Element = T;
   static constexpr int D = D_;
@@ -78,22 +76,19 @@ struct TmaBwdConfig {
   static constexpr int NS = BM / 8;       // n8 blocks of S^T, dP^T per warp
   static constexpr int KS = BM / 16;      // k-steps of dV, dK (queries)
   static constexpr int DT = D / 8;        // n8 blocks of dK, dV
-  // dQ = dS K over the block's keys: from D = 128 the consumers split its
-  // columns (each D / 2 over all 128 keys, after both have written dS);
-  // below, each computes all D columns over its own 64 keys and the tile
-  // takes both partial sums (two bulk reductions), with no wait on the
-  // other consumer's dS (a D / 2 = 32-column B operand would start inside a
-  // swizzle row).
-  static constexpr bool kDqColumnSplit = DqColumnSplit;
-  static constexpr int DQ = kDqColumnSplit ? D / 2 : D;  // dQ columns per consumer
+  // dQ = dS K over the block's keys: the consumers split its columns, each
+  // D / 2 of them over all 128 keys, after both have written dS. (At D = 64
+  // a consumer's 32 columns start inside a 128-byte swizzle row of K, which
+  // the descriptor's start address handles. Each consumer summing all D
+  // columns over its own keys instead, two bulk reductions per tile, was
+  // 2-5 % faster there but cost deterministic calls a third: NOTES.md.)
+  static constexpr int DQ = D / 2;  // dQ columns per consumer
   static constexpr int DQT = DQ / 8;
-  static constexpr int DqKeys = kDqColumnSplit ? BN : 64;  // keys each consumer's dQ sums
-  using DqOrder = DqTileOrder<D, kDqColumnSplit ? 2 : 1>;
+  using DqOrder = DqTileOrder<D>;
   using QTile = Sw128Tile<BM, D>;   // Q, dO: [queries][D]
   using KTile = Sw128Tile<BN, D>;   // K, V: [keys][D]
   using STile = Sw128Tile<BM, BN>;  // dS: [queries][keys]
   static constexpr int kDqBytes = BM * D * 4;  // one dQ tile
-  static constexpr int kDqTiles = kDqColumnSplit ? 1 : 2;  // tiles staged per query tile
   static constexpr int kStatBytes = BM * 4;
   static constexpr int kKOffset = 0;
   static constexpr int kVOffset = KTile::kBytes;
@@ -101,7 +96,7 @@ struct TmaBwdConfig {
   static constexpr int kDoOffset = kQOffset + Stages * QTile::kBytes;
   static constexpr int kDsOffset = kDoOffset + Stages * QTile::kBytes;  // two buffers
   static constexpr int kDqOffset = kDsOffset + 2 * STile::kBytes;
-  static constexpr int kLseOffset = kDqOffset + kDqTiles * kDqBytes;  // [Stages][BM]
+  static constexpr int kLseOffset = kDqOffset + kDqBytes;  // [Stages][BM]
   static constexpr int kDsumOffset = kLseOffset + Stages * kStatBytes;
   static constexpr int kBarrierOffset = kDsumOffset + Stages * kStatBytes;
   static constexpr int kBarriers = 2 + 2 * Stages;  // kv_full, q_full[], q_empty[], landed
@@ -393,13 +388,11 @@ __global__ void __launch_bounds__(C::kThreads, 1) flash_bwd_tma_kernel(const __g
       return;
     }
     if (warp == 1) {
-      // The dQ warp: each tile's staged dQ (both consumers' halves, or their
-      // two partial sums) added into the accumulator by bulk reductions, the
-      // buffer released as soon as they have read it. Deterministic calls
-      // first fold the partial sums into one here (two bulk reductions into
-      // one tile may land in either order), wait for the tile's turn (the
-      // key blocks before this one in the order have added), and pass the
-      // turn on once the addition is complete.
+      // The dQ warp: each tile's staged dQ (both consumers' halves) added
+      // into the accumulator by one bulk reduction, the buffer released as
+      // soon as it has been read. Deterministic calls wait for the tile's
+      // turn (the key blocks before this one in the order have added), and
+      // pass the turn on once the addition is complete.
       const bool ordered = tp.dq_turn != nullptr;
       for (int n = 0; n < n_tiles; ++n) {
         if (n > 0) {
@@ -410,22 +403,9 @@ __global__ void __launch_bounds__(C::kThreads, 1) flash_bwd_tma_kernel(const __g
         const std::int64_t row = tile_padded_row(n);
         const int turn = ordered && lane == 0 ? bwd_blocks_before<BN>(p, seq, hk, walk.m0(n) / BM, key_block) : 0;
         named_barrier_sync(C::kDqStaged, 288);
-        int reductions = C::kDqTiles;  // (two: the consumers' partial sums)
-        if (ordered && C::kDqTiles == 2) {
-          float4* sum = reinterpret_cast<float4*>(sDq);
-          const float4* other = sum + C::kDqBytes / 16;
-          for (int i = lane; i < C::kDqBytes / 16; i += 32) {
-            const float4 a = sum[i], c = other[i];
-            sum[i] = make_float4(a.x + c.x, a.y + c.y, a.z + c.z, a.w + c.w);
-          }
-          fence_proxy_async_shared();  // generic writes, read by the bulk reduction
-          __syncwarp();
-          reductions = 1;
-        }
         if (lane == 0) {
           if (ordered) bulk_turn_wait(tp.dq_turn + row / BM, static_cast<std::uint32_t>(turn));
-          for (int t = 0; t < reductions; ++t)
-            bulk_reduce_add_f32(tp.dq_accum + row * D, sDq + t * (C::kDqBytes / 4), C::kDqBytes);
+          bulk_reduce_add_f32(tp.dq_accum + row * D, sDq, C::kDqBytes);
           bulk_commit_group();
           if (ordered) {
             bulk_wait_group<0>();
@@ -447,13 +427,12 @@ __global__ void __launch_bounds__(C::kThreads, 1) flash_bwd_tma_kernel(const __g
   if (n_tiles > 0) {
     // Descriptors: K and V rows of this warpgroup (K-major A); K with the
     // keys as rows (MN-major B of dQ): its columns [cw D/2, ..) over all
-    // keys, or all columns over this warpgroup's keys.
+    // keys (at D = 64 from the middle of a swizzle row: 32 columns in).
     const std::uint64_t k_desc = sw128_desc(sK + cw * 64 * 64, 16, 1024);
     const std::uint64_t v_desc = sw128_desc(sV + cw * 64 * 64, 16, 1024);
     const std::uint64_t kt_desc =
-        sw128_desc(reinterpret_cast<unsigned char*>(sK) +
-                       (C::kDqColumnSplit ? cw * C::DQ / 64 * C::KTile::kBlockBytes + cw * C::DQ % 64 * 2
-                                          : cw * 64 * 128),
+        sw128_desc(reinterpret_cast<unsigned char*>(sK) + cw * C::DQ / 64 * C::KTile::kBlockBytes +
+                       cw * C::DQ % 64 * sizeof(T),
                    C::KTile::kBlockBytes, 1024);
     mbarrier_wait(kv_full, 0);
     int h_rules = -1;
@@ -566,19 +545,17 @@ __global__ void __launch_bounds__(C::kThreads, 1) flash_bwd_tma_kernel(const __g
         stmatrix_x4_trans(ds_tile + C::STile::offset(query, key_chunk), dsa[kk]);
       }
       fence_proxy_async_shared();
-      if constexpr (C::kDqColumnSplit) named_barrier_sync(C::kDsReady, 256);
+      named_barrier_sync(C::kDsReady, 256);
 
-      // dQ[:, cw D/2 ..] = dS K[:, cw D/2 ..] over the block's 128 keys (or
-      // dQ's partial sum over this warpgroup's keys), then dK += dS^T Q (B
-      // MN-major): dQ is staged for the dQ warp while dK runs.
+      // dQ[:, cw D/2 ..] = dS K[:, cw D/2 ..] over the block's 128 keys,
+      // then dK += dS^T Q (B MN-major): dQ is staged for the dQ warp while
+      // dK runs.
       float dq[C::DQT][4];
-      const std::uint64_t ds_desc =
-          sw128_desc(reinterpret_cast<unsigned char*>(ds_tile) + (C::kDqColumnSplit ? 0 : cw * C::STile::kBlockBytes),
-                     16, 1024);
+      const std::uint64_t ds_desc = sw128_desc(ds_tile, 16, 1024);
       const std::uint64_t q_mn = sw128_desc(sQ(st), C::QTile::kBlockBytes, 1024);
       wgmma_fence();
 #pragma unroll
-      for (int ks = 0; ks < C::DqKeys / 16; ++ks)
+      for (int ks = 0; ks < BN / 16; ++ks)
         wgmma_ss_trans_b<T, C::DQ>(dq, desc_advance(ds_desc, (ks / 4) * C::STile::kBlockBytes + (ks % 4) * 32),
                                    desc_advance(kt_desc, ks * 16 * 128), ks > 0);
       wgmma_commit();
@@ -591,9 +568,7 @@ __global__ void __launch_bounds__(C::kThreads, 1) flash_bwd_tma_kernel(const __g
       named_barrier_sync(C::kDqFree, 288);
 #pragma unroll
       for (int i = 0; i < C::DQT; ++i)
-        *reinterpret_cast<float4*>(sDq + (C::kDqColumnSplit ? C::DqOrder::block(cw, warp, i)
-                                                            : cw * (C::kDqBytes / 4) + C::DqOrder::block(0, warp, i)) +
-                                   lane * 4) =
+        *reinterpret_cast<float4*>(sDq + C::DqOrder::block(cw, warp, i) + lane * 4) =
             make_float4(dq[i][0], dq[i][1], dq[i][2], dq[i][3]);
       fence_proxy_async_shared();
       named_barrier_arrive(C::kDqStaged, 288);

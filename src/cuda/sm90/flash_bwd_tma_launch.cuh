@@ -6,8 +6,6 @@
 
 #include <cuda_runtime_api.h>
 
-#include <cstdlib>
-
 #include "common/cuda_check.hpp"
 #include "common/kernel_attributes.hpp"
 #include "sm90/flash_bwd_tma_kernel.cuh"
@@ -16,11 +14,10 @@
 
 namespace cuflash::detail::sm90 {
 
-template <class C>
-Status launch_flash_bwd_tma_config(const BackwardParams& p, const TmaBackwardLaunch& launch, void* workspace,
-                                   cudaStream_t stream) {
-  using T = typename C::Element;
-  constexpr int D = C::D;
+template <typename T, int D>
+Status launch_flash_bwd_tma(const BackwardParams& p, const TmaBackwardLaunch& launch, void* workspace,
+                            cudaStream_t stream) {
+  using C = TmaBwdConfig<T, D>;
   TmaBackwardParams tp;
   tp.p = p;
   // The tensors the plan checked (backward_plan.cpp) are the ones encoded.
@@ -56,16 +53,6 @@ Status launch_flash_bwd_tma_config(const BackwardParams& p, const TmaBackwardLau
     CUFLASH_TRY(launch_status("flash_bwd_tma_convert_kernel"));
   }
   return {};
-}
-
-template <typename T, int D>
-Status launch_flash_bwd_tma(const BackwardParams& p, const TmaBackwardLaunch& launch, void* workspace,
-                            cudaStream_t stream) {
-  if constexpr (D == 64) {  // EXPERIMENT: dQ split by columns at D = 64
-    static const bool split = std::getenv("CUFLASH_BWD_DQ_SPLIT64") != nullptr;
-    if (split) return launch_flash_bwd_tma_config<TmaBwdConfig<T, D, true>>(p, launch, workspace, stream);
-  }
-  return launch_flash_bwd_tma_config<TmaBwdConfig<T, D>>(p, launch, workspace, stream);
 }
 
 }  // namespace cuflash::detail::sm90
