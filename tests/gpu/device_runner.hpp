@@ -128,5 +128,8 @@ void check_masked_rows(DType dtype, Backend backend);
 // deterministic = true: two runs on the same inputs, each into fresh
 // NaN-poisoned gradients, give the same bits (and the first matches the oracle).
 void check_deterministic_backward(CaseSpec spec, Backend backend);
+// The backward once more with `options`, into NaN-poisoned gradients: the
+// same bytes of dq, dk and dv as c holds from the run before.
+void expect_same_gradients_on_rerun(AttentionCase& c, DeviceRunner& runner, const AttentionOptions& options);
 
 }  // namespace cuflash::test

@@ -404,12 +404,12 @@ __global__ void __launch_bounds__(C::kThreads, 1) flash_bwd_tma_kernel(const __g
         const int turn = ordered && lane == 0 ? bwd_blocks_before<BN>(p, seq, hk, walk.m0(n) / BM, key_block) : 0;
         named_barrier_sync(C::kDqStaged, 288);
         if (lane == 0) {
-          if (ordered) bulk_turn_wait(tp.dq_turn + row / BM, static_cast<std::uint32_t>(turn));
+          if (ordered) bulk_turn_wait(tp.dq_turn + row / kBwdTileRows, static_cast<std::uint32_t>(turn));
           bulk_reduce_add_f32(tp.dq_accum + row * D, sDq, C::kDqBytes);
           bulk_commit_group();
           if (ordered) {
             bulk_wait_group<0>();
-            bulk_turn_pass(tp.dq_turn + row / BM);
+            bulk_turn_pass(tp.dq_turn + row / kBwdTileRows);
           }
         }
       }
