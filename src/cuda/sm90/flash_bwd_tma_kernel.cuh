@@ -89,6 +89,7 @@ struct TmaBwdConfig {
   using KTile = Sw128Tile<BN, D>;   // K, V: [keys][D]
   using STile = Sw128Tile<BM, BN>;  // dS: [queries][keys]
   static constexpr int kDqBytes = BM * D * 4;  // one dQ tile
+  static constexpr int DqBuffers = 2;           // staged dQ tiles: n % 2
   static constexpr int kStatBytes = BM * 4;
   static constexpr int kKOffset = 0;
   static constexpr int kVOffset = KTile::kBytes;
@@ -96,17 +97,17 @@ struct TmaBwdConfig {
   static constexpr int kDoOffset = kQOffset + Stages * QTile::kBytes;
   static constexpr int kDsOffset = kDoOffset + Stages * QTile::kBytes;  // two buffers
   static constexpr int kDqOffset = kDsOffset + 2 * STile::kBytes;
-  static constexpr int kLseOffset = kDqOffset + kDqBytes;  // [Stages][BM]
+  static constexpr int kLseOffset = kDqOffset + DqBuffers * kDqBytes;  // [Stages][BM]
   static constexpr int kDsumOffset = kLseOffset + Stages * kStatBytes;
   static constexpr int kBarrierOffset = kDsumOffset + Stages * kStatBytes;
   static constexpr int kBarriers = 2 + 2 * Stages;  // kv_full, q_full[], q_empty[], landed
   static constexpr int kSmemBytes = kBarrierOffset + 8 * kBarriers + 1024;  // + alignment slack
   static_assert(kSmemBytes <= 227 * 1024, "shared memory per SM");
   static constexpr int kTileBytes = 2 * QTile::kBytes + 2 * kStatBytes;  // one ring stage's loads
-  // Named barriers: both consumers' dS written (256); dQ staged, dQ buffer
-  // free (consumers + the dQ warp, 288); K no longer read (256); consumer
-  // c's dK/dV staged (128).
-  static constexpr int kDsReady = 1, kDqStaged = 2, kDqFree = 3, kKRead = 4, kKvStaged0 = 5;
+  // Named barriers: both consumers' dS written (256); K no longer read
+  // (256); consumer c's dK/dV staged (128, two); dQ buffer b staged, dQ
+  // buffer b free (consumers + the dQ warp, 288; two each).
+  static constexpr int kDsReady = 1, kKRead = 2, kKvStaged0 = 3, kDqStaged0 = 5, kDqFree0 = 7;
 };
 
 // The query tiles a CTA walks: heads h0 .. h0 + group - 1, each over tiles
@@ -278,7 +279,7 @@ __global__ void __launch_bounds__(C::kThreads, 1) flash_bwd_tma_kernel(const __g
   auto sQ = [&](int st) { return reinterpret_cast<T*>(smem + C::kQOffset + st * C::QTile::kBytes); };
   auto sDo = [&](int st) { return reinterpret_cast<T*>(smem + C::kDoOffset + st * C::QTile::kBytes); };
   auto sDs = [&](int buf) { return reinterpret_cast<T*>(smem + C::kDsOffset + buf * C::STile::kBytes); };
-  float* sDq = reinterpret_cast<float*>(smem + C::kDqOffset);
+  auto sDq = [&](int buf) { return reinterpret_cast<float*>(smem + C::kDqOffset + buf * C::kDqBytes); };
   auto sLse = [&](int st) { return reinterpret_cast<float*>(smem + C::kLseOffset + st * C::kStatBytes); };
   auto sDsum = [&](int st) { return reinterpret_cast<float*>(smem + C::kDsumOffset + st * C::kStatBytes); };
   std::uint64_t* kv_full = reinterpret_cast<std::uint64_t*>(smem + C::kBarrierOffset);
@@ -388,24 +389,27 @@ __global__ void __launch_bounds__(C::kThreads, 1) flash_bwd_tma_kernel(const __g
       return;
     }
     if (warp == 1) {
-      // The dQ warp: each tile's staged dQ (both consumers' halves) added
-      // into the accumulator by one bulk reduction, the buffer released as
-      // soon as it has been read. Deterministic calls wait for the tile's
-      // turn (the key blocks before this one in the order have added), and
-      // pass the turn on once the addition is complete.
+      // The dQ warp: each tile's staged dQ (both consumers' halves, in
+      // buffer n % 2) added into the accumulator by one bulk reduction, a
+      // buffer released once the reduction of two tiles back has read it,
+      // so that the consumers stage a tile while the previous one's
+      // reduction still reads. Deterministic calls wait for the tile's turn
+      // (the key blocks before this one in the order have added), and pass
+      // the turn on once the addition is complete.
       const bool ordered = tp.dq_turn != nullptr;
       for (int n = 0; n < n_tiles; ++n) {
-        if (n > 0) {
-          if (lane == 0) bulk_wait_group_read<0>();
+        const int buf = n % C::DqBuffers;
+        if (n >= C::DqBuffers) {
+          if (lane == 0) bulk_wait_group_read<C::DqBuffers - 1>();
           __syncwarp();
         }
-        named_barrier_arrive(C::kDqFree, 288);
+        named_barrier_arrive(C::kDqFree0 + buf, 288);
         const std::int64_t row = tile_padded_row(n);
         const int turn = ordered && lane == 0 ? bwd_blocks_before<BN>(p, seq, hk, walk.m0(n) / BM, key_block) : 0;
-        named_barrier_sync(C::kDqStaged, 288);
+        named_barrier_sync(C::kDqStaged0 + buf, 288);
         if (lane == 0) {
           if (ordered) bulk_turn_wait(tp.dq_turn + row / kBwdTileRows, static_cast<std::uint32_t>(turn));
-          bulk_reduce_add_f32(tp.dq_accum + row * D, sDq, C::kDqBytes);
+          bulk_reduce_add_f32(tp.dq_accum + row * D, sDq(buf), C::kDqBytes);
           bulk_commit_group();
           if (ordered) {
             bulk_wait_group<0>();
@@ -565,13 +569,14 @@ __global__ void __launch_bounds__(C::kThreads, 1) flash_bwd_tma_kernel(const __g
       wgmma_commit();
       wgmma_wait<1>();  // dV and dQ done
       fence_accumulators(dq);
-      named_barrier_sync(C::kDqFree, 288);
+      const int dq_buf = n % C::DqBuffers;
+      named_barrier_sync(C::kDqFree0 + dq_buf, 288);
 #pragma unroll
       for (int i = 0; i < C::DQT; ++i)
-        *reinterpret_cast<float4*>(sDq + C::DqOrder::block(cw, warp, i) + lane * 4) =
+        *reinterpret_cast<float4*>(sDq(dq_buf) + C::DqOrder::block(cw, warp, i) + lane * 4) =
             make_float4(dq[i][0], dq[i][1], dq[i][2], dq[i][3]);
       fence_proxy_async_shared();
-      named_barrier_arrive(C::kDqStaged, 288);
+      named_barrier_arrive(C::kDqStaged0 + dq_buf, 288);
       wgmma_wait<0>();  // dK done: Q, dO, lse, dsum of this stage read
       fence_accumulators(dv);
       fence_accumulators(dk);
