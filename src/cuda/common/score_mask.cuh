@@ -8,6 +8,7 @@
 #include <cstdint>
 
 #include "common/attention_params.hpp"
+#include "common/rows_seeing.hpp"
 #include "score_rules.hpp"
 
 namespace cuflash::detail {
@@ -52,16 +53,21 @@ __device__ __forceinline__ std::int64_t lse_offset(const AttentionParams& p, int
          static_cast<std::int64_t>(seq_start + row) * p.lse_row_stride;
 }
 
+// The visibility of sequence `s` under the call's windows (rows_seeing.hpp).
+__device__ __forceinline__ KeyVisibility key_visibility(const AttentionParams& p, const SeqBounds& s) {
+  KeyVisibility v;
+  v.offset = diagonal(p, s);
+  v.q_len = s.q_len;
+  v.window_left = p.window_left;
+  v.window_right = p.window_right;
+  return v;
+}
+
 // Sequence-relative row range [lo, hi) of the queries that see some key of
-// [n0, n1) (n1 <= k_len); 64-bit so that huge windows cannot overflow.
+// [n0, n1) (n1 <= k_len).
 __device__ __forceinline__ void query_rows_seeing(const AttentionParams& p, const SeqBounds& seq, int n0, int n1,
                                                   std::int64_t* lo, std::int64_t* hi) {
-  const std::int64_t offset = diagonal(p, seq);
-  std::int64_t l = 0, h = seq.q_len;
-  if (p.window_right >= 0) l = max(l, static_cast<std::int64_t>(n0) - offset - p.window_right);
-  if (p.window_left >= 0) h = min(h, static_cast<std::int64_t>(n1) - offset + p.window_left);
-  *lo = l;
-  *hi = h;
+  query_rows_seeing(key_visibility(p, seq), n0, n1, lo, hi);
 }
 
 // A row's natural-log lse in base 2; a row with no visible key (lse -inf)

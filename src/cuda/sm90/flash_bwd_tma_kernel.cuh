@@ -38,6 +38,7 @@
 #include "common/tensor_core.cuh"
 #include "sm90/bulk_turn.cuh"
 #include "sm90/bwd_row_tiles.hpp"
+#include "sm90/bwd_walk.hpp"
 #include "sm90/mbarrier.cuh"
 #include "sm90/stmatrix.cuh"
 #include "sm90/sw128_tile.hpp"
@@ -110,72 +111,22 @@ struct TmaBwdConfig {
   static constexpr int kDsReady = 1, kKRead = 2, kKvStaged0 = 3, kDqStaged0 = 5, kDqFree0 = 7;
 };
 
-// The query tiles a CTA walks: heads h0 .. h0 + group - 1, each over tiles
-// m_lo .. m_end - 1. Every role of the CTA walks the same sequence.
-struct BwdWalk {
-  int m_lo = 0, m_end = 0, h0 = 0, group = 1;
-  __device__ __forceinline__ int tiles() const { return (m_end - m_lo) * group; }
-  __device__ __forceinline__ int head(int n) const { return h0 + n / (m_end - m_lo); }
-  __device__ __forceinline__ int m0(int n) const { return (m_lo + n % (m_end - m_lo)) * kBwdTileRows; }
-};
-
+// The walk of keys [n0, n1) of kv head hk (sm90/bwd_walk.hpp).
 __device__ __forceinline__ BwdWalk bwd_walk(const BackwardParams& p, const SeqBounds& seq, int n0, int n1, int hk) {
-  BwdWalk w;
-  std::int64_t lo, hi;
-  query_rows_seeing(p, seq, n0, n1, &lo, &hi);
-  w.group = p.group;
-  w.h0 = hk * p.group;
-  if (lo < hi) {
-    w.m_lo = static_cast<int>(lo / kBwdTileRows);
-    w.m_end = static_cast<int>((hi + kBwdTileRows - 1) / kBwdTileRows);
-  }
-  return w;
+  return bwd_walk(key_visibility(p, seq), n0, n1, hk, p.group);
 }
 
-// Deterministic order. With a right bound (causal or a window), block j's
-// walk starts at a later query tile the larger j is, so the blocks add into a
-// tile from the last one that reaches it down to the first, and the grid is
-// walked in reverse (blockIdx.x 0 is the last block): every CTA then waits
-// only on CTAs launched before it (no deadlock however many blocks a head
-// has), and a block reaches each tile after the one before it in the order
-// (no waiting when they start together). Without a right bound every walk
-// starts at tile 0: the blocks add in ascending order.
+// Deterministic order (sm90/bwd_walk.hpp counts the turns). With a right
+// bound (causal or a window), block j's walk starts at a later query tile
+// the larger j is, so the blocks add into a tile from the last one that
+// reaches it down to the first, and the grid is walked in reverse
+// (blockIdx.x 0 is the last block): every CTA then waits only on CTAs
+// launched before it (no deadlock however many blocks a head has), and a
+// block reaches each tile after the one before it in the order (no waiting
+// when they start together). Without a right bound every walk starts at
+// tile 0: the blocks add in ascending order.
 __device__ __forceinline__ bool bwd_blocks_descending(const BackwardParams& p) {
   return p.deterministic && p.window_right >= 0;
-}
-
-// How many blocks add into query tile `m_tile` before block j does: those
-// after j that reach it (descending) or those before j (ascending). The
-// blocks that reach a tile are consecutive, so a binary search over
-// bwd_walk itself finds the end of the run; the count cannot disagree with
-// the walks the other CTAs take.
-template <int BN>
-__device__ __forceinline__ int bwd_blocks_before(const BackwardParams& p, const SeqBounds& seq, int hk, int m_tile,
-                                                 int j) {
-  auto reaches = [&](int block) {
-    const BwdWalk w = bwd_walk(p, seq, block * BN, min(block * BN + BN, seq.k_len), hk);
-    return w.m_lo <= m_tile && m_tile < w.m_end;
-  };
-  if (bwd_blocks_descending(p)) {
-    int lo = j, hi = (seq.k_len + BN - 1) / BN - 1;  // the last block reaching the tile, in [j, blocks)
-    while (lo < hi) {
-      const int mid = (lo + hi + 1) / 2;
-      if (reaches(mid))
-        lo = mid;
-      else
-        hi = mid - 1;
-    }
-    return lo - j;
-  }
-  int lo = 0, hi = j;  // the first block reaching the tile, in [0, j]
-  while (lo < hi) {
-    const int mid = (lo + hi) / 2;
-    if (reaches(mid))
-      hi = mid;
-    else
-      lo = mid + 1;
-  }
-  return j - lo;
 }
 
 // Padded row (bwd_row_tiles.hpp) of row m0 of sequence b, query head h:
@@ -405,7 +356,9 @@ __global__ void __launch_bounds__(C::kThreads, 1) flash_bwd_tma_kernel(const __g
         }
         named_barrier_arrive(C::kDqFree0 + buf, 288);
         const std::int64_t row = tile_padded_row(n);
-        const int turn = ordered && lane == 0 ? bwd_blocks_before<BN>(p, seq, hk, walk.m0(n) / BM, key_block) : 0;
+        const int turn = ordered && lane == 0 ? bwd_blocks_before(key_visibility(p, seq), seq.k_len, BN,
+                                                                  walk.m0(n) / BM, key_block, bwd_blocks_descending(p))
+                                              : 0;
         named_barrier_sync(C::kDqStaged0 + buf, 288);
         if (lane == 0) {
           if (ordered) bulk_turn_wait(tp.dq_turn + row / kBwdTileRows, static_cast<std::uint32_t>(turn));

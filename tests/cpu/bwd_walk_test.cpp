@@ -1,0 +1,131 @@
+// The Hopper backward's walks and deterministic turns
+// (src/cuda/sm90/bwd_walk.hpp) on the host, over random sequences, windows
+// and diagonal offsets: a key block's walk visits exactly the query tiles
+// that see one of its keys, and in deterministic calls the blocks that add
+// into a tile are numbered 0, 1, ... in block order (descending under a right
+// bound, as the kernel chooses), so that each waits only on a CTA launched
+// before it (the kernel walks the grid in reverse when descending) that
+// reaches the tile no later in its own walk. The GPU tests run a few shapes;
+// these run thousands.
+#include "sm90/bwd_walk.hpp"
+
+#include <gtest/gtest.h>
+
+#include <algorithm>
+#include <cstdint>
+#include <random>
+#include <vector>
+
+namespace {
+
+using cuflash::detail::KeyVisibility;
+using cuflash::detail::sm90::bwd_blocks_before;
+using cuflash::detail::sm90::bwd_walk;
+using cuflash::detail::sm90::BwdWalk;
+using cuflash::detail::sm90::kBwdTileRows;
+
+constexpr int kBlockKeys = 128;  // the kernel's BN
+
+struct Shape {
+  KeyVisibility v;
+  int k_len = 0;
+};
+
+Shape random_shape(std::mt19937& rng) {
+  auto pick = [&](int lo, int hi) { return lo + static_cast<int>(rng() % static_cast<unsigned>(hi - lo + 1)); };
+  Shape s;
+  s.v.q_len = pick(1, 700);
+  s.k_len = pick(1, 900);
+  // Bottom-right aligned (no diagonal_offset) or an explicit offset.
+  s.v.offset = pick(0, 2) == 0 ? pick(-500, 500) : s.k_len - s.v.q_len;
+  const int mode = pick(0, 4);  // none, causal, causal + left, both sides, left only
+  s.v.window_right = mode == 0 || mode == 4 ? -1 : mode == 3 ? pick(0, 300) : 0;
+  s.v.window_left = mode == 2 || mode == 3 || mode == 4 ? pick(0, 400) : -1;
+  return s;
+}
+
+bool visible(const KeyVisibility& v, int row, int key) {
+  const std::int64_t aligned = row + v.offset;
+  return (v.window_right < 0 || key <= aligned + v.window_right) && (v.window_left < 0 || key >= aligned - v.window_left);
+}
+
+int blocks_of(const Shape& s) { return (s.k_len + kBlockKeys - 1) / kBlockKeys; }
+int tiles_of(const Shape& s) { return (s.v.q_len + kBwdTileRows - 1) / kBwdTileRows; }
+
+BwdWalk walk_of(const Shape& s, int block) {
+  const int n0 = block * kBlockKeys;
+  return bwd_walk(s.v, n0, std::min(n0 + kBlockKeys, s.k_len), 0, 1);
+}
+
+bool reaches(const BwdWalk& w, int tile) { return w.m_lo <= tile && tile < w.m_end; }
+
+TEST(BwdWalk, WalksVisitExactlyTheTilesThatSeeTheirKeys) {
+  std::mt19937 rng(11);
+  for (int trial = 0; trial < 400; ++trial) {
+    const Shape s = random_shape(rng);
+    for (int block = 0; block < blocks_of(s); ++block) {
+      const BwdWalk w = walk_of(s, block);
+      const int n0 = block * kBlockKeys, n1 = std::min(n0 + kBlockKeys, s.k_len);
+      for (int tile = 0; tile < tiles_of(s); ++tile) {
+        bool sees = false;
+        for (int row = tile * kBwdTileRows; row < std::min((tile + 1) * kBwdTileRows, s.v.q_len) && !sees; ++row)
+          for (int key = n0; key < n1 && !sees; ++key) sees = visible(s.v, row, key);
+        ASSERT_EQ(reaches(w, tile), sees) << "trial " << trial << " block " << block << " tile " << tile;
+      }
+    }
+  }
+}
+
+TEST(BwdWalk, DeterministicTurnsNumberATilesBlocksInOrder) {
+  std::mt19937 rng(12);
+  for (int trial = 0; trial < 600; ++trial) {
+    const Shape s = random_shape(rng);
+    const int blocks = blocks_of(s);
+    std::vector<BwdWalk> walks;
+    for (int block = 0; block < blocks; ++block) walks.push_back(walk_of(s, block));
+    for (const bool descending : {false, true}) {
+      for (int tile = 0; tile < tiles_of(s); ++tile) {
+        std::vector<int> adders;
+        for (int block = 0; block < blocks; ++block)
+          if (reaches(walks[block], tile)) adders.push_back(block);
+        if (adders.empty()) continue;
+        ASSERT_EQ(adders.back() - adders.front() + 1, static_cast<int>(adders.size()))
+            << "trial " << trial << " tile " << tile << ": the blocks reaching it are not consecutive";
+        for (std::size_t i = 0; i < adders.size(); ++i) {
+          const int expected = descending ? static_cast<int>(adders.size() - 1 - i) : static_cast<int>(i);
+          ASSERT_EQ(bwd_blocks_before(s.v, s.k_len, kBlockKeys, tile, adders[i], descending), expected)
+              << "trial " << trial << " tile " << tile << " block " << adders[i] << (descending ? " descending" : "");
+        }
+      }
+    }
+  }
+}
+
+// As the kernel runs them: descending exactly under a right bound, the grid
+// then walked in reverse. The block before each one in a tile's order was
+// launched earlier (so a CTA never waits on one that cannot start) and
+// reaches the tile at the same step of its walk or earlier (so blocks that
+// start together do not wait on each other).
+TEST(BwdWalk, EachBlockWaitsOnAnEarlierLaunchedOneThatIsNoFurtherBehind) {
+  std::mt19937 rng(13);
+  for (int trial = 0; trial < 600; ++trial) {
+    const Shape s = random_shape(rng);
+    const bool descending = s.v.window_right >= 0;
+    const int blocks = blocks_of(s);
+    auto launch_index = [&](int block) { return descending ? blocks - 1 - block : block; };
+    for (int block = 0; block < blocks; ++block) {
+      const BwdWalk w = walk_of(s, block);
+      for (int tile = w.m_lo; tile < w.m_end; ++tile) {
+        if (bwd_blocks_before(s.v, s.k_len, kBlockKeys, tile, block, descending) == 0) continue;
+        const int before = descending ? block + 1 : block - 1;
+        const BwdWalk wb = walk_of(s, before);
+        ASSERT_TRUE(reaches(wb, tile)) << "trial " << trial;
+        EXPECT_LT(launch_index(before), launch_index(block)) << "trial " << trial << " block " << block;
+        if (descending || s.v.window_right < 0)
+          EXPECT_LE(tile - wb.m_lo, tile - w.m_lo) << "trial " << trial << " block " << block << " tile " << tile;
+      }
+    }
+  }
+}
+
+}  // namespace
