@@ -414,18 +414,14 @@ __global__ void __launch_bounds__(C::kThreads, 1) flash_bwd_tma_kernel(const __g
       float s[C::NS][4], dp[C::NS][4];
       wgmma_fence();
 #pragma unroll
-      for (int ks = 0; ks < D / 16; ++ks) {
-        const std::uint32_t off = (ks % 4) * 32;
-        wgmma_ss<T, BM>(s, desc_advance(k_desc, (ks / 4) * C::KTile::kBlockBytes + off),
-                        desc_advance(q_desc, (ks / 4) * C::QTile::kBlockBytes + off), ks > 0);
-      }
+      for (int ks = 0; ks < D / 16; ++ks)
+        wgmma_ss<T, BM>(s, desc_advance(k_desc, C::KTile::k_major_step_bytes(ks)),
+                        desc_advance(q_desc, C::QTile::k_major_step_bytes(ks)), ks > 0);
       wgmma_commit();
 #pragma unroll
-      for (int ks = 0; ks < D / 16; ++ks) {
-        const std::uint32_t off = (ks % 4) * 32;
-        wgmma_ss<T, BM>(dp, desc_advance(v_desc, (ks / 4) * C::KTile::kBlockBytes + off),
-                        desc_advance(do_desc, (ks / 4) * C::QTile::kBlockBytes + off), ks > 0);
-      }
+      for (int ks = 0; ks < D / 16; ++ks)
+        wgmma_ss<T, BM>(dp, desc_advance(v_desc, C::KTile::k_major_step_bytes(ks)),
+                        desc_advance(do_desc, C::QTile::k_major_step_bytes(ks)), ks > 0);
       wgmma_commit();
 
       const bool masked = !rules.tile_unmasked(m0, BM, n0 + 64 * cw, 64) || m0 + BM > seq.q_len;
@@ -467,7 +463,7 @@ __global__ void __launch_bounds__(C::kThreads, 1) flash_bwd_tma_kernel(const __g
       wgmma_fence();
 #pragma unroll
       for (int kk = 0; kk < C::KS; ++kk)
-        wgmma_rs<T, D, true>(dv, pa[kk], desc_advance(do_mn, kk * 16 * 128), n > 0 || kk > 0);
+        wgmma_rs<T, D, true>(dv, pa[kk], desc_advance(do_mn, C::QTile::mn_major_step_bytes(kk)), n > 0 || kk > 0);
       wgmma_commit();
 
       float2 dsum[C::NS];
@@ -513,12 +509,12 @@ __global__ void __launch_bounds__(C::kThreads, 1) flash_bwd_tma_kernel(const __g
       wgmma_fence();
 #pragma unroll
       for (int ks = 0; ks < BN / 16; ++ks)
-        wgmma_ss_trans_b<T, C::DQ>(dq, desc_advance(ds_desc, (ks / 4) * C::STile::kBlockBytes + (ks % 4) * 32),
-                                   desc_advance(kt_desc, ks * 16 * 128), ks > 0);
+        wgmma_ss_trans_b<T, C::DQ>(dq, desc_advance(ds_desc, C::STile::k_major_step_bytes(ks)),
+                                   desc_advance(kt_desc, C::KTile::mn_major_step_bytes(ks)), ks > 0);
       wgmma_commit();
 #pragma unroll
       for (int kk = 0; kk < C::KS; ++kk)
-        wgmma_rs<T, D, true>(dk, dsa[kk], desc_advance(q_mn, kk * 16 * 128), n > 0 || kk > 0);
+        wgmma_rs<T, D, true>(dk, dsa[kk], desc_advance(q_mn, C::QTile::mn_major_step_bytes(kk)), n > 0 || kk > 0);
       wgmma_commit();
       wgmma_wait<1>();  // dV and dQ done
       fence_accumulators(dq);

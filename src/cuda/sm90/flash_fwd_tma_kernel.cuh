@@ -138,7 +138,8 @@ struct ConsumerPipe {
                                            bool first) const {
 #pragma unroll
     for (int kk = 0; kk < C::KP; ++kk)
-      wgmma_rs<T, C::DC, true>(o, pa[kk], desc_advance(v_desc, stage * C::kStageBytes + kk * 16 * 128),
+      wgmma_rs<T, C::DC, true>(o, pa[kk],
+                               desc_advance(v_desc, stage * C::kStageBytes + C::KVTile::mn_major_step_bytes(kk)),
                                kk > 0 || !first);
     wgmma_commit();
   }
@@ -163,12 +164,9 @@ struct ConsumerPipe {
     named_barrier_sync(my_turn, 256);
     wgmma_fence();
 #pragma unroll
-    for (int ks = 0; ks < C::KQ; ++ks) {
-      const std::uint32_t step = (ks % 4) * 32;
-      wgmma_ss<T, C::BN>(s, desc_advance(q_desc, (ks / 4) * C::QTile::kBlockBytes + step),
-                         desc_advance(k_desc, st * C::kStageBytes + (ks / 4) * C::KVTile::kBlockBytes + step),
-                         ks > 0);
-    }
+    for (int ks = 0; ks < C::KQ; ++ks)
+      wgmma_ss<T, C::BN>(s, desc_advance(q_desc, C::QTile::k_major_step_bytes(ks)),
+                         desc_advance(k_desc, st * C::kStageBytes + C::KVTile::k_major_step_bytes(ks)), ks > 0);
     wgmma_commit();
     // (The hand-over sits in each branch: one shared copy after the branch
     // made ptxas serialize the wgmmas.)

@@ -163,16 +163,15 @@ __global__ void __launch_bounds__(C::kThreads, C::MinBlocks) flash_fwd_wgmma_ker
       float s[C::NT][4];
       wgmma_fence();
 #pragma unroll
-      for (int ks = 0; ks < C::KQ; ++ks) {
-        const std::uint32_t step = (ks % 4) * 32;
-        wgmma_ss<T, C::BN>(s, desc_advance(q_desc, (ks / 4) * C::QTile::kBlockBytes + step),
-                           desc_advance(k_desc, st * kStageBytes + (ks / 4) * C::KVTile::kBlockBytes + step), ks > 0);
-      }
+      for (int ks = 0; ks < C::KQ; ++ks)
+        wgmma_ss<T, C::BN>(s, desc_advance(q_desc, C::QTile::k_major_step_bytes(ks)),
+                           desc_advance(k_desc, st * kStageBytes + C::KVTile::k_major_step_bytes(ks)), ks > 0);
       wgmma_commit();
       if (j > 0) {
 #pragma unroll
         for (int kk = 0; kk < C::KP; ++kk)
-          wgmma_rs<T, C::D, true>(o, pa[kk], desc_advance(v_desc, prev * kStageBytes + kk * 16 * 128), true);
+          wgmma_rs<T, C::D, true>(o, pa[kk],
+                                  desc_advance(v_desc, prev * kStageBytes + C::KVTile::mn_major_step_bytes(kk)), true);
         wgmma_commit();
         wgmma_wait<1>();
       } else {
@@ -197,7 +196,9 @@ __global__ void __launch_bounds__(C::kThreads, C::MinBlocks) flash_fwd_wgmma_ker
     wgmma_fence();
 #pragma unroll
     for (int kk = 0; kk < C::KP; ++kk)
-      wgmma_rs<T, C::D, true>(o, pa[kk], desc_advance(v_desc, ((n_tiles - 1) % C::Stages) * kStageBytes + kk * 16 * 128), true);
+      wgmma_rs<T, C::D, true>(
+          o, pa[kk],
+          desc_advance(v_desc, ((n_tiles - 1) % C::Stages) * kStageBytes + C::KVTile::mn_major_step_bytes(kk)), true);
     wgmma_commit();
     wgmma_wait<0>();
     fence_accumulators(o);

@@ -6,6 +6,8 @@
 // sits at chunk c ^ (r % 8) of its row.
 #pragma once
 
+#include <cstdint>
+
 namespace cuflash::detail::sm90 {
 
 template <int ROWS, int D>
@@ -19,6 +21,16 @@ struct Sw128Tile {
   __host__ __device__ static constexpr int offset(int row, int chunk) {
     return (chunk / 8) * (kBlockBytes / 2) + row * 64 + ((chunk % 8) ^ (row % 8)) * 8;
   }
+  // Bytes from the start of a K-major wgmma operand in this layout (rows are
+  // M or N, columns K) to its ks-th K step of 16 elements: 32 bytes along a
+  // 128-byte row, the next 64-column block every 4 steps (the descriptor's
+  // start address moves; the swizzle follows the address).
+  __host__ __device__ static constexpr std::uint32_t k_major_step_bytes(int ks) {
+    return (ks / 4) * kBlockBytes + (ks % 4) * 32;
+  }
+  // Bytes from the start of an MN-major operand (rows are K) to its ks-th K
+  // step: 16 rows of 128 bytes.
+  __host__ __device__ static constexpr std::uint32_t mn_major_step_bytes(int ks) { return ks * 16 * 128; }
   // Rows [first_row, ROWS) of `tile` set to zero by one warp (`lane` its
   // lane), 16 bytes per store: the rows of a varlen tile past its sequence,
   // which TMA loaded from the next sequence or from rows no sequence owns.
