@@ -16,9 +16,12 @@
 #include <random>
 #include <vector>
 
+#include "score_rules.hpp"
+
 namespace {
 
 using cuflash::detail::KeyVisibility;
+using cuflash::detail::ScoreRules;
 using cuflash::detail::sm90::bwd_blocks_before;
 using cuflash::detail::sm90::bwd_walk;
 using cuflash::detail::sm90::BwdWalk;
@@ -44,9 +47,12 @@ Shape random_shape(std::mt19937& rng) {
   return s;
 }
 
-bool visible(const KeyVisibility& v, int row, int key) {
-  const std::int64_t aligned = row + v.offset;
-  return (v.window_right < 0 || key <= aligned + v.window_right) && (v.window_left < 0 || key >= aligned - v.window_left);
+// Whether `row` sees `key`: the kernels' and the CPU reference's own rule
+// (score_rules.hpp), which the walks must agree with.
+bool visible(const Shape& s, int row, int key) {
+  ScoreRules rules;
+  rules.set_sequence(s.v.q_len, s.k_len, 0, static_cast<int>(s.v.offset), s.v.window_left, s.v.window_right);
+  return rules.visible(row, key);
 }
 
 int blocks_of(const Shape& s) { return (s.k_len + kBlockKeys - 1) / kBlockKeys; }
@@ -69,7 +75,7 @@ TEST(BwdWalk, WalksVisitExactlyTheTilesThatSeeTheirKeys) {
       for (int tile = 0; tile < tiles_of(s); ++tile) {
         bool sees = false;
         for (int row = tile * kBwdTileRows; row < std::min((tile + 1) * kBwdTileRows, s.v.q_len) && !sees; ++row)
-          for (int key = n0; key < n1 && !sees; ++key) sees = visible(s.v, row, key);
+          for (int key = n0; key < n1 && !sees; ++key) sees = visible(s, row, key);
         ASSERT_EQ(reaches(w, tile), sees) << "trial " << trial << " block " << block << " tile " << tile;
       }
     }
