@@ -4,7 +4,6 @@
 // the GPU by the backward suites (HopperTma/CudaBackward.* and the rest).
 #include <gtest/gtest.h>
 
-#include <random>
 #include <utility>
 
 #include "backward_plan.hpp"
@@ -12,7 +11,7 @@
 #include "common/attention_case.hpp"
 #include "gpu/described_devices.hpp"
 #include "gpu/gpu_cases.hpp"
-#include "validate.hpp"
+#include "gpu/validated_problem.hpp"
 
 namespace cuflash::test {
 namespace {
@@ -27,11 +26,7 @@ DeviceInfo h100() { return described_h100(); }
 template <class Edit>
 BackwardPlan plan(CaseSpec spec, const DeviceInfo& device, Edit edit) {
   if (spec.dtype == DType::f32) spec.dtype = DType::bf16;
-  std::mt19937 engine(11);
-  AttentionCase c(spec, engine);
-  Problem p;
-  const Status status = detail::validate_backward(c.backward_args(), c.options(Backend::cuda), nullptr, &p);
-  EXPECT_TRUE(status.ok()) << status.to_string();
+  Problem p = validated_problem(spec, detail::Pass::backward);
   edit(p);
   const BackwardPlan planned = detail::plan_backward(p, device);
   // The sm80 kernels' plans ask for their workspace, the TMA kernel's for its own.

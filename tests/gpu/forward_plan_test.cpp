@@ -7,7 +7,6 @@
 #include <gtest/gtest.h>
 
 #include <cstdlib>
-#include <random>
 #include <string>
 #include <utility>
 
@@ -15,7 +14,7 @@
 #include "forward_plan.hpp"
 #include "gpu/described_devices.hpp"
 #include "gpu/gpu_cases.hpp"
-#include "validate.hpp"
+#include "gpu/validated_problem.hpp"
 
 namespace cuflash::test {
 namespace {
@@ -28,16 +27,12 @@ using detail::Problem;
 DeviceInfo h100() { return described_h100(); }
 DeviceInfo a100() { return described_a100(); }
 
-// Plans a bf16 case; the host views die with the case, the plan reads only
-// shapes, strides and alignment. `edit` changes the validated problem first.
+// Plans a bf16 case (validated_problem.hpp); `edit` changes the validated
+// problem first.
 template <class Edit>
 ForwardPlan plan(CaseSpec spec, const DeviceInfo& device, Edit edit) {
   spec.dtype = DType::bf16;
-  std::mt19937 engine(7);
-  AttentionCase c(spec, engine);
-  Problem p;
-  const Status status = detail::validate_forward(c.forward_args(), c.options(Backend::cuda), nullptr, &p);
-  EXPECT_TRUE(status.ok()) << status.to_string();
+  Problem p = validated_problem(spec, detail::Pass::forward);
   edit(p);
   return detail::plan_forward(p, device);
 }
