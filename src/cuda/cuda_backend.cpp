@@ -18,8 +18,8 @@
 #include "common/varlen_tail.hpp"
 #include "linear/linear_attention.hpp"
 #include "simt/attention_f32.hpp"
-#include "sm80/flash_bwd.hpp"
 #include "sm80/flash_decode.hpp"
+#include "flash_backward.hpp"
 #include "flash_forward.hpp"
 #include "sm80/merge_states.cuh"
 

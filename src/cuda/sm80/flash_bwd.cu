@@ -1,7 +1,6 @@
-// Host side of the backward: what it supports, the workspace, parameters,
-// the plan's choice between the sm80 kernels and the Hopper TMA kernel
-// (backward_plan.hpp), and dispatch on dtype x head dim to the explicit
-// instantiations in src/cuda/inst/flash_bwd_*.cu.
+// Host side of the sm80 backward kernels: what they support, their
+// workspace, and dispatch on dtype x head dim to the explicit instantiations
+// in src/cuda/inst/flash_bwd_*.cu (flash_backward.cu decides when they run).
 #include "sm80/flash_bwd.hpp"
 
 #include <cuda_bf16.h>
@@ -10,12 +9,8 @@
 #include <cstdint>
 #include <string>
 
-#include "backward_plan.hpp"
-#include "common/attention_params.hpp"
 #include "common/cuda_check.hpp"
 #include "common/scratch.hpp"
-#include "common/device_info.hpp"
-#include "common/kernel_table.hpp"
 #include "sm80/flash_bwd_kernel.cuh"
 #include "sm80/head_dims.hpp"
 #include "sm80/kernel_support.hpp"
@@ -26,14 +21,8 @@ namespace sm80 {
 template <typename T, int D>
 Status launch_flash_backward(const BackwardParams& p, int max_smem_per_block, cudaStream_t stream);
 }  // namespace sm80
-namespace sm90 {
-template <typename T, int D>
-Status launch_flash_bwd_tma(const BackwardParams& p, const TmaBackwardLaunch& launch, void* workspace,
-                            cudaStream_t stream);
-}  // namespace sm90
 
 namespace {
-
 
 // Query rows of dq_accum and dsum: dense batch * max_q_len, varlen every packed
 // row; dq_accum rows are the kernel's head dim wide (sm80/head_dims.hpp).
@@ -63,20 +52,9 @@ Status launch_for_dim(const BackwardParams& p, int head_dim, int max_smem, cudaS
       [&] { return Status::unsupported("backend cuda backward: head_dim " + std::to_string(head_dim) + " has no kernel"); });
 }
 
-template <typename T>
-Status launch_tma_for_dim(const BackwardParams& p, const sm90::TmaBackwardLaunch& launch, int head_dim,
-                          void* workspace, cudaStream_t stream) {
-  return kernel_table::with_tma_backward_head_dim(
-      head_dim,
-      [&](auto d) { return sm90::launch_flash_bwd_tma<T, decltype(d)::value>(p, launch, workspace, stream); },
-      [&] {
-        return Status{StatusCode::internal, "backend cuda backward: no TMA kernel for head_dim " + std::to_string(head_dim)};
-      });
-}
-
 }  // namespace
 
-Status flash_backward_supports(const Problem& problem) {
+Status sm80_backward_supports(const Problem& problem) {
   if (problem.layout == Layout::kv_cache)
     return Status::unsupported("backend cuda backward: paged/KV-cache backward is not implemented by backend cuda");
   CUFLASH_TRY(sm80_attention_supports(problem, "backward"));
@@ -102,23 +80,8 @@ std::size_t sm80_backward_workspace_bytes(const Problem& problem) {
   return dq_accum_bytes(problem) + dsum;
 }
 
-std::size_t flash_backward_workspace_bytes(const Problem& problem) { return plan_backward(problem).workspace_bytes; }
-
-Status flash_backward(const Problem& problem, void* workspace, cudaStream_t stream) {
-  DeviceGuard guard(problem.device.index);
-  CUFLASH_TRY(guard.status());
-  const DeviceInfo& info = device_info(problem.device.index);
-  if (!info.valid) return Status::unsupported("backend cuda backward: cannot query the GPU's properties");
-
-  // Windows wider than a sequence are normalized per sequence on the device
-  // (score_rules), which keeps the kernels' index arithmetic inside int.
-  BackwardParams p = make_backward_params(problem);
-  const BackwardPlan plan = plan_backward(problem, info);
-  if (plan.kind == BackwardKind::tma) {
-    if (problem.dtype == DType::bf16)
-      return launch_tma_for_dim<__nv_bfloat16>(p, plan.tma, problem.head_dim, workspace, stream);
-    return launch_tma_for_dim<__half>(p, plan.tma, problem.head_dim, workspace, stream);
-  }
+Status sm80_backward(const Problem& problem, BackwardParams p, const DeviceInfo& info, void* workspace,
+                     cudaStream_t stream) {
   auto* base = static_cast<unsigned char*>(workspace);
   p.dq_accum = reinterpret_cast<float*>(base);
   p.dsum = reinterpret_cast<float*>(base + dq_accum_bytes(problem));
