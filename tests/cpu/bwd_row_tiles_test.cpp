@@ -37,9 +37,9 @@ TEST(BwdRowTiles, PaddedSequencesStartOnTilesAndDoNotOverlap) {
   }
 }
 
-template <int D>
+template <int D, int ColumnBlocks = 2>
 void check_tile_order() {
-  using Order = DqTileOrder<D>;
+  using Order = DqTileOrder<D, ColumnBlocks>;
   std::vector<int> seen(Order::kFloats, 0);
   for (int r = 0; r < kBwdTileRows; ++r)
     for (int c = 0; c < D; ++c) {
@@ -51,7 +51,7 @@ void check_tile_order() {
   for (int n : seen) ASSERT_EQ(n, 1);
   // The accumulator fragment of warp w, lane 4 g + t, n8 block i of column
   // block c: four consecutive floats at block(c, w, i) + 4 lane.
-  for (int c = 0; c < 2; ++c)
+  for (int c = 0; c < ColumnBlocks; ++c)
     for (int w = 0; w < 4; ++w)
       for (int i = 0; i < Order::kBlocks; ++i)
         for (int lane = 0; lane < 32; ++lane) {
@@ -68,6 +68,7 @@ TEST(BwdRowTiles, DqTileOrderIsAPermutationOfWarpLines) {
   check_tile_order<64>();  // two consumers, D / 2 columns each
   check_tile_order<128>();
   check_tile_order<256>();
+  check_tile_order<64, 1>();  // a consumer's own rows, all columns (128-row query tiles)
 }
 
 }  // namespace

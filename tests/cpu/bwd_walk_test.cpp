@@ -56,11 +56,14 @@ bool visible(const Shape& s, int row, int key) {
 }
 
 int blocks_of(const Shape& s) { return (s.k_len + kBlockKeys - 1) / kBlockKeys; }
-int tiles_of(const Shape& s) { return (s.v.q_len + kBwdTileRows - 1) / kBwdTileRows; }
+// The query tile heights the kernel instantiates (64; 128 at D = 64).
+constexpr int kTileRows[] = {kBwdTileRows, 2 * kBwdTileRows};
 
-BwdWalk walk_of(const Shape& s, int block) {
+int tiles_of(const Shape& s, int rows) { return (s.v.q_len + rows - 1) / rows; }
+
+BwdWalk walk_of(const Shape& s, int block, int rows) {
   const int n0 = block * kBlockKeys;
-  return bwd_walk(s.v, n0, std::min(n0 + kBlockKeys, s.k_len), 0, 1);
+  return bwd_walk(s.v, n0, std::min(n0 + kBlockKeys, s.k_len), 0, 1, rows);
 }
 
 bool reaches(const BwdWalk& w, int tile) { return w.m_lo <= tile && tile < w.m_end; }
@@ -69,16 +72,17 @@ TEST(BwdWalk, WalksVisitExactlyTheTilesThatSeeTheirKeys) {
   std::mt19937 rng(11);
   for (int trial = 0; trial < 400; ++trial) {
     const Shape s = random_shape(rng);
-    for (int block = 0; block < blocks_of(s); ++block) {
-      const BwdWalk w = walk_of(s, block);
-      const int n0 = block * kBlockKeys, n1 = std::min(n0 + kBlockKeys, s.k_len);
-      for (int tile = 0; tile < tiles_of(s); ++tile) {
-        bool sees = false;
-        for (int row = tile * kBwdTileRows; row < std::min((tile + 1) * kBwdTileRows, s.v.q_len) && !sees; ++row)
-          for (int key = n0; key < n1 && !sees; ++key) sees = visible(s, row, key);
-        ASSERT_EQ(reaches(w, tile), sees) << "trial " << trial << " block " << block << " tile " << tile;
+    for (const int rows : kTileRows)
+      for (int block = 0; block < blocks_of(s); ++block) {
+        const BwdWalk w = walk_of(s, block, rows);
+        const int n0 = block * kBlockKeys, n1 = std::min(n0 + kBlockKeys, s.k_len);
+        for (int tile = 0; tile < tiles_of(s, rows); ++tile) {
+          bool sees = false;
+          for (int row = tile * rows; row < std::min((tile + 1) * rows, s.v.q_len) && !sees; ++row)
+            for (int key = n0; key < n1 && !sees; ++key) sees = visible(s, row, key);
+          ASSERT_EQ(reaches(w, tile), sees) << "trial " << trial << " rows " << rows << " block " << block;
+        }
       }
-    }
   }
 }
 
@@ -87,10 +91,11 @@ TEST(BwdWalk, DeterministicTurnsNumberATilesBlocksInOrder) {
   for (int trial = 0; trial < 600; ++trial) {
     const Shape s = random_shape(rng);
     const int blocks = blocks_of(s);
-    std::vector<BwdWalk> walks;
-    for (int block = 0; block < blocks; ++block) walks.push_back(walk_of(s, block));
-    for (const bool descending : {false, true}) {
-      for (int tile = 0; tile < tiles_of(s); ++tile) {
+    for (const int rows : kTileRows) {
+      std::vector<BwdWalk> walks;
+      for (int block = 0; block < blocks; ++block) walks.push_back(walk_of(s, block, rows));
+      for (const bool descending : {false, true})
+        for (int tile = 0; tile < tiles_of(s, rows); ++tile) {
         std::vector<int> adders;
         for (int block = 0; block < blocks; ++block)
           if (reaches(walks[block], tile)) adders.push_back(block);
@@ -99,10 +104,10 @@ TEST(BwdWalk, DeterministicTurnsNumberATilesBlocksInOrder) {
             << "trial " << trial << " tile " << tile << ": the blocks reaching it are not consecutive";
         for (std::size_t i = 0; i < adders.size(); ++i) {
           const int expected = descending ? static_cast<int>(adders.size() - 1 - i) : static_cast<int>(i);
-          ASSERT_EQ(bwd_blocks_before(s.v, s.k_len, kBlockKeys, tile, adders[i], descending), expected)
+          ASSERT_EQ(bwd_blocks_before(s.v, s.k_len, kBlockKeys, tile, adders[i], descending, rows), expected)
               << "trial " << trial << " tile " << tile << " block " << adders[i] << (descending ? " descending" : "");
         }
-      }
+        }
     }
   }
 }
@@ -119,12 +124,13 @@ TEST(BwdWalk, EachBlockWaitsOnAnEarlierLaunchedOneThatIsNoFurtherBehind) {
     const bool descending = s.v.window_right >= 0;
     const int blocks = blocks_of(s);
     auto launch_index = [&](int block) { return descending ? blocks - 1 - block : block; };
+    for (const int rows : kTileRows)
     for (int block = 0; block < blocks; ++block) {
-      const BwdWalk w = walk_of(s, block);
+      const BwdWalk w = walk_of(s, block, rows);
       for (int tile = w.m_lo; tile < w.m_end; ++tile) {
-        if (bwd_blocks_before(s.v, s.k_len, kBlockKeys, tile, block, descending) == 0) continue;
+        if (bwd_blocks_before(s.v, s.k_len, kBlockKeys, tile, block, descending, rows) == 0) continue;
         const int before = descending ? block + 1 : block - 1;
-        const BwdWalk wb = walk_of(s, before);
+        const BwdWalk wb = walk_of(s, before, rows);
         ASSERT_TRUE(reaches(wb, tile)) << "trial " << trial;
         EXPECT_LT(launch_index(before), launch_index(block)) << "trial " << trial << " block " << block;
         if (descending || s.v.window_right < 0)

@@ -13,7 +13,8 @@
 //
 // Inside a tile the dQ accumulator is in the order the consumer warpgroups
 // hold it (wgmma's accumulator fragments: warpgroup c has the columns
-// [c D/2, (c+1) D/2), warp w
+// [c D/2, (c+1) D/2) (ColumnBlocks = 2), or all of them (1: a consumer's
+// own 64-row tile of a 128-row query tile), warp w
 // the rows [16 w, 16 w + 16), lane l its four floats of each n8 column
 // block), so that each warp stores whole 512-byte lines to shared memory
 // without bank conflicts and the tile leaves in one piece; the conversion to
@@ -35,9 +36,9 @@ CUFLASH_HOST_DEVICE constexpr std::int64_t bwd_padded_rows(std::int64_t total_ro
   return (total_rows + static_cast<std::int64_t>(kBwdTileRows) * (batch + 1) - 1) / kBwdTileRows * kBwdTileRows;
 }
 
-template <int D>
+template <int D, int ColumnBlocks = 2>
 struct DqTileOrder {
-  static constexpr int kColsPerConsumer = D / 2;  // two consumer warpgroups
+  static constexpr int kColsPerConsumer = D / ColumnBlocks;
   static constexpr int kBlocks = kColsPerConsumer / 8;  // n8 column blocks per warpgroup
   static constexpr int kFloats = kBwdTileRows * D;
   // First float of n8 block i of warp w in column block c: 32 lanes x 4 floats.

@@ -15,25 +15,27 @@
 namespace cuflash::detail::sm90 {
 
 // The query tiles a CTA walks: heads h0 .. h0 + group - 1, each over tiles
-// m_lo .. m_end - 1 (kBwdTileRows rows each). Every role of the CTA walks
-// the same sequence.
+// m_lo .. m_end - 1 of tile_rows rows (a multiple of kBwdTileRows). Every
+// role of the CTA walks the same sequence.
 struct BwdWalk {
-  int m_lo = 0, m_end = 0, h0 = 0, group = 1;
+  int m_lo = 0, m_end = 0, h0 = 0, group = 1, tile_rows = kBwdTileRows;
   CUFLASH_HOST_DEVICE int tiles() const { return (m_end - m_lo) * group; }
   CUFLASH_HOST_DEVICE int head(int n) const { return h0 + n / (m_end - m_lo); }
-  CUFLASH_HOST_DEVICE int m0(int n) const { return (m_lo + n % (m_end - m_lo)) * kBwdTileRows; }
+  CUFLASH_HOST_DEVICE int m0(int n) const { return (m_lo + n % (m_end - m_lo)) * tile_rows; }
 };
 
 // The walk of keys [n0, n1) of kv head hk, whose query heads are hk * group ..
-CUFLASH_HOST_DEVICE BwdWalk bwd_walk(const KeyVisibility& v, int n0, int n1, int hk, int group) {
+CUFLASH_HOST_DEVICE BwdWalk bwd_walk(const KeyVisibility& v, int n0, int n1, int hk, int group,
+                                     int tile_rows = kBwdTileRows) {
   BwdWalk w;
   std::int64_t lo, hi;
   query_rows_seeing(v, n0, n1, &lo, &hi);
   w.group = group;
   w.h0 = hk * group;
+  w.tile_rows = tile_rows;
   if (lo < hi) {
-    w.m_lo = static_cast<int>(lo / kBwdTileRows);
-    w.m_end = static_cast<int>((hi + kBwdTileRows - 1) / kBwdTileRows);
+    w.m_lo = static_cast<int>(lo / tile_rows);
+    w.m_end = static_cast<int>((hi + tile_rows - 1) / tile_rows);
   }
   return w;
 }
@@ -45,7 +47,7 @@ CUFLASH_HOST_DEVICE BwdWalk bwd_walk(const KeyVisibility& v, int n0, int n1, int
 // walks themselves finds the end of the run: the count cannot disagree with
 // the walks the other CTAs take.
 CUFLASH_HOST_DEVICE int bwd_blocks_before(const KeyVisibility& v, int k_len, int block_keys, int m_tile, int j,
-                                          bool descending) {
+                                          bool descending, int tile_rows = kBwdTileRows) {
   auto reaches = [&](int block) {
     const int n0 = block * block_keys;
 #if defined(__CUDA_ARCH__)
@@ -53,7 +55,7 @@ CUFLASH_HOST_DEVICE int bwd_blocks_before(const KeyVisibility& v, int k_len, int
 #else
     const int n1 = n0 + block_keys < k_len ? n0 + block_keys : k_len;
 #endif
-    const BwdWalk w = bwd_walk(v, n0, n1, 0, 1);
+    const BwdWalk w = bwd_walk(v, n0, n1, 0, 1, tile_rows);
     return w.m_lo <= m_tile && m_tile < w.m_end;
   };
   if (descending) {

@@ -64,11 +64,16 @@ struct TmaBackwardParams {
   std::uint32_t* dq_turn = nullptr;
 };
 
-template <typename T, int D_>
+// Query rows per tile: 128 at D = 64 (whose 64-row tiles left the tensor
+// pipe idle between short GEMMs: NOTES.md), else 64.
+constexpr int tma_bwd_tile_rows(int d) { return d == 64 ? 2 * kBwdTileRows : kBwdTileRows; }
+
+template <typename T, int D_, int BM_ = tma_bwd_tile_rows(D_)>
 struct TmaBwdConfig {
   using Element = T;
   static constexpr int D = D_;
-  static constexpr int BM = kBwdTileRows;  // query rows per tile
+  static constexpr int BM = BM_;  // query rows per tile
+  static_assert(BM == kBwdTileRows || BM == 2 * kBwdTileRows);
   static constexpr int BN = 128;           // keys per CTA, 64 per consumer warpgroup
   static constexpr int Stages = 2;         // Q / dO / lse / dsum ring
   static constexpr int kThreads = 384;     // producer warpgroup + 2 consumers
@@ -77,20 +82,22 @@ struct TmaBwdConfig {
   static constexpr int NS = BM / 8;       // n8 blocks of S^T, dP^T per warp
   static constexpr int KS = BM / 16;      // k-steps of dV, dK (queries)
   static constexpr int DT = D / 8;        // n8 blocks of dK, dV
-  // dQ = dS K over the block's keys: the consumers split its columns, each
-  // D / 2 of them over all 128 keys, after both have written dS. (At D = 64
-  // a consumer's 32 columns start inside a 128-byte swizzle row of K, which
-  // the descriptor's start address handles. Each consumer summing all D
-  // columns over its own keys instead, two bulk reductions per tile, was
-  // 2-5 % faster there but cost deterministic calls a third: NOTES.md.)
-  static constexpr int DQ = D / 2;  // dQ columns per consumer
+  // dQ = dS K over the block's keys, after both consumers have written dS:
+  // with 64-row tiles the consumers split its columns, each D / 2 of them
+  // over all 128 keys (at D = 64 a consumer's 32 columns start inside a
+  // 128-byte swizzle row of K, which the descriptor's start address
+  // handles); with 128-row tiles its rows, each consumer all D columns of
+  // its own 64 rows, one padded 64-row tile each (kDqRowSplit).
+  static constexpr bool kDqRowSplit = BM == 2 * kBwdTileRows;
+  static constexpr int DQ = kDqRowSplit ? D : D / 2;  // dQ columns per consumer
   static constexpr int DQT = DQ / 8;
-  using DqOrder = DqTileOrder<D>;
+  using DqOrder = DqTileOrder<D, kDqRowSplit ? 1 : 2>;
   using QTile = Sw128Tile<BM, D>;   // Q, dO: [queries][D]
   using KTile = Sw128Tile<BN, D>;   // K, V: [keys][D]
   using STile = Sw128Tile<BM, BN>;  // dS: [queries][keys]
-  static constexpr int kDqBytes = BM * D * 4;  // one dQ tile
-  static constexpr int DqBuffers = 2;           // staged dQ tiles: n % 2
+  static constexpr int kDqBytes = BM * D * 4;  // one dQ tile (128 rows: two padded tiles)
+  static constexpr int kDqHalfBytes = kBwdTileRows * D * 4;  // one padded 64-row tile
+  static constexpr int DqBuffers = BM == kBwdTileRows ? 2 : 1;  // staged dQ tiles: n % DqBuffers
   static constexpr int kStatBytes = BM * 4;
   static constexpr int kKOffset = 0;
   static constexpr int kVOffset = KTile::kBytes;
@@ -112,8 +119,9 @@ struct TmaBwdConfig {
 };
 
 // The walk of keys [n0, n1) of kv head hk (sm90/bwd_walk.hpp).
+template <int BM>
 __device__ __forceinline__ BwdWalk bwd_walk(const BackwardParams& p, const SeqBounds& seq, int n0, int n1, int hk) {
-  return bwd_walk(key_visibility(p, seq), n0, n1, hk, p.group);
+  return bwd_walk(key_visibility(p, seq), n0, n1, hk, p.group, BM);
 }
 
 // Deterministic order (sm90/bwd_walk.hpp counts the turns). With a right
@@ -245,7 +253,7 @@ __global__ void __launch_bounds__(C::kThreads, 1) flash_bwd_tma_kernel(const __g
   const int n0 = key_block * BN;
   if (n0 >= seq.k_len) return;  // varlen: past this sequence's keys (the whole CTA)
   const int n1 = min(n0 + BN, seq.k_len);
-  const BwdWalk walk = bwd_walk(p, seq, n0, n1, hk);
+  const BwdWalk walk = bwd_walk<BM>(p, seq, n0, n1, hk);
   const int n_tiles = walk.tiles();
   const bool varlen = p.cu_seqlens_q != nullptr;
   const int batch_coord = varlen ? 0 : b;
@@ -357,16 +365,23 @@ __global__ void __launch_bounds__(C::kThreads, 1) flash_bwd_tma_kernel(const __g
         named_barrier_arrive(C::kDqFree0 + buf, 288);
         const std::int64_t row = tile_padded_row(n);
         const int turn = ordered && lane == 0 ? bwd_blocks_before(key_visibility(p, seq), seq.k_len, BN,
-                                                                  walk.m0(n) / BM, key_block, bwd_blocks_descending(p))
+                                                                  walk.m0(n) / BM, key_block, bwd_blocks_descending(p), BM)
                                               : 0;
+        // Row split: one padded 64-row tile per consumer, the second only
+        // where the sequence has rows (past them lies the next sequence's).
+        const int parts = C::kDqRowSplit && walk.m0(n) + kBwdTileRows < seq.q_len ? 2 : 1;
+        constexpr int kPartBytes = C::kDqRowSplit ? C::kDqHalfBytes : C::kDqBytes;
         named_barrier_sync(C::kDqStaged0 + buf, 288);
         if (lane == 0) {
-          if (ordered) bulk_turn_wait(tp.dq_turn + row / kBwdTileRows, static_cast<std::uint32_t>(turn));
-          bulk_reduce_add_f32(tp.dq_accum + row * D, sDq(buf), C::kDqBytes);
+          for (int c = 0; c < parts; ++c) {
+            if (ordered) bulk_turn_wait(tp.dq_turn + row / kBwdTileRows + c, static_cast<std::uint32_t>(turn));
+            bulk_reduce_add_f32(tp.dq_accum + (row + c * kBwdTileRows) * D, sDq(buf) + c * (kPartBytes / 4),
+                                kPartBytes);
+          }
           bulk_commit_group();
           if (ordered) {
             bulk_wait_group<0>();
-            bulk_turn_pass(tp.dq_turn + row / kBwdTileRows);
+            for (int c = 0; c < parts; ++c) bulk_turn_pass(tp.dq_turn + row / kBwdTileRows + c);
           }
         }
       }
@@ -388,8 +403,8 @@ __global__ void __launch_bounds__(C::kThreads, 1) flash_bwd_tma_kernel(const __g
     const std::uint64_t k_desc = sw128_desc(sK + cw * 64 * 64, 16, 1024);
     const std::uint64_t v_desc = sw128_desc(sV + cw * 64 * 64, 16, 1024);
     const std::uint64_t kt_desc =
-        sw128_desc(reinterpret_cast<unsigned char*>(sK) + cw * C::DQ / 64 * C::KTile::kBlockBytes +
-                       cw * C::DQ % 64 * sizeof(T),
+        sw128_desc(reinterpret_cast<unsigned char*>(sK) +
+                       (C::kDqRowSplit ? 0 : cw * C::DQ / 64 * C::KTile::kBlockBytes + cw * C::DQ % 64 * sizeof(T)),
                    C::KTile::kBlockBytes, 1024);
     mbarrier_wait(kv_full, 0);
     int h_rules = -1;
@@ -405,10 +420,12 @@ __global__ void __launch_bounds__(C::kThreads, 1) flash_bwd_tma_kernel(const __g
       const std::uint64_t do_desc = sw128_desc(sDo(st), 16, 1024);
       mbarrier_wait(&q_full[st], (n / C::Stages) & 1);
       // This thread's query columns' lse2 (8 i + 2 t4, + 1), read before the
-      // GEMMs so that the exponentials do not wait on shared memory.
-      float2 lse2[C::NS];
+      // GEMMs so that the exponentials do not wait on shared memory; with
+      // 128-row tiles (32 more registers) read where they are used.
+      constexpr int kLsePrefetch = C::BM == kBwdTileRows ? C::NS : 1;
+      float2 lse2[kLsePrefetch];
 #pragma unroll
-      for (int i = 0; i < C::NS; ++i) lse2[i] = *reinterpret_cast<const float2*>(sLse(st) + 8 * i + 2 * t4);
+      for (int i = 0; i < kLsePrefetch; ++i) lse2[i] = *reinterpret_cast<const float2*>(sLse(st) + 8 * i + 2 * t4);
 
       // S^T = K Q^T and dP^T = V dO^T, one group each.
       float s[C::NS][4], dp[C::NS][4];
@@ -439,7 +456,9 @@ __global__ void __launch_bounds__(C::kThreads, 1) flash_bwd_tma_kernel(const __g
         for (int e = 0; e < 4; ++e) {
           const int qi = m0 + 8 * i + 2 * t4 + (e & 1);
           const int key = n0 + key_row + 8 * (e >> 1);
-          const float l2 = (e & 1) ? lse2[i].y : lse2[i].x;
+          const float2 row_lse2 =
+              kLsePrefetch == C::NS ? lse2[i % kLsePrefetch] : *reinterpret_cast<const float2*>(sLse(st) + 8 * i + 2 * t4);
+          const float l2 = (e & 1) ? row_lse2.y : row_lse2.x;
           float x;
           if constexpr (Transformed) {
             float th;
@@ -466,20 +485,34 @@ __global__ void __launch_bounds__(C::kThreads, 1) flash_bwd_tma_kernel(const __g
         wgmma_rs<T, D, true>(dv, pa[kk], desc_advance(do_mn, C::QTile::mn_major_step_bytes(kk)), n > 0 || kk > 0);
       wgmma_commit();
 
-      float2 dsum[C::NS];
+      // (Prefetched like lse2, where the registers allow.)
+      float2 dsum[kLsePrefetch];
 #pragma unroll
-      for (int i = 0; i < C::NS; ++i) dsum[i] = *reinterpret_cast<const float2*>(sDsum(st) + 8 * i + 2 * t4);
+      for (int i = 0; i < kLsePrefetch; ++i) dsum[i] = *reinterpret_cast<const float2*>(sDsum(st) + 8 * i + 2 * t4);
       wgmma_wait<1>();  // dP^T done (dV may still run)
       fence_accumulators(dp);
       // dS^T = P^T [x (1 - tanh^2)] (dP^T - dsum), into dp. A masked P is
       // exactly 0 and so is its dS, whatever dP (a key or query row past the
-      // sequence) holds.
+      // sequence) holds. With 128-row tiles and plain scores P comes back
+      // from its packed (T-rounded) fragments, which frees s's 64 registers
+      // before dV's GEMM (WIP: its effect on the gradients' error is for the
+      // tests to show).
+      constexpr bool kPFromPacked = C::BM == 2 * kBwdTileRows && !Transformed;
 #pragma unroll
       for (int i = 0; i < C::NS; ++i) {
 #pragma unroll
         for (int e = 0; e < 4; ++e) {
-          float y = s[i][e] * (dp[i][e] - ((e & 1) ? dsum[i].y : dsum[i].x));
-          if (masked && s[i][e] == 0.0f) y = 0.0f;
+          const float2 row_dsum = kLsePrefetch == C::NS ? dsum[i % kLsePrefetch]
+                                                        : *reinterpret_cast<const float2*>(sDsum(st) + 8 * i + 2 * t4);
+          float pv;
+          if constexpr (kPFromPacked) {
+            const float2 pair = sm80::unpack2<T>(pa[i / 2][(i % 2) * 2 + (e >> 1)]);
+            pv = (e & 1) ? pair.y : pair.x;
+          } else {
+            pv = s[i][e];
+          }
+          float y = pv * (dp[i][e] - ((e & 1) ? row_dsum.y : row_dsum.x));
+          if (masked && pv == 0.0f) y = 0.0f;
           dp[i][e] = y;
         }
       }
@@ -500,11 +533,12 @@ __global__ void __launch_bounds__(C::kThreads, 1) flash_bwd_tma_kernel(const __g
       fence_proxy_async_shared();
       named_barrier_sync(C::kDsReady, 256);
 
-      // dQ[:, cw D/2 ..] = dS K[:, cw D/2 ..] over the block's 128 keys,
-      // then dK += dS^T Q (B MN-major): dQ is staged for the dQ warp while
-      // dK runs.
+      // dQ[:, cw D/2 ..] = dS K[:, cw D/2 ..] (row split: dQ[64 cw .., :] =
+      // dS[64 cw .., :] K) over the block's 128 keys, then dK += dS^T Q (B
+      // MN-major): dQ is staged for the dQ warp while dK runs.
       float dq[C::DQT][4];
-      const std::uint64_t ds_desc = sw128_desc(ds_tile, 16, 1024);
+      const std::uint64_t ds_desc =
+          sw128_desc(reinterpret_cast<unsigned char*>(ds_tile) + (C::kDqRowSplit ? cw * 64 * 128 : 0), 16, 1024);
       const std::uint64_t q_mn = sw128_desc(sQ(st), C::QTile::kBlockBytes, 1024);
       wgmma_fence();
 #pragma unroll
@@ -522,7 +556,10 @@ __global__ void __launch_bounds__(C::kThreads, 1) flash_bwd_tma_kernel(const __g
       named_barrier_sync(C::kDqFree0 + dq_buf, 288);
 #pragma unroll
       for (int i = 0; i < C::DQT; ++i)
-        *reinterpret_cast<float4*>(sDq(dq_buf) + C::DqOrder::block(cw, warp, i) + lane * 4) =
+        *reinterpret_cast<float4*>(sDq(dq_buf) +
+                                   (C::kDqRowSplit ? cw * (C::kDqHalfBytes / 4) + C::DqOrder::block(0, warp, i)
+                                                   : C::DqOrder::block(cw, warp, i)) +
+                                   lane * 4) =
             make_float4(dq[i][0], dq[i][1], dq[i][2], dq[i][3]);
       fence_proxy_async_shared();
       named_barrier_arrive(C::kDqStaged0 + dq_buf, 288);
