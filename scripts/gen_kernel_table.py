@@ -30,7 +30,7 @@ WGMMA_HEAD_DIMS = [64, 128, 192, 256]
 # the columns below the kernel dim for narrower callers' head dims.
 TMA_INSTANCES = [(64, 64), (64, 48), (128, 128), (128, 80), (128, 96), (192, 192), (256, 256)]
 # The warp-specialized TMA backward (sm_90a): the caller's head dim is the kernel's.
-TMA_BWD_HEAD_DIMS = [64, 128]
+TMA_BWD_HEAD_DIMS = [64, 128, 256]
 
 NAMESPACE_END = "}}  // namespace cuflash::detail::{ns}\n"
 

@@ -22,7 +22,7 @@ struct TmaInstance {
 };
 inline constexpr TmaInstance kTmaInstances[] = {{64, 64}, {64, 48}, {128, 128}, {128, 80}, {128, 96}, {192, 192}, {256, 256}};
 // The TMA backward's head dims (the caller's must be one of them).
-inline constexpr int kTmaBackwardHeadDims[] = {64, 128};
+inline constexpr int kTmaBackwardHeadDims[] = {64, 128, 256};
 
 template <int N>
 constexpr bool contains(const int (&list)[N], int value) {
@@ -67,6 +67,7 @@ decltype(auto) with_tma_backward_head_dim(int head_dim, F&& f, Otherwise&& other
   switch (head_dim) {
     case 64: return f(std::integral_constant<int, 64>{});
     case 128: return f(std::integral_constant<int, 128>{});
+    case 256: return f(std::integral_constant<int, 256>{});
     default: return otherwise();
   }
 }

@@ -18,12 +18,13 @@
 // Deterministic calls add each dQ tile's contributions in key-block order
 // (a turn counter per tile, sm90/bulk_turn.cuh); dK and dV never leave the
 // CTA's registers before their single store, so they are deterministic anyway.
-// The producer warp loads K and V once, then Q, dO, the rows' base-2 lse
-// and dsum of each tile into a two-stage ring (mbarriers as in the forward,
-// sm90/mbarrier.cuh). lse2, dsum and the dQ accumulator are in padded
-// 64-row tiles (sm90/bwd_row_tiles.hpp), written by the preparation kernel
-// below, which also zeroes the accumulator; the conversion kernel turns it
-// into dq. The sm80 kernel (sm80/flash_bwd_kernel.cuh) computes the same
+// The producer warp (sm90/bwd_tma_producer.cuh) loads K and V once, then
+// Q, dO, the rows' base-2 lse and dsum of each tile into a two-stage ring.
+// lse2, dsum and the dQ accumulator are in padded 64-row tiles
+// (sm90/bwd_row_tiles.hpp), written by the preparation kernel
+// (sm90/bwd_tma_row_kernels.cuh), which also zeroes the accumulator; the
+// conversion kernel turns it into dq. Head dims above 128:
+// sm90/flash_bwd_tma_wide_kernel.cuh. The sm80 kernel (sm80/flash_bwd_kernel.cuh) computes the same
 // function with mma.sync; its comment has the formulas in full.
 #pragma once
 
@@ -37,8 +38,9 @@
 #include "common/score_mask.cuh"
 #include "common/tensor_core.cuh"
 #include "sm90/bulk_turn.cuh"
-#include "sm90/bwd_row_tiles.hpp"
-#include "sm90/bwd_walk.hpp"
+#include "sm90/bwd_tma_params.cuh"
+#include "sm90/bwd_tma_producer.cuh"
+#include "sm90/bwd_tma_row_kernels.cuh"
 #include "sm90/mbarrier.cuh"
 #include "sm90/stmatrix.cuh"
 #include "sm90/sw128_tile.hpp"
@@ -48,21 +50,6 @@
 #include "sm90/wgmma.cuh"
 
 namespace cuflash::detail::sm90 {
-
-struct TmaBackwardParams {
-  BackwardParams p;
-  CUtensorMap q, k, v, dout;
-  // Padded rows (bwd_row_tiles.hpp), [heads_q][padded_rows] and
-  // [heads_q][padded_rows][D]: written by the preparation kernel.
-  float* lse2 = nullptr;  // base-2 lse; +inf for a row that sees no key
-  float* dsum = nullptr;
-  float* dq_accum = nullptr;
-  std::int64_t padded_rows = 0;
-  // Deterministic calls: one turn counter per dQ tile ([heads_q][padded_rows
-  // / 64], zeroed by the preparation kernel), so that the key blocks add into
-  // a tile one after another in block order (sm90/bulk_turn.cuh). Null: any order.
-  std::uint32_t* dq_turn = nullptr;
-};
 
 // Query rows per tile: 128 at D = 64 (whose 64-row tiles left the tensor
 // pipe idle between short GEMMs: NOTES.md), else 64.
@@ -112,115 +99,18 @@ struct TmaBwdConfig {
   static constexpr int kSmemBytes = kBarrierOffset + 8 * kBarriers + 1024;  // + alignment slack
   static_assert(kSmemBytes <= 227 * 1024, "shared memory per SM");
   static constexpr int kTileBytes = 2 * QTile::kBytes + 2 * kStatBytes;  // one ring stage's loads
+  // 64-column block j of stage st's Q, dO (each tile contiguous, block-major).
+  __device__ static T* q_block(unsigned char* smem, int st, int j) {
+    return reinterpret_cast<T*>(smem + kQOffset + st * QTile::kBytes + j * QTile::kBlockBytes);
+  }
+  __device__ static T* do_block(unsigned char* smem, int st, int j) {
+    return reinterpret_cast<T*>(smem + kDoOffset + st * QTile::kBytes + j * QTile::kBlockBytes);
+  }
   // Named barriers: both consumers' dS written (256); K no longer read
   // (256); consumer c's dK/dV staged (128, two); dQ buffer b staged, dQ
   // buffer b free (consumers + the dQ warp, 288; two each).
   static constexpr int kDsReady = 1, kKRead = 2, kKvStaged0 = 3, kDqStaged0 = 5, kDqFree0 = 7;
 };
-
-// The walk of keys [n0, n1) of kv head hk (sm90/bwd_walk.hpp).
-template <int BM>
-__device__ __forceinline__ BwdWalk bwd_walk(const BackwardParams& p, const SeqBounds& seq, int n0, int n1, int hk) {
-  return bwd_walk(key_visibility(p, seq), n0, n1, hk, p.group, BM);
-}
-
-// Deterministic order (sm90/bwd_walk.hpp counts the turns). With a right
-// bound (causal or a window), block j's walk starts at a later query tile
-// the larger j is, so the blocks add into a tile from the last one that
-// reaches it down to the first, and the grid is walked in reverse
-// (blockIdx.x 0 is the last block): every CTA then waits only on CTAs
-// launched before it (no deadlock however many blocks a head has), and a
-// block reaches each tile after the one before it in the order (no waiting
-// when they start together). Without a right bound every walk starts at
-// tile 0: the blocks add in ascending order.
-__device__ __forceinline__ bool bwd_blocks_descending(const BackwardParams& p) {
-  return p.deterministic && p.window_right >= 0;
-}
-
-// Padded row (bwd_row_tiles.hpp) of row m0 of sequence b, query head h:
-// where its lse2 and dsum are, and D times it, its dQ tile.
-__device__ __forceinline__ std::int64_t bwd_padded_row(const TmaBackwardParams& tp, const SeqBounds& seq, int b,
-                                                       int h, int m0) {
-  const BackwardParams& p = tp.p;
-  const std::int64_t q_start =
-      p.cu_seqlens_q != nullptr ? static_cast<std::int64_t>(seq.q_start) : static_cast<std::int64_t>(b) * p.max_q_len;
-  return static_cast<std::int64_t>(h) * tp.padded_rows + bwd_padded_start(q_start, b) + m0;
-}
-
-// ---------------------------------------------------------------------------
-// Preparation: grid (query tiles, heads_q, batch), 256 threads, 4 per row:
-// lse2 and dsum of the tile's 64 padded rows (rows past the sequence 0),
-// the tile's dQ accumulator zeroed, and its turn counter.
-// ---------------------------------------------------------------------------
-template <typename T, int D>
-__global__ void __launch_bounds__(256) flash_bwd_tma_prep_kernel(const __grid_constant__ TmaBackwardParams tp) {
-  const BackwardParams& p = tp.p;
-  const int m0 = blockIdx.x * kBwdTileRows, h = blockIdx.y, b = blockIdx.z;
-  const SeqBounds seq = seq_bounds(p, b);
-  if (m0 >= seq.q_len) return;
-  const std::int64_t row0 = bwd_padded_row(tp, seq, b, h, m0);
-  const int r = threadIdx.x / 4, part = threadIdx.x % 4;
-  constexpr int kChunks = D / 8 / 4;  // 16-byte chunks per thread
-  float acc = 0.0f;
-  const int i = m0 + r;
-  if (i < seq.q_len) {
-    const T* o = static_cast<const T*>(p.out) + row_offset(p.out_strides, b, seq.q_start, i, h);
-    const T* d = static_cast<const T*>(p.dout) + row_offset(p.dout_strides, b, seq.q_start, i, h);
-#pragma unroll
-    for (int u = 0; u < kChunks; ++u) {
-      const int col = (u * 4 + part) * 8;
-      if (col < p.head_dim) {
-        const uint4 ov = *reinterpret_cast<const uint4*>(o + col);
-        const uint4 dv = *reinterpret_cast<const uint4*>(d + col);
-        const std::uint32_t* ow = &ov.x;
-        const std::uint32_t* dw = &dv.x;
-#pragma unroll
-        for (int e = 0; e < 4; ++e) {
-          const float2 a = sm80::unpack2<T>(ow[e]), c = sm80::unpack2<T>(dw[e]);
-          acc = fmaf(a.x, c.x, fmaf(a.y, c.y, acc));
-        }
-      }
-    }
-  }
-  acc += __shfl_xor_sync(0xffffffffu, acc, 1);
-  acc += __shfl_xor_sync(0xffffffffu, acc, 2);
-  if (part == 0) {
-    tp.dsum[row0 + r] = acc;
-    tp.lse2[row0 + r] = i < seq.q_len ? lse_base2(p.lse[lse_offset(p, b, seq.q_start, i, h)]) : 0.0f;
-  }
-  if (tp.dq_turn != nullptr && threadIdx.x == 0) tp.dq_turn[row0 / kBwdTileRows] = 0;
-  float4* accum = reinterpret_cast<float4*>(tp.dq_accum + row0 * D);
-  for (int idx = threadIdx.x; idx < kBwdTileRows * D / 4; idx += 256) accum[idx] = make_float4(0.f, 0.f, 0.f, 0.f);
-}
-
-// ---------------------------------------------------------------------------
-// Conversion: grid (query tiles, heads_q, batch), 256 threads: dq =
-// softmax_scale * the tile's accumulator (C::DqOrder), rows of the sequence.
-// ---------------------------------------------------------------------------
-template <class C>
-__global__ void __launch_bounds__(256) flash_bwd_tma_convert_kernel(const __grid_constant__ TmaBackwardParams tp) {
-  using T = typename C::Element;
-  constexpr int D = C::D;
-  const BackwardParams& p = tp.p;
-  const int m0 = blockIdx.x * kBwdTileRows, h = blockIdx.y, b = blockIdx.z;
-  const SeqBounds seq = seq_bounds(p, b);
-  if (m0 >= seq.q_len) return;
-  const float* tile = tp.dq_accum + bwd_padded_row(tp, seq, b, h, m0) * D;
-  constexpr int kChunksPerRow = D / 8;
-  for (int idx = threadIdx.x; idx < kBwdTileRows * kChunksPerRow; idx += 256) {
-    const int r = idx / kChunksPerRow, col = (idx % kChunksPerRow) * 8;
-    const int i = m0 + r;
-    if (i >= seq.q_len || col >= p.head_dim) continue;
-    std::uint32_t words[4];
-#pragma unroll
-    for (int e = 0; e < 4; ++e) {
-      const float2 v = *reinterpret_cast<const float2*>(tile + C::DqOrder::index(r, col + 2 * e));
-      words[e] = sm80::pack2<T>(v.x * p.softmax_scale, v.y * p.softmax_scale);
-    }
-    *reinterpret_cast<uint4*>(static_cast<T*>(p.dq) + row_offset(p.dq_strides, b, seq.q_start, i, h) + col) =
-        make_uint4(words[0], words[1], words[2], words[3]);
-  }
-}
 
 // ---------------------------------------------------------------------------
 // Main kernel: grid (key blocks of BN, heads_kv, batch), C::kThreads.
@@ -241,10 +131,7 @@ __global__ void __launch_bounds__(C::kThreads, 1) flash_bwd_tma_kernel(const __g
   auto sDq = [&](int buf) { return reinterpret_cast<float*>(smem + C::kDqOffset + buf * C::kDqBytes); };
   auto sLse = [&](int st) { return reinterpret_cast<float*>(smem + C::kLseOffset + st * C::kStatBytes); };
   auto sDsum = [&](int st) { return reinterpret_cast<float*>(smem + C::kDsumOffset + st * C::kStatBytes); };
-  std::uint64_t* kv_full = reinterpret_cast<std::uint64_t*>(smem + C::kBarrierOffset);
-  std::uint64_t* q_full = kv_full + 1;
-  std::uint64_t* q_empty = q_full + C::Stages;
-  std::uint64_t* landed = q_empty + C::Stages;  // a varlen tail's TMA bytes, before its zeroing
+  const BwdRing ring = bwd_ring<C>(smem);
 
   const int tid = threadIdx.x, wg = tid / 128;
   const int hk = blockIdx.y, b = blockIdx.z;
@@ -255,8 +142,7 @@ __global__ void __launch_bounds__(C::kThreads, 1) flash_bwd_tma_kernel(const __g
   const int n1 = min(n0 + BN, seq.k_len);
   const BwdWalk walk = bwd_walk<BM>(p, seq, n0, n1, hk);
   const int n_tiles = walk.tiles();
-  const bool varlen = p.cu_seqlens_q != nullptr;
-  const int batch_coord = varlen ? 0 : b;
+  const int batch_coord = p.cu_seqlens_q != nullptr ? 0 : b;
   const std::int64_t padded0 = bwd_padded_row(tp, seq, b, 0, 0);  // head 0, row 0
   // The padded row of the CTA's n-th query tile (its lse2, dsum; D times
   // it, its dQ tile): bwd_padded_row with the sequence's part computed once.
@@ -264,87 +150,14 @@ __global__ void __launch_bounds__(C::kThreads, 1) flash_bwd_tma_kernel(const __g
     return static_cast<std::int64_t>(walk.head(n)) * tp.padded_rows + padded0 + walk.m0(n);
   };
 
-  if (tid == 0) {
-    mbarrier_init(kv_full, 1);
-    mbarrier_init(landed, 1);
-#pragma unroll
-    for (int st = 0; st < C::Stages; ++st) {
-      mbarrier_init(&q_full[st], 1);
-      mbarrier_init(&q_empty[st], 256);
-    }
-    mbarrier_init_fence();
-  }
+  if (tid == 0) bwd_ring_init<C>(ring, 256);
   __syncthreads();
 
   if (wg == 0) {
     warpgroup_registers_decrease<C::ProducerRegs>();
     const int warp = tid / 32, lane = tid % 32;
     if (warp == 0) {
-      // Producer: lane 0 issues every load; the whole warp zeroes varlen
-      // tails (below).
-      if (n_tiles == 0) return;
-      const bool leader = lane == 0;
-      // A varlen tile that runs past its sequence holds the next sequence's
-      // rows, or rows no sequence owns (possibly NaN): masked P and dS are
-      // exactly 0, but dQ = dS K, dK += dS^T Q and dV += P^T dO multiply
-      // them by those rows, and 0 x NaN is NaN. So such rows of K, V, Q and
-      // dO are zeroed before the consumers see the tile: the TMA bytes
-      // land on `landed` instead, the warp zeroes, then releases the full
-      // barrier. (Dense tensors end at the sequence: TMA fills zeros.)
-      std::uint32_t tails = 0;
-      auto release_tail = [&](std::uint64_t* full) {
-        // The zeros are generic-proxy writes that wgmma reads through the
-        // async proxy; then the warp's writes before lane 0's arrival.
-        fence_proxy_async_shared();
-        __syncwarp();
-        if (leader) mbarrier_arrive(full);
-      };
-      const int k_rows = seq.k_len - n0;
-      const bool k_tail = varlen && k_rows < BN;
-      if (leader) {
-        tma_prefetch_map(&tp.q);
-        tma_prefetch_map(&tp.dout);
-        std::uint64_t* bar = k_tail ? landed : kv_full;
-        mbarrier_arrive_expect_tx(bar, 2 * C::KTile::kBytes);
-#pragma unroll
-        for (int c = 0; c < C::KTile::kBlocks; ++c) {
-          tma_load_4d(sK + c * (C::KTile::kBlockBytes / 2), &tp.k, bar, c * 64, seq.k_start + n0, hk, batch_coord);
-          tma_load_4d(sV + c * (C::KTile::kBlockBytes / 2), &tp.v, bar, c * 64, seq.k_start + n0, hk, batch_coord);
-        }
-      }
-      if (k_tail) {
-        mbarrier_wait(landed, tails++ & 1);
-        C::KTile::zero_rows_from(sK, k_rows, lane);
-        C::KTile::zero_rows_from(sV, k_rows, lane);
-        release_tail(kv_full);
-      }
-      for (int n = 0; n < n_tiles; ++n) {
-        const int st = n % C::Stages;
-        const int h = walk.head(n), m0 = walk.m0(n);
-        const int q_rows = seq.q_len - m0;
-        const bool q_tail = varlen && q_rows < BM;
-        if (leader) {
-          mbarrier_wait(&q_empty[st], ((n / C::Stages) & 1) ^ 1);
-          std::uint64_t* bar = q_tail ? landed : &q_full[st];
-          mbarrier_arrive_expect_tx(bar, C::kTileBytes);
-#pragma unroll
-          for (int c = 0; c < C::QTile::kBlocks; ++c) {
-            tma_load_4d(sQ(st) + c * (C::QTile::kBlockBytes / 2), &tp.q, bar, c * 64, seq.q_start + m0, h,
-                        batch_coord);
-            tma_load_4d(sDo(st) + c * (C::QTile::kBlockBytes / 2), &tp.dout, bar, c * 64, seq.q_start + m0, h,
-                        batch_coord);
-          }
-          const std::int64_t row = tile_padded_row(n);
-          bulk_load(sLse(st), tp.lse2 + row, C::kStatBytes, bar);
-          bulk_load(sDsum(st), tp.dsum + row, C::kStatBytes, bar);
-        }
-        if (q_tail) {
-          mbarrier_wait(landed, tails++ & 1);
-          C::QTile::zero_rows_from(sQ(st), q_rows, lane);
-          C::QTile::zero_rows_from(sDo(st), q_rows, lane);
-          release_tail(&q_full[st]);
-        }
-      }
+      bwd_tma_produce<C>(tp, seq, walk, n0, hk, batch_coord, smem, ring, tile_padded_row, lane);
       return;
     }
     if (warp == 1) {
@@ -406,7 +219,7 @@ __global__ void __launch_bounds__(C::kThreads, 1) flash_bwd_tma_kernel(const __g
         sw128_desc(reinterpret_cast<unsigned char*>(sK) +
                        (C::kDqRowSplit ? 0 : cw * C::DQ / 64 * C::KTile::kBlockBytes + cw * C::DQ % 64 * sizeof(T)),
                    C::KTile::kBlockBytes, 1024);
-    mbarrier_wait(kv_full, 0);
+    mbarrier_wait(ring.kv_full, 0);
     int h_rules = -1;
     ScoreRules rules;
     for (int n = 0; n < n_tiles; ++n) {
@@ -418,7 +231,7 @@ __global__ void __launch_bounds__(C::kThreads, 1) flash_bwd_tma_kernel(const __g
       }
       const std::uint64_t q_desc = sw128_desc(sQ(st), 16, 1024);
       const std::uint64_t do_desc = sw128_desc(sDo(st), 16, 1024);
-      mbarrier_wait(&q_full[st], (n / C::Stages) & 1);
+      mbarrier_wait(&ring.q_full[st], (n / C::Stages) & 1);
       // This thread's query columns' lse2 (8 i + 2 t4, + 1), read before the
       // GEMMs so that the exponentials do not wait on shared memory; with
       // 128-row tiles (32 more registers) read where they are used.
@@ -566,7 +379,7 @@ __global__ void __launch_bounds__(C::kThreads, 1) flash_bwd_tma_kernel(const __g
       wgmma_wait<0>();  // dK done: Q, dO, lse, dsum of this stage read
       fence_accumulators(dv);
       fence_accumulators(dk);
-      mbarrier_arrive(&q_empty[st]);
+      mbarrier_arrive(&ring.q_empty[st]);
     }
   } else {
 #pragma unroll

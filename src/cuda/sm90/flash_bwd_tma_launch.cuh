@@ -1,23 +1,35 @@
 // Launch of the warp-specialized TMA backward for one (element type, head
 // dim); explicitly instantiated once per pair in src/cuda/inst/. Order on
 // the stream: preparation (lse2, dsum, the dQ accumulator zeroed), the main
-// kernel (dK, dV; dQ added into the accumulator), the dq conversion.
+// kernel (dK, dV; dQ added into the accumulator), the dq conversion. Head
+// dims above 128 take the wide kernel (the consumers split the columns).
 #pragma once
 
 #include <cuda_runtime_api.h>
 
+#include <type_traits>
+
 #include "common/cuda_check.hpp"
 #include "common/kernel_attributes.hpp"
 #include "sm90/flash_bwd_tma_kernel.cuh"
+#include "sm90/flash_bwd_tma_wide_kernel.cuh"
 #include "sm90/flash_bwd_tma_launch_args.hpp"
 #include "sm90/tma_map.hpp"
 
 namespace cuflash::detail::sm90 {
 
+template <class C, bool Transformed>
+constexpr auto tma_bwd_main_kernel() {
+  if constexpr (C::D > 128)
+    return flash_bwd_tma_wide_kernel<C, Transformed>;
+  else
+    return flash_bwd_tma_kernel<C, Transformed>;
+}
+
 template <typename T, int D>
 Status launch_flash_bwd_tma(const BackwardParams& p, const TmaBackwardLaunch& launch, void* workspace,
                             cudaStream_t stream) {
-  using C = TmaBwdConfig<T, D>;
+  using C = std::conditional_t<(D > 128), TmaBwdWideConfig<T, D>, TmaBwdConfig<T, D>>;
   TmaBackwardParams tp;
   tp.p = p;
   // The tensors the plan checked (backward_plan.cpp) are the ones encoded.
@@ -40,8 +52,8 @@ Status launch_flash_bwd_tma(const BackwardParams& p, const TmaBackwardLaunch& la
     CUFLASH_TRY(launch_status("flash_bwd_tma_prep_kernel"));
   }
   if (p.max_kv_len > 0) {
-    auto kernel = p.softcap > 0.0f || p.alibi_slopes != nullptr ? flash_bwd_tma_kernel<C, true>
-                                                                 : flash_bwd_tma_kernel<C, false>;
+    auto kernel = p.softcap > 0.0f || p.alibi_slopes != nullptr ? tma_bwd_main_kernel<C, true>()
+                                                                 : tma_bwd_main_kernel<C, false>();
     CUFLASH_TRY(allow_dynamic_smem(kernel, C::kSmemBytes, "flash_bwd_tma_kernel"));
     const dim3 grid(static_cast<unsigned>((p.max_kv_len + C::BN - 1) / C::BN), static_cast<unsigned>(p.heads_kv),
                     static_cast<unsigned>(p.batch));

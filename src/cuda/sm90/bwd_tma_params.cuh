@@ -1,0 +1,63 @@
+// What the Hopper backward's kernels share (sm90/flash_bwd_tma_kernel.cuh:
+// 64- and 128-row query tiles; sm90/flash_bwd_tma_wide_kernel.cuh: head
+// dims split between the consumers): their parameters, the walk of a key
+// block, the deterministic order's direction and where a query tile's rows
+// are in the padded per-row data (sm90/bwd_row_tiles.hpp).
+#pragma once
+
+#include <cuda.h>
+
+#include <cstdint>
+
+#include "common/attention_params.hpp"
+#include "common/score_mask.cuh"
+#include "sm90/bwd_row_tiles.hpp"
+#include "sm90/bwd_walk.hpp"
+
+namespace cuflash::detail::sm90 {
+
+struct TmaBackwardParams {
+  BackwardParams p;
+  CUtensorMap q, k, v, dout;
+  // Padded rows (bwd_row_tiles.hpp), [heads_q][padded_rows] and
+  // [heads_q][padded_rows][D]: written by the preparation kernel.
+  float* lse2 = nullptr;  // base-2 lse; +inf for a row that sees no key
+  float* dsum = nullptr;
+  float* dq_accum = nullptr;
+  std::int64_t padded_rows = 0;
+  // Deterministic calls: one turn counter per dQ tile ([heads_q][padded_rows
+  // / 64], zeroed by the preparation kernel), so that the key blocks add into
+  // a tile one after another in block order (sm90/bulk_turn.cuh). Null: any order.
+  std::uint32_t* dq_turn = nullptr;
+};
+
+// The walk of keys [n0, n1) of kv head hk (sm90/bwd_walk.hpp).
+template <int BM>
+__device__ __forceinline__ BwdWalk bwd_walk(const BackwardParams& p, const SeqBounds& seq, int n0, int n1, int hk) {
+  return bwd_walk(key_visibility(p, seq), n0, n1, hk, p.group, BM);
+}
+
+// Deterministic order (sm90/bwd_walk.hpp counts the turns). With a right
+// bound (causal or a window), block j's walk starts at a later query tile
+// the larger j is, so the blocks add into a tile from the last one that
+// reaches it down to the first, and the grid is walked in reverse
+// (blockIdx.x 0 is the last block): every CTA then waits only on CTAs
+// launched before it (no deadlock however many blocks a head has), and a
+// block reaches each tile after the one before it in the order (no waiting
+// when they start together). Without a right bound every walk starts at
+// tile 0: the blocks add in ascending order.
+__device__ __forceinline__ bool bwd_blocks_descending(const BackwardParams& p) {
+  return p.deterministic && p.window_right >= 0;
+}
+
+// Padded row (bwd_row_tiles.hpp) of row m0 of sequence b, query head h:
+// where its lse2 and dsum are, and D times it, its dQ tile.
+__device__ __forceinline__ std::int64_t bwd_padded_row(const TmaBackwardParams& tp, const SeqBounds& seq, int b,
+                                                       int h, int m0) {
+  const BackwardParams& p = tp.p;
+  const std::int64_t q_start =
+      p.cu_seqlens_q != nullptr ? static_cast<std::int64_t>(seq.q_start) : static_cast<std::int64_t>(b) * p.max_q_len;
+  return static_cast<std::int64_t>(h) * tp.padded_rows + bwd_padded_start(q_start, b) + m0;
+}
+
+}  // namespace cuflash::detail::sm90
