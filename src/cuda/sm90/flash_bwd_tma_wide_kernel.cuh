@@ -23,7 +23,8 @@
 // done, nothing reads that half any more (they are its only readers besides
 // S and dP, which both consumers finished before P and dS were complete),
 // so no further barrier is needed, and the stage goes back to the producer
-// when the dQ warp's reductions have read it.
+// when the consumers have arrived on it and the dQ warp's reductions have
+// read it.
 #pragma once
 
 #include <cuda.h>
@@ -142,8 +143,10 @@ __global__ void __launch_bounds__(C::kThreads, 1)
     return static_cast<std::int64_t>(walk.head(n)) * tp.padded_rows + padded0 + walk.m0(n);
   };
 
-  // A stage is freed by the dQ warp, its last reader.
-  if (tid == 0) bwd_ring_init<C>(ring, 1);
+  // A stage is free again once the consumers are done with it (their reads
+  // of lse2 and dsum, their GEMMs, their dQ halves written) and the dQ
+  // warp's reductions have read the dQ: 256 + 1 arrivals.
+  if (tid == 0) bwd_ring_init<C>(ring, 257);
   __syncthreads();
 
   if (wg == 0) {
@@ -324,6 +327,7 @@ __global__ void __launch_bounds__(C::kThreads, 1)
             make_float4(dq[i][0], dq[i][1], dq[i][2], dq[i][3]);
       fence_proxy_async_shared();
       named_barrier_arrive(C::kDqStaged0 + st, 288);
+      mbarrier_arrive(&ring.q_empty[st]);
     }
   } else {
 #pragma unroll
