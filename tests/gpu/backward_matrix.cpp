@@ -321,14 +321,22 @@ std::vector<CaseSpec> deterministic_cases() {
   CaseSpec varlen = causal(varlen_case("varlen_gqa2_causal_window_d128", {700, 3, 0, 520}, {900, 3, 0, 260}, 4, 2, 128));
   varlen.options.window_left = 200;
   add(varlen, DType::bf16);
+  // D = 256 (the wide kernel on Hopper: a turn per column half of a tile).
+  add(causal(dense("s1000_gqa4_causal_d256", 1000, 1000, 4, 1, 256, 1)), DType::bf16);
+  add(dense("s1000_gqa2_d256", 1000, 1000, 4, 2, 256, 1), DType::f16);
+  CaseSpec wide = causal(varlen_case("varlen_gqa2_causal_window_d256", {700, 3, 0, 520}, {900, 3, 0, 260}, 4, 2, 256));
+  wide.options.window_left = 200;
+  add(wide, DType::bf16);
   return cases;
 }
 
 std::vector<CaseSpec> sanitize_deterministic_cases() {
   std::vector<CaseSpec> cases = {causal(dense("det_s300_gqa4_causal_d64", 300, 300, 4, 1, 64, 1)),
-                                 dense("det_s200_gqa2_d128", 200, 200, 4, 2, 128, 1)};
+                                 dense("det_s200_gqa2_d128", 200, 200, 4, 2, 128, 1),
+                                 causal(dense("det_s200_gqa2_causal_d256", 200, 200, 4, 2, 256, 1))};
   cases[0].dtype = DType::bf16;
   cases[1].dtype = DType::f16;
+  cases[2].dtype = DType::bf16;
   return cases;
 }
 

@@ -63,13 +63,13 @@ TEST(BackwardPlan, HopperDenseHeadDims64And128TakeTheTmaKernel) {
   const BackwardPlan ordered = plan(s, h100(), [](Problem& p) { p.deterministic = true; });
   EXPECT_EQ(ordered.kind, BackwardKind::tma);
   EXPECT_EQ(ordered.workspace_bytes, p.workspace_bytes + (rows / 64 * 4 + 255) / 256 * 256);
-  // D = 256 (the wide kernel): two turn counters per tile, one per column half.
+  // D = 256 (the wide kernel): a D = 256 accumulator, the same turn counters.
   CaseSpec wide = s;
   wide.head_dim = 256;
   const BackwardPlan wide_ordered = plan(wide, h100(), [](Problem& p) { p.deterministic = true; });
   EXPECT_EQ(wide_ordered.kind, BackwardKind::tma);
   EXPECT_EQ(wide_ordered.workspace_bytes,
-            rows * 256 * 4 + 2 * ((rows * 4 + 255) / 256 * 256) + (rows / 64 * 2 * 4 + 255) / 256 * 256);
+            rows * 256 * 4 + 2 * ((rows * 4 + 255) / 256 * 256) + (rows / 64 * 4 + 255) / 256 * 256);
 }
 
 TEST(BackwardPlan, EverythingElseStaysOnTheSm80Kernels) {

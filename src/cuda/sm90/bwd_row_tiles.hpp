@@ -36,13 +36,6 @@ CUFLASH_HOST_DEVICE constexpr std::int64_t bwd_padded_rows(std::int64_t total_ro
   return (total_rows + static_cast<std::int64_t>(kBwdTileRows) * (batch + 1) - 1) / kBwdTileRows * kBwdTileRows;
 }
 
-// Deterministic calls: turn counters per 64-row dQ tile, one per part of
-// the tile that is added on its own (sm90/bulk_turn.cuh): the wide kernel's
-// two column halves (sm90/flash_bwd_tma_wide_kernel.cuh), so that a key
-// block can add one half while the one before it still adds the other;
-// the whole tile at once below D = 128.
-CUFLASH_HOST_DEVICE constexpr int bwd_dq_turns_per_tile(int head_dim) { return head_dim > 128 ? 2 : 1; }
-
 template <int D, int ColumnBlocks = 2>
 struct DqTileOrder {
   static constexpr int kColsPerConsumer = D / ColumnBlocks;

@@ -25,10 +25,9 @@ struct TmaBackwardParams {
   float* dsum = nullptr;
   float* dq_accum = nullptr;
   std::int64_t padded_rows = 0;
-  // Deterministic calls: turn counters per dQ tile ([heads_q][padded_rows
-  // / 64][bwd_dq_turns_per_tile], zeroed by the preparation kernel), so that
-  // the key blocks add into a tile one after another in block order
-  // (sm90/bulk_turn.cuh). Null: any order.
+  // Deterministic calls: one turn counter per dQ tile ([heads_q][padded_rows
+  // / 64], zeroed by the preparation kernel), so that the key blocks add into
+  // a tile one after another in block order (sm90/bulk_turn.cuh). Null: any order.
   std::uint32_t* dq_turn = nullptr;
 };
 

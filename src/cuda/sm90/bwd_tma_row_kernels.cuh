@@ -53,8 +53,7 @@ __global__ void __launch_bounds__(256) flash_bwd_tma_prep_kernel(const __grid_co
     tp.dsum[row0 + r] = acc;
     tp.lse2[row0 + r] = i < seq.q_len ? lse_base2(p.lse[lse_offset(p, b, seq.q_start, i, h)]) : 0.0f;
   }
-  constexpr int kTurns = bwd_dq_turns_per_tile(D);
-  if (tp.dq_turn != nullptr && threadIdx.x < kTurns) tp.dq_turn[row0 / kBwdTileRows * kTurns + threadIdx.x] = 0;
+  if (tp.dq_turn != nullptr && threadIdx.x == 0) tp.dq_turn[row0 / kBwdTileRows] = 0;
   float4* accum = reinterpret_cast<float4*>(tp.dq_accum + row0 * D);
   for (int idx = threadIdx.x; idx < kBwdTileRows * D / 4; idx += 256) accum[idx] = make_float4(0.f, 0.f, 0.f, 0.f);
 }

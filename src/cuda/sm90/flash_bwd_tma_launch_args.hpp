@@ -19,9 +19,8 @@ struct TmaBackwardLaunch {
 
 // Workspace, in this order: the dQ accumulator [heads_q][padded rows][D]
 // (fp32), then the rows' base-2 lse and dsum [heads_q][padded rows] each
-// (sm90/bwd_row_tiles.hpp), then for deterministic calls the turn counters
-// (uint32, bwd_dq_turns_per_tile per 64-row dQ tile); each part 256-byte
-// aligned.
+// (sm90/bwd_row_tiles.hpp), then for deterministic calls a turn counter
+// (uint32) per 64-row dQ tile; each part 256-byte aligned.
 struct TmaBackwardWorkspace {
   std::size_t dq_accum = 0, lse2 = 0, dsum = 0, dq_turn = 0;  // offsets
   std::size_t bytes = 0;
@@ -33,8 +32,7 @@ inline TmaBackwardWorkspace tma_backward_workspace(std::int64_t total_q_rows, in
   w.lse2 = align256(rows * head_dim * sizeof(float));
   w.dsum = w.lse2 + align256(rows * sizeof(float));
   w.dq_turn = w.dsum + align256(rows * sizeof(float));
-  const std::size_t turns = rows / kBwdTileRows * bwd_dq_turns_per_tile(head_dim);
-  w.bytes = w.dq_turn + (deterministic ? align256(turns * sizeof(std::uint32_t)) : 0);
+  w.bytes = w.dq_turn + (deterministic ? align256(rows / kBwdTileRows * sizeof(std::uint32_t)) : 0);
   return w;
 }
 

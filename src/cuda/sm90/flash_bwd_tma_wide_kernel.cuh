@@ -65,7 +65,6 @@ struct TmaBwdWideConfig {
   static constexpr int KH = BN / 2;   // keys of S, dP per consumer
   static constexpr int KHT = KH / 8;  // n8 blocks of them
   using DqOrder = DqTileOrder<D, 2>;
-  static_assert(bwd_dq_turns_per_tile(D) == 2, "a deterministic turn per column half");
   using KTile = Sw128Tile<BN, D>;    // K, V: [keys][D]
   using Block = Sw128Tile<BM, 64>;   // one 64-column block of Q or dO
   using PTile = Sw128Tile<BM, BN>;   // P, dS: [queries][keys]
@@ -172,23 +171,17 @@ __global__ void __launch_bounds__(C::kThreads, 1)
                                               : 0;
         named_barrier_sync(C::kDqStaged0 + st, 288);
         if (lane == 0) {
-          // Deterministic: a turn per half, each passed once its own
-          // addition is complete.
-          std::uint32_t* turns = tp.dq_turn + row / kBwdTileRows * 2;
+          if (ordered) bulk_turn_wait(tp.dq_turn + row / kBwdTileRows, static_cast<std::uint32_t>(turn));
 #pragma unroll
-          for (int c = 0; c < 2; ++c) {
-            if (ordered) bulk_turn_wait(turns + c, static_cast<std::uint32_t>(turn));
+          for (int c = 0; c < 2; ++c)
             bulk_reduce_add_f32(tp.dq_accum + row * D + c * (C::kHalfBytes / 4),
                                 reinterpret_cast<const float*>(sHalf(st, c)), C::kHalfBytes);
-            bulk_commit_group();
-          }
+          bulk_commit_group();
           bulk_wait_group_read<0>();
           mbarrier_arrive(&ring.q_empty[st]);
           if (ordered) {
-            bulk_wait_group<1>();
-            bulk_turn_pass(turns);
             bulk_wait_group<0>();
-            bulk_turn_pass(turns + 1);
+            bulk_turn_pass(tp.dq_turn + row / kBwdTileRows);
           }
         }
         __syncwarp();
