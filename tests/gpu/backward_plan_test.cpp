@@ -41,7 +41,7 @@ BackwardPlan plan(CaseSpec spec, const DeviceInfo& device) {
 // Planned only in a library built with the sm_90a kernels.
 bool tma_plannable() { return plan(dense_case("probe", 64, 64, 1, 1, 128, 1), h100()).kind == BackwardKind::tma; }
 
-TEST(BackwardPlan, HopperDenseHeadDims64And128TakeTheTmaKernel) {
+TEST(BackwardPlan, HopperDenseHeadDimsOfTheTableTakeTheTmaKernel) {
   if (!tma_plannable()) GTEST_SKIP() << "no sm_90a kernels in this build";
   CaseSpec s = dense_case("d128", 300, 700, 8, 2, 128, 3);
   s.options.causal = true;
