@@ -60,4 +60,46 @@ __device__ __forceinline__ std::int64_t bwd_padded_row(const TmaBackwardParams& 
   return static_cast<std::int64_t>(h) * tp.padded_rows + bwd_padded_start(q_start, b) + m0;
 }
 
+// The key block a CTA of either main kernel owns (grid: key blocks of BN,
+// heads_kv, batch) and the query tiles (BM rows) it walks.
+template <int BN, int BM>
+struct BwdKeyBlock {
+  SeqBounds seq;
+  int hk = 0, b = 0;
+  int key_block = 0;  // in the deterministic order's numbering (the grid reversed if descending)
+  int n0 = 0, n1 = 0;  // keys [n0, n1) of the sequence; n0 >= k_len: none (varlen)
+  int batch_coord = 0;  // the TMA maps' batch coordinate
+  BwdWalk walk;
+  std::int64_t padded0 = 0, padded_rows = 0;  // head 0, row 0's padded row; rows per head
+
+  __device__ __forceinline__ BwdKeyBlock(const TmaBackwardParams& tp) {
+    const BackwardParams& p = tp.p;
+    hk = blockIdx.y;
+    b = blockIdx.z;
+    seq = seq_bounds(p, b);
+    key_block = bwd_blocks_descending(p) ? gridDim.x - 1 - blockIdx.x : blockIdx.x;
+    n0 = key_block * BN;
+    if (!empty()) {
+      n1 = min(n0 + BN, seq.k_len);
+      walk = bwd_walk<BM>(p, seq, n0, n1, hk);
+    }
+    batch_coord = p.cu_seqlens_q != nullptr ? 0 : b;
+    padded0 = bwd_padded_row(tp, seq, b, 0, 0);
+    padded_rows = tp.padded_rows;
+  }
+  // Past this sequence's keys (varlen): the whole CTA has nothing to do.
+  __device__ __forceinline__ bool empty() const { return n0 >= seq.k_len; }
+  // The padded row of the n-th query tile of the walk (its lse2, dsum; D
+  // times it, its dQ tile): bwd_padded_row with the sequence's part once.
+  __device__ __forceinline__ std::int64_t tile_padded_row(int n) const {
+    return static_cast<std::int64_t>(walk.head(n)) * padded_rows + padded0 + walk.m0(n);
+  }
+  // Deterministic calls: how many key blocks add into the n-th tile before
+  // this one (sm90/bwd_walk.hpp).
+  __device__ __forceinline__ int turn(const BackwardParams& p, int n) const {
+    return bwd_blocks_before(key_visibility(p, seq), seq.k_len, BN, walk.m0(n) / BM, key_block,
+                             bwd_blocks_descending(p), BM);
+  }
+};
+
 }  // namespace cuflash::detail::sm90

@@ -45,13 +45,15 @@ __device__ __forceinline__ void bwd_ring_init(const BwdRing& ring, int empty_arr
 }
 
 // The producer warp: lane 0 issues every load; the whole warp zeroes varlen
-// tails. tile_padded_row(n): the padded row of the walk's n-th tile.
-template <class C, class PaddedRow>
-__device__ __forceinline__ void bwd_tma_produce(const TmaBackwardParams& tp, const SeqBounds& seq, const BwdWalk& walk,
-                                                int n0, int hk, int batch_coord, unsigned char* smem,
-                                                const BwdRing& ring, PaddedRow tile_padded_row, int lane) {
+// tails.
+template <class C>
+__device__ __forceinline__ void bwd_tma_produce(const TmaBackwardParams& tp, const BwdKeyBlock<C::BN, C::BM>& blk,
+                                                unsigned char* smem, const BwdRing& ring, int lane) {
   using T = typename C::Element;
   using QBlock = Sw128Tile<C::BM, 64>;
+  const SeqBounds& seq = blk.seq;
+  const BwdWalk& walk = blk.walk;
+  const int n0 = blk.n0, hk = blk.hk, batch_coord = blk.batch_coord;
   const int n_tiles = walk.tiles();
   if (n_tiles == 0) return;
   const bool varlen = tp.p.cu_seqlens_q != nullptr;
@@ -106,7 +108,7 @@ __device__ __forceinline__ void bwd_tma_produce(const TmaBackwardParams& tp, con
         tma_load_4d(C::q_block(smem, st, c), &tp.q, bar, c * 64, seq.q_start + m0, h, batch_coord);
         tma_load_4d(C::do_block(smem, st, c), &tp.dout, bar, c * 64, seq.q_start + m0, h, batch_coord);
       }
-      const std::int64_t row = tile_padded_row(n);
+      const std::int64_t row = blk.tile_padded_row(n);
       bulk_load(smem + C::kLseOffset + st * C::kStatBytes, tp.lse2 + row, C::kStatBytes, bar);
       bulk_load(smem + C::kDsumOffset + st * C::kStatBytes, tp.dsum + row, C::kStatBytes, bar);
     }

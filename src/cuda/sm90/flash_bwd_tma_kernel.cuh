@@ -134,21 +134,12 @@ __global__ void __launch_bounds__(C::kThreads, 1) flash_bwd_tma_kernel(const __g
   const BwdRing ring = bwd_ring<C>(smem);
 
   const int tid = threadIdx.x, wg = tid / 128;
-  const int hk = blockIdx.y, b = blockIdx.z;
-  const SeqBounds seq = seq_bounds(p, b);
-  const int key_block = bwd_blocks_descending(p) ? gridDim.x - 1 - blockIdx.x : blockIdx.x;
-  const int n0 = key_block * BN;
-  if (n0 >= seq.k_len) return;  // varlen: past this sequence's keys (the whole CTA)
-  const int n1 = min(n0 + BN, seq.k_len);
-  const BwdWalk walk = bwd_walk<BM>(p, seq, n0, n1, hk);
+  const BwdKeyBlock<BN, BM> blk(tp);
+  if (blk.empty()) return;  // varlen: past this sequence's keys (the whole CTA)
+  const SeqBounds& seq = blk.seq;
+  const BwdWalk& walk = blk.walk;
+  const int hk = blk.hk, b = blk.b, n0 = blk.n0;
   const int n_tiles = walk.tiles();
-  const int batch_coord = p.cu_seqlens_q != nullptr ? 0 : b;
-  const std::int64_t padded0 = bwd_padded_row(tp, seq, b, 0, 0);  // head 0, row 0
-  // The padded row of the CTA's n-th query tile (its lse2, dsum; D times
-  // it, its dQ tile): bwd_padded_row with the sequence's part computed once.
-  auto tile_padded_row = [&](int n) {
-    return static_cast<std::int64_t>(walk.head(n)) * tp.padded_rows + padded0 + walk.m0(n);
-  };
 
   if (tid == 0) bwd_ring_init<C>(ring, 256);
   __syncthreads();
@@ -157,7 +148,7 @@ __global__ void __launch_bounds__(C::kThreads, 1) flash_bwd_tma_kernel(const __g
     warpgroup_registers_decrease<C::ProducerRegs>();
     const int warp = tid / 32, lane = tid % 32;
     if (warp == 0) {
-      bwd_tma_produce<C>(tp, seq, walk, n0, hk, batch_coord, smem, ring, tile_padded_row, lane);
+      bwd_tma_produce<C>(tp, blk, smem, ring, lane);
       return;
     }
     if (warp == 1) {
@@ -176,10 +167,8 @@ __global__ void __launch_bounds__(C::kThreads, 1) flash_bwd_tma_kernel(const __g
           __syncwarp();
         }
         named_barrier_arrive(C::kDqFree0 + buf, 288);
-        const std::int64_t row = tile_padded_row(n);
-        const int turn = ordered && lane == 0 ? bwd_blocks_before(key_visibility(p, seq), seq.k_len, BN,
-                                                                  walk.m0(n) / BM, key_block, bwd_blocks_descending(p), BM)
-                                              : 0;
+        const std::int64_t row = blk.tile_padded_row(n);
+        const int turn = ordered && lane == 0 ? blk.turn(p, n) : 0;
         // Row split: one padded 64-row tile per consumer, the second only
         // where the sequence has rows (past them lies the next sequence's).
         const int parts = C::kDqRowSplit && walk.m0(n) + kBwdTileRows < seq.q_len ? 2 : 1;
