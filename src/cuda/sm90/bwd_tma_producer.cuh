@@ -21,6 +21,7 @@ namespace cuflash::detail::sm90 {
 // V landed; stage st's loads landed (q_full) and its buffers free again
 // (q_empty: `empty_arrivals` arrivals, from whoever reads the stage last);
 // a varlen tail's bytes landed, before the warp zeroes its rows.
+constexpr int bwd_ring_barriers(int stages) { return 2 + 2 * stages; }
 struct BwdRing {
   std::uint64_t* kv_full;
   std::uint64_t* q_full;

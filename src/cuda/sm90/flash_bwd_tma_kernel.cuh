@@ -38,6 +38,7 @@
 #include "common/score_mask.cuh"
 #include "common/tensor_core.cuh"
 #include "sm90/bulk_turn.cuh"
+#include "sm90/bwd_tma_epilogue.cuh"
 #include "sm90/bwd_tma_params.cuh"
 #include "sm90/bwd_tma_producer.cuh"
 #include "sm90/bwd_tma_row_kernels.cuh"
@@ -95,7 +96,7 @@ struct TmaBwdConfig {
   static constexpr int kLseOffset = kDqOffset + DqBuffers * kDqBytes;  // [Stages][BM]
   static constexpr int kDsumOffset = kLseOffset + Stages * kStatBytes;
   static constexpr int kBarrierOffset = kDsumOffset + Stages * kStatBytes;
-  static constexpr int kBarriers = 2 + 2 * Stages;  // kv_full, q_full[], q_empty[], landed
+  static constexpr int kBarriers = bwd_ring_barriers(Stages);
   static constexpr int kSmemBytes = kBarrierOffset + 8 * kBarriers + 1024;  // + alignment slack
   static_assert(kSmemBytes <= 227 * 1024, "shared memory per SM");
   static constexpr int kTileBytes = 2 * QTile::kBytes + 2 * kStatBytes;  // one ring stage's loads
@@ -382,31 +383,9 @@ __global__ void __launch_bounds__(C::kThreads, 1) flash_bwd_tma_kernel(const __g
   // stored by the warpgroup. Both warpgroups' dQ GEMMs read all of K, so
   // neither writes sK before both are done.
   named_barrier_sync(C::kKRead, 256);
-#pragma unroll
-  for (int half = 0; half < 2; ++half) {
-    const int r = key_row + 8 * half;
-#pragma unroll
-    for (int i = 0; i < C::DT; ++i) {
-      *reinterpret_cast<std::uint32_t*>(sK + C::KTile::offset(r, i) + 2 * t4) =
-          sm80::pack2<T>(dk[i][2 * half] * p.softmax_scale, dk[i][2 * half + 1] * p.softmax_scale);
-      *reinterpret_cast<std::uint32_t*>(sV + C::KTile::offset(r, i) + 2 * t4) =
-          sm80::pack2<T>(dv[i][2 * half], dv[i][2 * half + 1]);
-    }
-  }
+  bwd_stage_dkdv<typename C::KTile>(sK, sV, dk, dv, key_row, 0, p.softmax_scale, t4);
   named_barrier_sync(C::kKvStaged0 + cw, 128);
-  constexpr int kChunksPerRow = D / 8;
-  T* dk_base = static_cast<T*>(p.dk) + row_offset(p.dk_strides, b, seq.k_start, 0, hk);
-  T* dv_base = static_cast<T*>(p.dv) + row_offset(p.dv_strides, b, seq.k_start, 0, hk);
-  for (int idx = tid % 128; idx < 64 * kChunksPerRow; idx += 128) {
-    const int r = 64 * cw + idx / kChunksPerRow, c = idx % kChunksPerRow;
-    const int key = n0 + r;
-    if (key < seq.k_len && c * 8 < p.head_dim) {
-      *reinterpret_cast<uint4*>(dk_base + static_cast<std::int64_t>(key) * p.dk_strides.row + c * 8) =
-          *reinterpret_cast<const uint4*>(sK + C::KTile::offset(r, c));
-      *reinterpret_cast<uint4*>(dv_base + static_cast<std::int64_t>(key) * p.dv_strides.row + c * 8) =
-          *reinterpret_cast<const uint4*>(sV + C::KTile::offset(r, c));
-    }
-  }
+  bwd_store_dkdv<typename C::KTile>(p, blk, sK, sV, 64 * cw, 64, 0, D / 8, tid % 128);
 #endif
 }
 

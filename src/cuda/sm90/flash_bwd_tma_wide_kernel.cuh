@@ -37,6 +37,7 @@
 #include "common/score_mask.cuh"
 #include "common/tensor_core.cuh"
 #include "sm90/bulk_turn.cuh"
+#include "sm90/bwd_tma_epilogue.cuh"
 #include "sm90/bwd_tma_params.cuh"
 #include "sm90/bwd_tma_producer.cuh"
 #include "sm90/bwd_tma_row_kernels.cuh"
@@ -82,7 +83,7 @@ struct TmaBwdWideConfig {
   static constexpr int kLseOffset = kDsOffset + 2 * PTile::kBytes;  // [Stages][BM]
   static constexpr int kDsumOffset = kLseOffset + Stages * kStatBytes;
   static constexpr int kBarrierOffset = kDsumOffset + Stages * kStatBytes;
-  static constexpr int kBarriers = 2 + 2 * Stages;
+  static constexpr int kBarriers = bwd_ring_barriers(Stages);
   static constexpr int kSmemBytes = kBarrierOffset + 8 * kBarriers + 1024;  // + alignment slack
   static_assert(kSmemBytes <= 227 * 1024, "shared memory per SM");
   static constexpr int kTileBytes = 2 * BM * D * static_cast<int>(sizeof(T)) + 2 * kStatBytes;
@@ -332,31 +333,9 @@ __global__ void __launch_bounds__(C::kThreads, 1)
   // by the warpgroup. Only this consumer's dQ GEMMs read them, and every
   // S and dP GEMM of both consumers (which read all columns) finished
   // before the last P / dS barrier.
-#pragma unroll
-  for (int half = 0; half < 2; ++half) {
-    const int r = 16 * warp + g + 8 * half;  // dK, dV rows are keys
-#pragma unroll
-    for (int i = 0; i < C::DHT; ++i) {
-      const int chunk = cw * C::DHT + i;
-      *reinterpret_cast<std::uint32_t*>(sK + C::KTile::offset(r, chunk) + 2 * t4) =
-          sm80::pack2<T>(dk[i][2 * half] * p.softmax_scale, dk[i][2 * half + 1] * p.softmax_scale);
-      *reinterpret_cast<std::uint32_t*>(sV + C::KTile::offset(r, chunk) + 2 * t4) =
-          sm80::pack2<T>(dv[i][2 * half], dv[i][2 * half + 1]);
-    }
-  }
+  bwd_stage_dkdv<typename C::KTile>(sK, sV, dk, dv, 16 * warp + g, cw * C::DHT, p.softmax_scale, t4);
   named_barrier_sync(C::kKvStaged0 + cw, 128);
-  T* dk_base = static_cast<T*>(p.dk) + row_offset(p.dk_strides, b, seq.k_start, 0, hk);
-  T* dv_base = static_cast<T*>(p.dv) + row_offset(p.dv_strides, b, seq.k_start, 0, hk);
-  for (int idx = tid % 128; idx < BN * C::DHT; idx += 128) {
-    const int r = idx / C::DHT, c = cw * C::DHT + idx % C::DHT;
-    const int key = n0 + r;
-    if (key < seq.k_len && c * 8 < p.head_dim) {
-      *reinterpret_cast<uint4*>(dk_base + static_cast<std::int64_t>(key) * p.dk_strides.row + c * 8) =
-          *reinterpret_cast<const uint4*>(sK + C::KTile::offset(r, c));
-      *reinterpret_cast<uint4*>(dv_base + static_cast<std::int64_t>(key) * p.dv_strides.row + c * 8) =
-          *reinterpret_cast<const uint4*>(sV + C::KTile::offset(r, c));
-    }
-  }
+  bwd_store_dkdv<typename C::KTile>(p, blk, sK, sV, 0, BN, cw * C::DHT, C::DHT, tid % 128);
 #endif
 }
 
