@@ -97,7 +97,7 @@ struct TmaFwdConfig {
   static constexpr int kBarriers = barriers_with(QBuffers);
   static constexpr int kSlotOffset = slot_offset_with(QBuffers);
   static constexpr int kSmemBytes = smem_bytes_with(QBuffers);
-  static_assert(BN % 64 == 0 && BN <= 256, "S is one wgmma of N = BN");
+  static_assert(BN % 16 == 0 && BN <= 256, "S is one wgmma of N = BN; P V takes whole k-steps of 16 keys");
   static_assert(BM <= 256 && BN <= 256, "one TMA box per 64-column block");
   static_assert(kSmemBytes <= 227 * 1024, "shared memory per SM");
   // Named barriers 1 .. Consumers: consumer c may issue its GEMMs;

@@ -34,8 +34,11 @@ constexpr WgmmaFwdTile wgmma_fwd_tile(int head_dim) {
 // `consumers` query rows per CTA. Measured on the H100 (docs/perf/NOTES.md,
 // "Hopper forward, TMA"): D = 64 takes three consumer warpgroups (192 rows;
 // +10-14 % over two at 4k-16k keys) but loses to the cp.async kernel's two
-// CTAs per SM below `min_keys`; D = 192 and 256 take 64-key tiles (their O
-// already holds 96-128 registers per thread).
+// CTAs per SM below `min_keys`; D = 192 takes 64-key tiles and D = 256
+// 80-key ones (O already holds 96-128 registers per thread; at D = 256
+// 80 keys measured +5-9 % over 64 at 4k-16k keys, -3-5 % at 512 where 7
+// tiles cover 560 keys). 176-key tiles at D = 128 (one Q buffer then)
+// measured +3-4 % at 16k and 9-30 % slower up to 2k: not taken.
 struct TmaFwdTile {
   int block_n;    // keys per tile; 0: no TMA kernel for this head dim
   int consumers;  // consumer warpgroups of 64 query rows
@@ -48,7 +51,7 @@ constexpr TmaFwdTile tma_fwd_tile(int head_dim) {
     case 64: return {128, 3, 2, 2048};
     case 128: return {128, 2, 2, 0};
     case 192: return {64, 2, 2, 0};
-    case 256: return {64, 2, 2, 0};
+    case 256: return {80, 2, 2, 0};
     default: return {0, 0, 0, 0};
   }
 }
