@@ -18,9 +18,13 @@
 
 namespace cuflash::detail::sm90 {
 
+// Head dims whose dK and dV do not fit one consumer's registers (64 keys x
+// D x 2 accumulators) take the wide kernel: its config and its kernel.
+constexpr bool tma_bwd_wide(int d) { return d > 128; }
+
 template <class C, bool Transformed>
 constexpr auto tma_bwd_main_kernel() {
-  if constexpr (C::D > 128)
+  if constexpr (tma_bwd_wide(C::D))
     return flash_bwd_tma_wide_kernel<C, Transformed>;
   else
     return flash_bwd_tma_kernel<C, Transformed>;
@@ -29,7 +33,7 @@ constexpr auto tma_bwd_main_kernel() {
 template <typename T, int D>
 Status launch_flash_bwd_tma(const BackwardParams& p, const TmaBackwardLaunch& launch, void* workspace,
                             cudaStream_t stream) {
-  using C = std::conditional_t<(D > 128), TmaBwdWideConfig<T, D>, TmaBwdConfig<T, D>>;
+  using C = std::conditional_t<tma_bwd_wide(D), TmaBwdWideConfig<T, D>, TmaBwdConfig<T, D>>;
   TmaBackwardParams tp;
   tp.p = p;
   // The tensors the plan checked (backward_plan.cpp) are the ones encoded.
