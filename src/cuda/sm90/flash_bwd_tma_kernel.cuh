@@ -34,6 +34,7 @@
 #include <cstdint>
 
 #include "common/attention_params.hpp"
+#include "common/bool_switch.cuh"
 #include "common/forward_block.cuh"
 #include "common/score_mask.cuh"
 #include "common/tensor_core.cuh"
@@ -251,35 +252,39 @@ __global__ void __launch_bounds__(C::kThreads, 1) flash_bwd_tma_kernel(const __g
       // and 2 kk + 1, rows g then g + 8, as p_fragments_m16 packs them); s
       // keeps P^T in fp32 for dS, times softcap's factor 1 - tanh^2 where
       // there is one (so that no tanh has to stay live until dS).
+      // (The plain kernel compiles it once masked and once not,
+      // bool_switch.cuh; softcap / ALiBi's registers allow one copy.)
       std::uint32_t pa[C::KS][4];
+      bool_switch<!Transformed>(masked, [&](auto masked_tile) {
 #pragma unroll
-      for (int i = 0; i < C::NS; ++i) {
-        float grad[4] = {1.0f, 1.0f, 1.0f, 1.0f};
+        for (int i = 0; i < C::NS; ++i) {
+          [[maybe_unused]] float grad[4] = {1.0f, 1.0f, 1.0f, 1.0f};
 #pragma unroll
-        for (int e = 0; e < 4; ++e) {
-          const int qi = m0 + 8 * i + 2 * t4 + (e & 1);
-          const int key = n0 + key_row + 8 * (e >> 1);
-          const float2 row_lse2 =
-              kLsePrefetch == C::NS ? lse2[i % kLsePrefetch] : *reinterpret_cast<const float2*>(sLse(st) + 8 * i + 2 * t4);
-          const float l2 = (e & 1) ? row_lse2.y : row_lse2.x;
-          float x;
-          if constexpr (Transformed) {
-            float th;
-            x = sm80::fast_exp2(rules.logit2(s[i][e], qi, key, rules.alibi_log2, &th) - l2);
-            grad[e] = ScoreRules::softcap_grad(th);  // 1 without softcap (th = 0)
-          } else {
-            x = sm80::fast_exp2(fmaf(s[i][e], rules.scale_log2, -l2));
+          for (int e = 0; e < 4; ++e) {
+            const int qi = m0 + 8 * i + 2 * t4 + (e & 1);
+            const int key = n0 + key_row + 8 * (e >> 1);
+            const float2 row_lse2 = kLsePrefetch == C::NS ? lse2[i % kLsePrefetch]
+                                                          : *reinterpret_cast<const float2*>(sLse(st) + 8 * i + 2 * t4);
+            const float l2 = (e & 1) ? row_lse2.y : row_lse2.x;
+            float x;
+            if constexpr (Transformed) {
+              float th;
+              x = sm80::fast_exp2(rules.logit2(s[i][e], qi, key, rules.alibi_log2, &th) - l2);
+              grad[e] = ScoreRules::softcap_grad(th);  // 1 without softcap (th = 0)
+            } else {
+              x = sm80::fast_exp2(fmaf(s[i][e], rules.scale_log2, -l2));
+            }
+            if (masked_tile && !(qi < seq.q_len && rules.visible(qi, key))) x = 0.0f;
+            s[i][e] = x;
           }
-          if (masked && !(qi < seq.q_len && rules.visible(qi, key))) x = 0.0f;
-          s[i][e] = x;
-        }
-        pa[i / 2][(i % 2) * 2] = sm80::pack2<T>(s[i][0], s[i][1]);
-        pa[i / 2][(i % 2) * 2 + 1] = sm80::pack2<T>(s[i][2], s[i][3]);
-        if constexpr (Transformed) {
+          pa[i / 2][(i % 2) * 2] = sm80::pack2<T>(s[i][0], s[i][1]);
+          pa[i / 2][(i % 2) * 2 + 1] = sm80::pack2<T>(s[i][2], s[i][3]);
+          if constexpr (Transformed) {
 #pragma unroll
-          for (int e = 0; e < 4; ++e) s[i][e] *= grad[e];
+            for (int e = 0; e < 4; ++e) s[i][e] *= grad[e];
+          }
         }
-      }
+      });
       // dV += P^T dO (B: [queries][D], MN-major), under dP's GEMM and dS.
       const std::uint64_t do_mn = sw128_desc(sDo(st), C::QTile::kBlockBytes, 1024);
       wgmma_fence();
@@ -301,24 +306,27 @@ __global__ void __launch_bounds__(C::kThreads, 1) flash_bwd_tma_kernel(const __g
       // before dV's GEMM (the D = 64 tests' gradient tolerances hold with it:
       // 317 backward cases, session 20).
       constexpr bool kPFromPacked = C::BM == 2 * kBwdTileRows && !Transformed;
+      bool_switch<!Transformed>(masked, [&](auto masked_tile) {
 #pragma unroll
-      for (int i = 0; i < C::NS; ++i) {
+        for (int i = 0; i < C::NS; ++i) {
 #pragma unroll
-        for (int e = 0; e < 4; ++e) {
-          const float2 row_dsum = kLsePrefetch == C::NS ? dsum[i % kLsePrefetch]
-                                                        : *reinterpret_cast<const float2*>(sDsum(st) + 8 * i + 2 * t4);
-          float pv;
-          if constexpr (kPFromPacked) {
-            const float2 pair = sm80::unpack2<T>(pa[i / 2][(i % 2) * 2 + (e >> 1)]);
-            pv = (e & 1) ? pair.y : pair.x;
-          } else {
-            pv = s[i][e];
+          for (int e = 0; e < 4; ++e) {
+            const float2 row_dsum = kLsePrefetch == C::NS
+                                        ? dsum[i % kLsePrefetch]
+                                        : *reinterpret_cast<const float2*>(sDsum(st) + 8 * i + 2 * t4);
+            float pv;
+            if constexpr (kPFromPacked) {
+              const float2 pair = sm80::unpack2<T>(pa[i / 2][(i % 2) * 2 + (e >> 1)]);
+              pv = (e & 1) ? pair.y : pair.x;
+            } else {
+              pv = s[i][e];
+            }
+            float y = pv * (dp[i][e] - ((e & 1) ? row_dsum.y : row_dsum.x));
+            if (masked_tile && pv == 0.0f) y = 0.0f;
+            dp[i][e] = y;
           }
-          float y = pv * (dp[i][e] - ((e & 1) ? row_dsum.y : row_dsum.x));
-          if (masked && pv == 0.0f) y = 0.0f;
-          dp[i][e] = y;
         }
-      }
+      });
       std::uint32_t dsa[C::KS][4];
       p_fragments_m16<T, C::KS>(dp, dsa);
 

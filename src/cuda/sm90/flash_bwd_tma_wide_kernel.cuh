@@ -33,6 +33,7 @@
 #include <cstdint>
 
 #include "common/attention_params.hpp"
+#include "common/bool_switch.cuh"
 #include "common/forward_block.cuh"
 #include "common/score_mask.cuh"
 #include "common/tensor_core.cuh"
@@ -231,27 +232,31 @@ __global__ void __launch_bounds__(C::kThreads, 1)
       wgmma_wait<1>();
       fence_accumulators(s);
       // P, in s; softcap's factor 1 - tanh^2 (1 without) kept for dS.
+      // (The plain kernel compiles this and dS below once masked and once
+      // not, bool_switch.cuh.)
       float grad[C::KHT][4];
+      bool_switch<!Transformed>(masked, [&](auto masked_tile) {
 #pragma unroll
-      for (int i = 0; i < C::KHT; ++i) {
+        for (int i = 0; i < C::KHT; ++i) {
 #pragma unroll
-        for (int e = 0; e < 4; ++e) {
-          const int qi = m0 + row_in_tile + 8 * (e >> 1);
-          const int key = key0 + 8 * i + 2 * t4 + (e & 1);
-          const float l2 = (e >> 1) ? lse2.y : lse2.x;
-          float x;
-          grad[i][e] = 1.0f;
-          if constexpr (Transformed) {
-            float th;
-            x = sm80::fast_exp2(rules.logit2(s[i][e], qi, key, rules.alibi_log2, &th) - l2);
-            grad[i][e] = ScoreRules::softcap_grad(th);
-          } else {
-            x = sm80::fast_exp2(fmaf(s[i][e], rules.scale_log2, -l2));
+          for (int e = 0; e < 4; ++e) {
+            const int qi = m0 + row_in_tile + 8 * (e >> 1);
+            const int key = key0 + 8 * i + 2 * t4 + (e & 1);
+            const float l2 = (e >> 1) ? lse2.y : lse2.x;
+            float x;
+            grad[i][e] = 1.0f;
+            if constexpr (Transformed) {
+              float th;
+              x = sm80::fast_exp2(rules.logit2(s[i][e], qi, key, rules.alibi_log2, &th) - l2);
+              grad[i][e] = ScoreRules::softcap_grad(th);
+            } else {
+              x = sm80::fast_exp2(fmaf(s[i][e], rules.scale_log2, -l2));
+            }
+            if (masked_tile && !(qi < seq.q_len && rules.visible(qi, key))) x = 0.0f;
+            s[i][e] = x;
           }
-          if (masked && !(qi < seq.q_len && rules.visible(qi, key))) x = 0.0f;
-          s[i][e] = x;
         }
-      }
+      });
       // P and dS as the warp's 16 x 32 fragments; stmatrix stores matrix m
       // (rows 8 (m % 2), keys 8 (m / 2) of a 16 x 16 pair) from the address
       // lane 8 m + r gives.
@@ -268,15 +273,17 @@ __global__ void __launch_bounds__(C::kThreads, 1)
       fence_accumulators(dp);
       // dS = P [x (1 - tanh^2)] (dP - dsum). A masked P is exactly 0 and so
       // is its dS, whatever dP (a key or query row past the sequence) holds.
+      bool_switch<!Transformed>(masked, [&](auto masked_tile) {
 #pragma unroll
-      for (int i = 0; i < C::KHT; ++i) {
+        for (int i = 0; i < C::KHT; ++i) {
 #pragma unroll
-        for (int e = 0; e < 4; ++e) {
-          float y = s[i][e] * grad[i][e] * (dp[i][e] - ((e >> 1) ? dsum.y : dsum.x));
-          if (masked && s[i][e] == 0.0f) y = 0.0f;
-          dp[i][e] = y;
+          for (int e = 0; e < 4; ++e) {
+            float y = s[i][e] * grad[i][e] * (dp[i][e] - ((e >> 1) ? dsum.y : dsum.x));
+            if (masked_tile && s[i][e] == 0.0f) y = 0.0f;
+            dp[i][e] = y;
+          }
         }
-      }
+      });
       p_fragments_m16<T, C::KHT / 2>(dp, frag);
 #pragma unroll
       for (int kk = 0; kk < C::KHT / 2; ++kk) store_pair(sDs(buf), frag[kk], kk);
