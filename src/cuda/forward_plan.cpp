@@ -120,9 +120,14 @@ sm90::TmaForwardLaunch tma_forward_launch(const Problem& problem, const DeviceIn
   launch.v = sm90::head_rows_tensor(problem, problem.v, problem.heads_kv);
   // A right bound alone (causal: 0) makes a block's cost grow with its rows.
   launch.causal_walk = problem.window_right >= 0;
-  const bool walkable =
-      problem.window_left < 0 && problem.layout != Layout::varlen &&
-      (!launch.causal_walk || (problem.max_kv_len < kCausalWalkMaxKeys && tma_fwd_tile_for(problem).consumers == 2));
+  const sm90::TmaFwdTile tile = tma_fwd_tile_for(problem);
+  const bool walkable = problem.window_left < 0 && problem.layout != Layout::varlen &&
+                        (!launch.causal_walk || (problem.max_kv_len < kCausalWalkMaxKeys && tile.consumers == 2));
+  // The deeper ring where the keys are long enough, for the kernels that
+  // have one (plain scores, the kernel's full width). (It leaves D = 128 one
+  // Q buffer, and the walk stays: measured so, NOTES.md session 22.)
+  launch.deep_ring = tile.deep_stages > 0 && problem.max_kv_len >= tile.deep_min_keys && problem.softcap <= 0.0f &&
+                     !problem.has_alibi && sm90::tma_columns(problem.head_dim) == sm90::tma_head_dim(problem.head_dim);
   const int forced = persistent_override();
   if (forced == 0 || (forced < 0 && (!walkable || sm90::tma_head_dim(problem.head_dim) > 128))) return launch;
   launch.persistent_ctas = info.sm_count;

@@ -313,6 +313,15 @@ std::vector<CaseSpec> tma_cases() {
   add(causal(dense_case("tma_d128_causal_walk_q1300_k1100_b2", 1300, 1100, 8, 8, 128, 2)));
   add(causal(dense_case("tma_d64_causal_walk_q2100_k2100_b4", 2100, 2100, 4, 4, 64, 4)));  // 11 blocks: an odd middle pair
   add(causal(dense_case("tma_d128_causal_walk_q1024_k1024_b5", 1024, 1024, 4, 4, 128, 5)));  // 8 blocks: even
+  // D = 128 from 2048 keys: the deep ring (three stages, one Q buffer),
+  // walked dense and causal, per item varlen, GQA, a strided view.
+  add(dense_case("tma_d128_deep_q700_k2100_gqa", 700, 2100, 6, 2, 128, 2));
+  add(causal(dense_case("tma_d128_deep_causal_walk_q2300_k2300_b2", 2300, 2300, 4, 2, 128, 2)));
+  add(causal(varlen_case("tma_d128_deep_varlen_causal", {2100, 1, 0, 700}, {2100, 5, 0, 2300}, 2, 1, 128)));
+  s = dense_case("tma_d128_deep_q300_k2500_bhsd_padded", 300, 2500, 4, 4, 128, 2);
+  s.bhsd = true;
+  s.row_padding = 8;
+  add(s);
   add(causal(varlen_case("tma_d64_varlen_causal", {2100, 1, 0, 700, 2300}, {2100, 5, 0, 2200, 2300}, 2, 1, 64)));
   add(varlen_case("tma_d192_varlen", {300, 1, 129}, {500, 2049, 64}, 2, 2, 192));
   add(causal(varlen_case("tma_d256_varlen_causal", {257, 64, 3}, {300, 64, 1000}, 2, 1, 256)));

@@ -104,6 +104,23 @@ TEST(ForwardPlan, WhichCallsWalk) {
   EXPECT_EQ(plan(w, h100()).tma.persistent_ctas, 0);
 }
 
+// D = 128 takes the deeper ring from 2048 keys, with plain scores at the
+// kernel's full width only; the other head dims have none.
+TEST(ForwardPlan, DeepRingForLongKeys) {
+  if (!tma_plannable()) GTEST_SKIP() << "no sm_90a kernels in this build";
+  EXPECT_TRUE(plan(dense_case("d128_long", 256, 2048, 4, 4, 128, 1), h100()).tma.deep_ring);
+  EXPECT_TRUE(plan(causal_case(dense_case("d128_causal", 4096, 4096, 2, 2, 128, 1)), h100()).tma.deep_ring);
+  EXPECT_FALSE(plan(dense_case("d128_short", 2048, 2047, 4, 4, 128, 1), h100()).tma.deep_ring);
+  CaseSpec capped = dense_case("d128_softcap", 256, 4096, 4, 4, 128, 1);
+  capped.options.softcap = 10.0f;
+  EXPECT_FALSE(plan(capped, h100()).tma.deep_ring);
+  const ForwardPlan d96 = plan(dense_case("d96_long", 256, 4096, 4, 4, 96, 1), h100());
+  EXPECT_EQ(d96.kind, ForwardKind::tma);
+  EXPECT_FALSE(d96.tma.deep_ring);
+  EXPECT_FALSE(plan(dense_case("d64_long", 256, 4096, 4, 4, 64, 1), h100()).tma.deep_ring);
+  EXPECT_FALSE(plan(dense_case("d256_long", 256, 4096, 4, 4, 256, 1), h100()).tma.deep_ring);
+}
+
 // The launch encodes the tensors the plan checked: they describe the views.
 TEST(ForwardPlan, TmaTensorsDescribeTheViews) {
   if (!tma_plannable()) GTEST_SKIP() << "no sm_90a kernels in this build";

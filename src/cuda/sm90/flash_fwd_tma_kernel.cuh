@@ -78,7 +78,7 @@ struct TmaFwdConfig {
   // Q buffers: with two, the producer loads the next work item's Q while the
   // consumers still stage this item's O in their own (the epilogue), so a
   // short item (few key tiles) does not wait for its Q; one where two do not
-  // fit in shared memory (D = 256).
+  // fit in shared memory (D = 256, D = 128's deep ring).
   // The layout for a number of Q buffers: Q buffers, the K/V stages, the
   // barriers (q_full[q], q_empty[q], k/v_full, k/v_empty, v_landed), one
   // work-item slot per Q buffer (16-byte aligned), and 1 KiB of slack to

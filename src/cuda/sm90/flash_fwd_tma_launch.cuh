@@ -47,6 +47,10 @@ Status launch_flash_fwd_tma(const ForwardParams& p, const TmaForwardLaunch& laun
   // have (160 each: 460 bytes of spills at D = 64); they take two.
   using CT = TmaFwdConfig<T, D, tile.block_n, tile.consumers == 3 ? 2 : tile.consumers, tile.stages, DC>;
   if (p.softcap > 0.0f || p.alibi_slopes != nullptr) return launch_tma_config<CT, true>(p, launch, stream);
+  if constexpr (tile.deep_stages > 0 && DC == D) {
+    using CD = TmaFwdConfig<T, D, tile.block_n, tile.consumers, tile.deep_stages, DC>;
+    if (launch.deep_ring) return launch_tma_config<CD, false>(p, launch, stream);
+  }
   return launch_tma_config<C, false>(p, launch, stream);
 }
 

@@ -13,11 +13,13 @@ namespace cuflash::detail::sm90 {
 // hardware's block scheduler. causal_walk: the items differ by their causal
 // mask, so a walk deals them out in pairs of equal cost (tile_order.hpp).
 // out_by_tma: O leaves through TMA stores (dense, unsplit, mappable output).
+// deep_ring: the tile's deep_stages ring (flash_fwd_wgmma_tiles.hpp).
 struct TmaForwardLaunch {
   HeadRowsTensor q, k, v, out;
   int persistent_ctas = 0;
   bool causal_walk = false;
   bool out_by_tma = false;
+  bool deep_ring = false;
 };
 
 }  // namespace cuflash::detail::sm90

@@ -39,20 +39,29 @@ constexpr WgmmaFwdTile wgmma_fwd_tile(int head_dim) {
 // 80 keys measured +5-9 % over 64 at 4k-16k keys, -3-5 % at 512 where 7
 // tiles cover 560 keys). 176-key tiles at D = 128 (one Q buffer then)
 // measured +3-4 % at 16k and 9-30 % slower up to 2k: not taken.
+// The ring: two stages give a key tile's K and V about 1.5 tiles of lead,
+// and the consumers waited for K (ncu, session 22). At D = 128 a third
+// stage costs the second Q buffer: +5-8 % at 8k-16k keys, +3 % causal at
+// 2k-4k, 9 % slower at 512, where the next item's Q then waits for the
+// epilogue; so it is taken from `deep_min_keys` on (`deep_stages`; plain
+// scores at the kernel's full width only). D = 64's three consumers with
+// four stages (two Q buffers still fit) measured within +-1.5 %: not taken.
 struct TmaFwdTile {
-  int block_n;    // keys per tile; 0: no TMA kernel for this head dim
-  int consumers;  // consumer warpgroups of 64 query rows
-  int stages;     // K/V tiles in the shared-memory ring
-  int min_keys;   // below this many keys the cp.async wgmma kernel is faster
+  int block_n;        // keys per tile; 0: no TMA kernel for this head dim
+  int consumers;      // consumer warpgroups of 64 query rows
+  int stages;         // K/V tiles in the shared-memory ring
+  int min_keys;       // below this many keys the cp.async wgmma kernel is faster
+  int deep_stages;    // 0, or a deeper ring for long keys (fewer Q buffers)
+  int deep_min_keys;  // the keys from which deep_stages is taken
 };
 
 constexpr TmaFwdTile tma_fwd_tile(int head_dim) {
   switch (head_dim) {
-    case 64: return {128, 3, 2, 2048};
-    case 128: return {128, 2, 2, 0};
-    case 192: return {64, 2, 2, 0};
-    case 256: return {80, 2, 2, 0};
-    default: return {0, 0, 0, 0};
+    case 64: return {128, 3, 2, 2048, 0, 0};
+    case 128: return {128, 2, 2, 0, 3, 2048};
+    case 192: return {64, 2, 2, 0, 0, 0};
+    case 256: return {80, 2, 2, 0, 0, 0};
+    default: return {0, 0, 0, 0, 0, 0};
   }
 }
 
