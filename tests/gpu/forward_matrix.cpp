@@ -350,6 +350,22 @@ std::vector<CaseSpec> tma_cases() {
   add(s);
   add(dense_case("tma_columns80_splitkv_q1_k4097_d80", 1, 4097, 2, 1, 80, 1));
   add(dense_case("tma_columns48_splitkv_q2_k4097_d40", 2, 4097, 2, 1, 40, 1));
+  // Scores of large magnitude (q and k with standard deviation 4: logits
+  // of standard deviation ~16, ~23 in base 2), so that from tile to tile a
+  // row's max rises by more than the running max may lag
+  // (online_softmax.cuh, kMaxLagLog2: raised, O rescaled) as often as by
+  // less (kept: P up to 2^8, no rescale), on the TMA kernels (the deep
+  // ring, D = 64's three consumers, D = 256's 80-key tiles, causal walked)
+  // and the cp.async wgmma kernel (D = 64 below 2048 keys).
+  auto large_scores = [](CaseSpec c) {
+    c.input_std = 4.0;
+    return c;
+  };
+  add(large_scores(dense_case("large_scores_tma_d128_deep_q300_k2500", 300, 2500, 4, 2, 128, 2)));
+  add(large_scores(causal(dense_case("large_scores_tma_d128_causal_q1100_k1300", 1100, 1300, 4, 4, 128, 2))));
+  add(large_scores(dense_case("large_scores_tma_d64_q700_k2100", 700, 2100, 3, 1, 64, 2)));
+  add(large_scores(causal(dense_case("large_scores_tma_d256_causal_q400_k700", 400, 700, 2, 1, 256, 2))));
+  add(large_scores(dense_case("large_scores_wgmma_d64_q300_k1000", 300, 1000, 2, 2, 64, 2)));
   return for_gpu_dtypes(cases, kHalfDtypes);
 }
 

@@ -68,8 +68,9 @@ __device__ __forceinline__ ForwardBlock forward_block(const ForwardParams& p) {
 // transformed) base-2 logits, then P = exp2(logit - max) in place; the rows'
 // max and sum are updated and correction[half] is the factor that O
 // accumulated so far must be scaled by. mult: score -> base-2 logit
-// (1 when Transformed: logit2 already applied it).
-template <int NT, bool Transformed>
+// (1 when Transformed: logit2 already applied it). Max: how the running max
+// follows (online_softmax.cuh).
+template <int NT, bool Transformed, RunningMax Max>
 __device__ __forceinline__ void online_softmax_m16(float (&s)[NT][4], float (&row_max)[2], float (&row_sum)[2],
                                                    float (&correction)[2], const ScoreRules& rules, int i0, int n0,
                                                    bool masked, int t4, float mult) {
@@ -90,8 +91,8 @@ __device__ __forceinline__ void online_softmax_m16(float (&s)[NT][4], float (&ro
           if (j < lo || j >= hi) x = -INFINITY;
         }
     }
-    correction[half] = online_softmax_row_step<NT>([&](int nt, int e) -> float& { return s[nt][half * 2 + e]; },
-                                                   row_max[half], row_sum[half], mult);
+    correction[half] = online_softmax_row_step<NT, Max>(
+        [&](int nt, int e) -> float& { return s[nt][half * 2 + e]; }, row_max[half], row_sum[half], mult);
   }
 }
 
@@ -120,6 +121,17 @@ __device__ __forceinline__ void rescale_rows_m16(float (&o)[DT][4], const float 
     o[dt][2] *= correction[1];
     o[dt][3] *= correction[1];
   }
+}
+
+// The same, skipped by a warp whose rows all kept their max (corrections
+// exactly 1: online_softmax_row_step's lag), as most tiles do; the vote
+// makes the branch warp-uniform, so the whole warp calls it. (The sm80
+// kernel multiplies always: the branch moved its register allocation,
+// which was tuned by measurement, from 40 to 52 bytes of spill stores at
+// D = 128.)
+template <int DT>
+__device__ __forceinline__ void rescale_moved_rows_m16(float (&o)[DT][4], const float (&correction)[2]) {
+  if (__any_sync(0xffffffffu, correction[0] != 1.0f || correction[1] != 1.0f)) rescale_rows_m16<DT>(o, correction);
 }
 
 // Offset of this (split, batch, head)'s row 0 in the split-KV partials.

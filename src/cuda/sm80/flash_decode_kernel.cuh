@@ -286,7 +286,7 @@ __global__ void __launch_bounds__(C::kThreads) flash_decode_kernel(const Forward
               }
           }
           const float max_before = row_max[mt][half];
-          correction[mt][half] = online_softmax_row_step<C::NT>(
+          correction[mt][half] = online_softmax_row_step<C::NT, RunningMax::exact>(
               [&](int nt, int e) -> float& { return s[mt][nt][half * 2 + e]; }, row_max[mt][half], row_sum[mt][half],
               mult);
           new_max = new_max || row_max[mt][half] != max_before;

@@ -213,17 +213,11 @@ __global__ void __launch_bounds__(C::kThreads, C::MinBlocks) flash_fwd_kernel(co
 #pragma unroll
       for (int mt = 0; mt < C::MT; ++mt) {
         float correction[2];
-        online_softmax_m16<C::NT, Transformed>(s[mt], row_max[mt], row_sum[mt], correction, rules,
+        online_softmax_m16<C::NT, Transformed, RunningMax::exact>(s[mt], row_max[mt], row_sum[mt], correction, rules,
                                                m0 + warp_row0 + mt * 16 + g, n0, masked, t4, mult);
         if constexpr (Dropout)
           drop_probabilities_m16<C::NT>(s[mt], drop, m0 + warp_row0 + mt * 16 + g, n0, t4);
-#pragma unroll
-        for (int dt = 0; dt < C::DT; ++dt) {
-          o[mt][dt][0] *= correction[0];
-          o[mt][dt][1] *= correction[0];
-          o[mt][dt][2] *= correction[1];
-          o[mt][dt][3] *= correction[1];
-        }
+        rescale_rows_m16<C::DT>(o[mt], correction);
       }
 
       cp_async_wait<0>();

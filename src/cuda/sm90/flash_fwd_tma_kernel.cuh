@@ -183,13 +183,14 @@ struct ConsumerPipe {
 
     float correction[2] = {1.0f, 1.0f};
     const bool masked = !f.rules.tile_unmasked(f.m0, f.rows, n0, C::BN);
-    online_softmax_m16<C::NT, Transformed>(s, row_max, row_sum, correction, f.rules, row, n0, masked, t4, mult);
+    online_softmax_m16<C::NT, Transformed, RunningMax::lagging>(s, row_max, row_sum, correction, f.rules, row, n0,
+                                                                masked, t4, mult);
     // The pending P V done: its V stage, its A registers and O are free.
     wgmma_wait<0>();
     fence_accumulators(o);
     if (pending) mbarrier_arrive(&v_empty[prev]);
     p_fragments_m16<T, C::KP>(s, pa);
-    if (pending) rescale_rows_m16<C::DT>(o, correction);  // (at j = 0 O holds no P V yet)
+    if (pending) rescale_moved_rows_m16<C::DT>(o, correction);  // (at j = 0 O holds no P V yet)
     ++kv_count;
   }
 

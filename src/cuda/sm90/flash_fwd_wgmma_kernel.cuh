@@ -181,13 +181,13 @@ __global__ void __launch_bounds__(C::kThreads, C::MinBlocks) flash_fwd_wgmma_ker
 
       // Scores -> (masked) logits; online softmax.
       const bool masked = !rules.tile_unmasked(m0, rows_here, n0, C::BN);
-      online_softmax_m16<C::NT, Transformed>(s, row_max, row_sum, correction, rules, m0 + warp_row0 + g, n0, masked,
-                                             t4, mult);
+      online_softmax_m16<C::NT, Transformed, RunningMax::lagging>(s, row_max, row_sum, correction, rules,
+                                                                  m0 + warp_row0 + g, n0, masked, t4, mult);
       // P_{j-1} V_{j-1} done: its A registers are free and O can be rescaled.
       wgmma_wait<0>();
       fence_accumulators(o);
       p_fragments_m16<T, C::KP>(s, pa);
-      rescale_rows_m16<C::DT>(o, correction);
+      rescale_moved_rows_m16<C::DT>(o, correction);
     }
     // The last P V.
     cp_async_wait<0>();

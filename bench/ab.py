@@ -1,0 +1,166 @@
+#!/usr/bin/env python3
+"""A/B of two builds of the `cuflash` command on the same prefill points, in
+one run on one GPU, with PyTorch SDPA's cuDNN beside them.
+
+    python3 bench/ab.py --base BASE/bin/cuflash --change NEW/bin/cuflash \\
+        [--rounds 2] [--head-dims 64,128,256] [--seqlens 512,2048,16384] [--masks none,causal] \\
+        [--passes fwd] [--backends torch_cudnn] [--label-base main] [--label-change change] [--out-dir DIR]
+
+Each round runs `cuflash bench --json` once with the base build and once with
+the change (alternating, each its own process, timed as bench/prefill.py
+times them); the PyTorch peers run after, in this process. A point's figure
+for a build is the median of its rounds' medians, and its spread (the largest
+over the smallest round) says how far the machine moved the same binary
+between rounds: a change/base ratio inside that spread is noise. Writes
+ab.json and ab.md into --out-dir (see bench/README.md).
+"""
+
+from __future__ import annotations
+
+import argparse
+import datetime
+import json
+import os
+import statistics
+import sys
+import time
+
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+from bench_common import add_timing_arguments, int_list, name_list, run_json_lines, timing_flags  # noqa: E402
+import prefill  # noqa: E402
+
+
+def log(message: str) -> None:
+    print(f"ab: {message}", file=sys.stderr, flush=True)
+
+
+def parse_args(argv=None):
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--base", required=True, help="the baseline's cuflash command")
+    parser.add_argument("--change", required=True, help="the change's cuflash command")
+    parser.add_argument("--label-base", default="base")
+    parser.add_argument("--label-change", default="change")
+    parser.add_argument("--rounds", type=int, default=2, help="alternating runs of each build")
+    parser.add_argument("--passes", type=name_list(prefill.PASSES), default=["fwd"])
+    parser.add_argument("--head-dims", type=int_list, default=prefill.HEAD_DIMS)
+    parser.add_argument("--masks", type=name_list(prefill.MASKS), default=prefill.MASKS)
+    parser.add_argument("--seqlens", type=int_list, default=[512, 2048, 16384])
+    parser.add_argument("--backends", type=name_list(list(prefill.TORCH_BACKENDS)), default=["torch_cudnn"],
+                        help="PyTorch peers timed on the same points")
+    parser.add_argument("--no-peers", action="store_true", help="no PyTorch peers")
+    parser.add_argument("--dtype", choices=["bf16"], default="bf16")
+    parser.add_argument("--torch-layout", choices=["bshd", "bhsd"], default="bshd")
+    parser.add_argument("--seed", type=int, default=0)
+    parser.add_argument("--out-dir", default=os.environ.get("OUT", "."))
+    add_timing_arguments(parser, rep_ms=150.0)
+    args = parser.parse_args(argv)
+    if args.no_peers:
+        args.backends = []
+    return args
+
+
+def key(row: dict) -> tuple:
+    return (row["pass"], row["head_dim"], bool(row["causal"]), row["seqlen"])
+
+
+def run_build(args, command: str) -> dict:
+    """One `cuflash bench` run of a build: point -> TFLOP/s (None: failed)."""
+    flags = ["bench", "--sweep", "prefill", "--json", "--backend", "cuda", "--pass", ",".join(args.passes),
+             "--head-dim", ",".join(map(str, args.head_dims)), "--mask", ",".join(args.masks),
+             "--seqlen", ",".join(map(str, args.seqlens)), "--seed", str(args.seed), *timing_flags(args)]
+    rows = {}
+
+    def add(row: dict) -> None:
+        rows[key(row)] = row.get("tflops") if not row.get("error") else None
+
+    run_json_lines([command, *flags], log, add)
+    return rows
+
+
+def spread(values: list[float]) -> float | None:
+    return max(values) / min(values) if values and min(values) > 0 else None
+
+
+def fmt(x, digits=1):
+    return "—" if x is None else f"{x:.{digits}f}"
+
+
+def main(argv=None) -> int:
+    args = parse_args(argv)
+    started = time.monotonic()
+    builds = {"base": args.base, "change": args.change}
+    rounds = {name: [] for name in builds}
+    for r in range(args.rounds):
+        for name, command in builds.items():
+            log(f"round {r + 1}: {name}")
+            rounds[name].append(run_build(args, command))
+
+    points = [dict(pass_name=p, head_dim=d, causal=m == "causal", seqlen=s, batch=prefill.TOKENS // s,
+                   heads=prefill.HIDDEN // d)
+              for p in args.passes for d in args.head_dims for m in args.masks for s in args.seqlens]
+    peers = {}
+    if args.backends:
+        import torch
+        bench = prefill.TorchBench(args)
+        for point in points:
+            for backend in args.backends:
+                row = bench.measure(point, backend)
+                torch.cuda.empty_cache()
+                log(prefill.progress(row))
+                peers[(backend, point["pass_name"], point["head_dim"], point["causal"], point["seqlen"])] = row["tflops"]
+        device = torch.cuda.get_device_name(0)
+    else:
+        device = None
+
+    table = []
+    for point in points:
+        k = (point["pass_name"], point["head_dim"], point["causal"], point["seqlen"])
+        entry = dict(zip(["pass", "head_dim", "causal", "seqlen"], k))
+        for name in builds:
+            values = [r[k] for r in rounds[name] if r.get(k) is not None]
+            entry[name] = statistics.median(values) if values else None
+            entry[name + "_rounds"] = values
+            entry[name + "_spread"] = spread(values)
+        entry["change_over_base"] = (entry["change"] / entry["base"]) if entry["base"] and entry["change"] else None
+        for backend in args.backends:
+            peer = peers.get((backend,) + k)
+            entry[backend] = peer
+            for name in builds:
+                entry[f"{name}_over_{backend}"] = entry[name] / peer if peer and entry[name] else None
+        table.append(entry)
+
+    meta = dict(device=device, date=datetime.datetime.now(datetime.timezone.utc).strftime("%Y-%m-%dT%H:%MZ"),
+                base=args.label_base, change=args.label_change, rounds=args.rounds, dtype=args.dtype,
+                seconds=round(time.monotonic() - started))
+    os.makedirs(args.out_dir, exist_ok=True)
+    with open(os.path.join(args.out_dir, "ab.json"), "w") as f:
+        json.dump(dict(meta=meta, points=table), f, indent=1)
+    lines = [f"# A/B: {args.label_change} against {args.label_base}", "",
+             f"- device: {device}", f"- date: {meta['date']}",
+             f"- {args.rounds} alternating rounds per build; TFLOP/s = the median of the rounds' medians; "
+             "spread = largest / smallest round of the same build", ""]
+    peer_cols = [f"{b}" for b in args.backends]
+    ratio_cols = [f"{n} / {b}" for b in args.backends for n in ("base", "change")]
+    header = ["pass", "D", "mask", "seqlen", "base", "change", "change / base", "base spread", "change spread"]
+    header += peer_cols + ratio_cols
+    lines.append("| " + " | ".join(header) + " |")
+    lines.append("| --- | --- | --- | --- |" + " ---: |" * (len(header) - 4))
+    for e in table:
+        cells = [e["pass"], str(e["head_dim"]), "causal" if e["causal"] else "none", str(e["seqlen"]),
+                 fmt(e["base"]), fmt(e["change"]), fmt(e["change_over_base"], 3), fmt(e["base_spread"], 3),
+                 fmt(e["change_spread"], 3)]
+        cells += [fmt(e[b]) for b in args.backends]
+        cells += [fmt(e[f"{n}_over_{b}"], 2) for b in args.backends for n in ("base", "change")]
+        lines.append("| " + " | ".join(cells) + " |")
+    ratios = [e["change_over_base"] for e in table if e["change_over_base"]]
+    if ratios:
+        lines += ["", f"Geometric mean of change / base: {statistics.geometric_mean(ratios):.3f} "
+                      f"over {len(ratios)} points."]
+    with open(os.path.join(args.out_dir, "ab.md"), "w") as f:
+        f.write("\n".join(lines) + "\n")
+    print("\n".join(lines))
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
