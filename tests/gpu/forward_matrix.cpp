@@ -352,9 +352,9 @@ std::vector<CaseSpec> tma_cases() {
   add(dense_case("tma_columns48_splitkv_q2_k4097_d40", 2, 4097, 2, 1, 40, 1));
   // Scores of large magnitude (q and k with standard deviation 4: logits
   // of standard deviation ~16, ~23 in base 2), so that from tile to tile a
-  // row's max rises by more than the running max may lag
-  // (online_softmax.cuh, kMaxLagLog2: raised, O rescaled) as often as by
-  // less (kept: P up to 2^8, no rescale), on the TMA kernels (the deep
+  // row's max rises both by more than the running max may lag
+  // (online_softmax.cuh, kMaxLagLog2: raised, O rescaled) and by less
+  // (kept: P up to 2^8, no rescale), on the TMA kernels (the deep
   // ring, D = 64's three consumers, D = 256's 80-key tiles, causal walked)
   // and the cp.async wgmma kernel (D = 64 below 2048 keys).
   auto large_scores = [](CaseSpec c) {

@@ -213,8 +213,9 @@ __global__ void __launch_bounds__(C::kThreads, C::MinBlocks) flash_fwd_kernel(co
 #pragma unroll
       for (int mt = 0; mt < C::MT; ++mt) {
         float correction[2];
-        online_softmax_m16<C::NT, Transformed, RunningMax::exact>(s[mt], row_max[mt], row_sum[mt], correction, rules,
-                                               m0 + warp_row0 + mt * 16 + g, n0, masked, t4, mult);
+        online_softmax_m16<C::NT, Transformed, RunningMax::exact>(s[mt], row_max[mt], row_sum[mt], correction,
+                                                                  rules, m0 + warp_row0 + mt * 16 + g, n0, masked,
+                                                                  t4, mult);
         if constexpr (Dropout)
           drop_probabilities_m16<C::NT>(s[mt], drop, m0 + warp_row0 + mt * 16 + g, n0, t4);
         rescale_rows_m16<C::DT>(o[mt], correction);
