@@ -95,9 +95,7 @@ def main(argv=None) -> int:
             log(f"round {r + 1}: {name}")
             rounds[name].append(run_build(args, command))
 
-    points = [dict(pass_name=p, head_dim=d, causal=m == "causal", seqlen=s, batch=prefill.TOKENS // s,
-                   heads=prefill.HIDDEN // d)
-              for p in args.passes for d in args.head_dims for m in args.masks for s in args.seqlens]
+    points = prefill.points(args)
     peers = {}
     if args.backends:
         import torch
