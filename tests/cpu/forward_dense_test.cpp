@@ -66,6 +66,15 @@ std::vector<CaseSpec> option_cases() {
   }
 
   for (CaseSpec& variant_case : option_variant_cases()) add(std::move(variant_case));
+  // A softmax_scale that is not positive: uniform weights at 0, the smallest
+  // scores weighing most when negative.
+  CaseSpec scaled = dense_case("scale_zero", 37, 53, 4, 2, 64);
+  scaled.options.softmax_scale = 0.0f;
+  add(scaled);
+  scaled = dense_case("scale_negative_causal", 37, 53, 4, 2, 64);
+  scaled.options.softmax_scale = -0.3f;
+  scaled.options.causal = true;
+  add(scaled);
   return for_dtypes(cases, kAllDtypes);
 }
 

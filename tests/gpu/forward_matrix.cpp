@@ -366,6 +366,17 @@ std::vector<CaseSpec> tma_cases() {
   add(large_scores(dense_case("large_scores_tma_d64_q700_k2100", 700, 2100, 3, 1, 64, 2)));
   add(large_scores(causal(dense_case("large_scores_tma_d256_causal_q400_k700", 400, 700, 2, 1, 256, 2))));
   add(large_scores(dense_case("large_scores_wgmma_d64_q300_k1000", 300, 1000, 2, 2, 64, 2)));
+  // A softmax_scale that is not positive takes the transformed variants
+  // (attention_params.hpp, transformed_scores): uniform weights at 0, the
+  // smallest scores weighing most when negative.
+  auto scaled = [](CaseSpec c, float scale) {
+    c.options.softmax_scale = scale;
+    return c;
+  };
+  add(scaled(dense_case("scale_zero_tma_d128_deep_q300_k2500", 300, 2500, 4, 2, 128, 1), 0.0f));
+  add(scaled(dense_case("scale_negative_tma_d64_q700_k2100", 700, 2100, 3, 1, 64, 1), -0.2f));
+  add(scaled(causal(dense_case("scale_negative_tma_d256_causal_q400_k700", 400, 700, 2, 1, 256, 1)), -0.05f));
+  add(scaled(dense_case("scale_negative_wgmma_d64_q300_k1000", 300, 1000, 2, 2, 64, 1), -0.125f));
   return for_gpu_dtypes(cases, kHalfDtypes);
 }
 

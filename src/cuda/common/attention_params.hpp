@@ -115,6 +115,17 @@ struct AttentionParams {
   KvCacheParams cache;
 };
 
+// Whether the kernels take each score through ScoreRules::logit2 (their
+// `Transformed` variants) instead of scaling it at the exponent: softcap and
+// ALiBi change the logit, and a softmax_scale that is not positive breaks
+// the plain variants' shortcut, the forward's row max taken over unscaled
+// scores (with a negative scale that max is the logits' minimum and exp2
+// overflows; with 0 the first tile's correction is exp2(-inf x 0), NaN).
+// The one rule every launch picks its variant by.
+inline bool transformed_scores(const AttentionParams& p) {
+  return p.softcap > 0.0f || p.alibi_slopes != nullptr || !(p.softmax_scale > 0.0f);
+}
+
 struct ForwardParams : AttentionParams {
   void* out = nullptr;  // like q
   RowStrides out_strides;

@@ -14,7 +14,7 @@ namespace cuflash::detail::sm80 {
 template <typename T, int D, int MT, bool Wide>
 Status launch_flash_decode_rows(const ForwardParams& p, cudaStream_t stream) {
   using C = DecodeConfig<T, D, MT, Wide>;
-  const bool transformed = p.softcap > 0.0f || p.alibi_slopes != nullptr;
+  const bool transformed = transformed_scores(p);
   auto kernel = transformed ? flash_decode_kernel<C, true> : flash_decode_kernel<C, false>;
   CUFLASH_TRY(allow_dynamic_smem(kernel, C::kSmemBytes, "flash_decode_kernel"));
   const int rows = p.group * p.max_q_len;

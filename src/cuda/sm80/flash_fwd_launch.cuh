@@ -15,7 +15,7 @@ template <typename T, int D>
 Status launch_flash_fwd(const ForwardParams& p, cudaStream_t stream) {
   constexpr FwdTile tile = fwd_tile(D);
   using C = FwdConfig<T, D, tile.block_m, tile.block_n, tile.warps, tile.q_in_regs, tile.min_blocks>;
-  const bool transformed = p.softcap > 0.0f || p.alibi_slopes != nullptr;
+  const bool transformed = transformed_scores(p);
   auto kernel = p.has_dropout        ? flash_fwd_kernel<C, true, true>
                 : transformed        ? flash_fwd_kernel<C, true>
                 : p.head_dim < C::D  ? flash_fwd_kernel<C, false, false, true>

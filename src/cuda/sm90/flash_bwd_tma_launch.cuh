@@ -56,8 +56,7 @@ Status launch_flash_bwd_tma(const BackwardParams& p, const TmaBackwardLaunch& la
     CUFLASH_TRY(launch_status("flash_bwd_tma_prep_kernel"));
   }
   if (p.max_kv_len > 0) {
-    auto kernel = p.softcap > 0.0f || p.alibi_slopes != nullptr ? tma_bwd_main_kernel<C, true>()
-                                                                 : tma_bwd_main_kernel<C, false>();
+    auto kernel = transformed_scores(p) ? tma_bwd_main_kernel<C, true>() : tma_bwd_main_kernel<C, false>();
     CUFLASH_TRY(allow_dynamic_smem(kernel, C::kSmemBytes, "flash_bwd_tma_kernel"));
     const dim3 grid(static_cast<unsigned>((p.max_kv_len + C::BN - 1) / C::BN), static_cast<unsigned>(p.heads_kv),
                     static_cast<unsigned>(p.batch));

@@ -43,10 +43,11 @@ Status launch_flash_fwd_tma(const ForwardParams& p, const TmaForwardLaunch& laun
   constexpr TmaFwdTile tile = tma_fwd_tile(D);
   static_assert(tile.block_n > 0, "no TMA forward for this head dim");
   using C = TmaFwdConfig<T, D, tile.block_n, tile.consumers, tile.stages, DC>;
-  // Softcap/ALiBi scores need more registers than three consumer warpgroups
-  // have (160 each: 460 bytes of spills at D = 64); they take two.
+  // Transformed scores (softcap, ALiBi, a scale <= 0: transformed_scores)
+  // need more registers than three consumer warpgroups have (160 each: 460
+  // bytes of spills at D = 64); they take two.
   using CT = TmaFwdConfig<T, D, tile.block_n, tile.consumers == 3 ? 2 : tile.consumers, tile.stages, DC>;
-  if (p.softcap > 0.0f || p.alibi_slopes != nullptr) return launch_tma_config<CT, true>(p, launch, stream);
+  if (transformed_scores(p)) return launch_tma_config<CT, true>(p, launch, stream);
   if constexpr (tile.deep_stages > 0 && DC == D) {
     using CD = TmaFwdConfig<T, D, tile.block_n, tile.consumers, tile.deep_stages, DC>;
     if (launch.deep_ring) return launch_tma_config<CD, false>(p, launch, stream);
