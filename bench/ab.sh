@@ -38,8 +38,6 @@ tar -xf .ab/base.tar -C "$dir/base-src"
 base_commit=$(cat .ab/base-commit 2>/dev/null || echo base)
 gtest=()
 [ -d .deps/googletest ] && gtest=(-DCUFLASH_GTEST_SOURCE="$PWD/.deps/googletest")
-# The base's build finds the carried dependencies through the same paths.
-[ -d .deps ] && ln -sfn "$PWD/.deps" "$dir/base-src/.deps"
 
 # Backend cuda only: the cuDNN backend and the NCCL ring are not what is
 # compared, and leaving them out shortens both builds.
