@@ -136,10 +136,12 @@ struct ConsumerPipe {
   // O (+)= P V of the tile in `stage`; the item's first overwrites O.
   __device__ __forceinline__ void issue_pv(float (&o)[C::DT][4], const std::uint32_t (&pa)[C::KP][4], int stage,
                                            bool first) const {
+    // The stage's descriptor once, the steps as immediates on it: ptxas does
+    // not split (stage * bytes + step) >> 4 itself, and rebuilt it per wgmma.
+    const std::uint64_t v_stage = desc_advance(v_desc, stage * C::kStageBytes);
 #pragma unroll
     for (int kk = 0; kk < C::KP; ++kk)
-      wgmma_rs<T, C::DC, true>(o, pa[kk],
-                               desc_advance(v_desc, stage * C::kStageBytes + C::KVTile::mn_major_step_bytes(kk)),
+      wgmma_rs<T, C::DC, true>(o, pa[kk], desc_advance(v_stage, C::KVTile::mn_major_step_bytes(kk)),
                                kk > 0 || !first);
     wgmma_commit();
   }
@@ -161,12 +163,13 @@ struct ConsumerPipe {
     if (pending) mbarrier_wait(&v_full[prev], ((t - 1) / C::Stages) & 1);
 
     float s[C::NT][4];
+    const std::uint64_t k_stage = desc_advance(k_desc, st * C::kStageBytes);  // (as in issue_pv)
     named_barrier_sync(my_turn, 256);
     wgmma_fence();
 #pragma unroll
     for (int ks = 0; ks < C::KQ; ++ks)
       wgmma_ss<T, C::BN>(s, desc_advance(q_desc, C::QTile::k_major_step_bytes(ks)),
-                         desc_advance(k_desc, st * C::kStageBytes + C::KVTile::k_major_step_bytes(ks)), ks > 0);
+                         desc_advance(k_stage, C::KVTile::k_major_step_bytes(ks)), ks > 0);
     wgmma_commit();
     // (The hand-over sits in each branch: one shared copy after the branch
     // made ptxas serialize the wgmmas.)
