@@ -5,7 +5,9 @@
 # launch resources, hottest stall sites). Writes <tag>-{cuflash,torch}.txt to
 # $OUT (or docs/perf).
 #   bench/profile_kernels.sh <tag> <pass fwd|fwdbwd> <head_dim> <seqlen> <causal 0|1> <cuflash kernel regex> <torch kernel regex>
-# Expects build-bench/bin/cuflash (bench/prefill.sh builds it).
+# Expects build-bench/bin/cuflash (bench/prefill.sh builds it). TORCH_SDPA
+# picks PyTorch's SDPA backend (default FLASH_ATTENTION; CUDNN_ATTENTION for
+# cuDNN's kernel, e.g. with the regex 'sdpa|cudnn|fprop|dgrad').
 set -euo pipefail
 cd "$(dirname "$0")/.."
 tag=$1 pass=$2 head_dim=$3 seqlen=$4 causal=$5 ours=$6 theirs=$7
@@ -19,12 +21,13 @@ ncu --kernel-name "regex:$ours" --launch-skip 3 --launch-count 1 "${sections[@]}
   build-bench/bin/cuflash bench --backend cuda --pass "$pass" --head-dim "$head_dim" --seqlen "$seqlen" \
   --heads "$heads" --batch "$batch" --mask "$mask" --reps 3 --warmup-ms 0 --min-reps 1 >"/tmp/$tag-cuflash.log" 2>&1 || true
 ncu --kernel-name "regex:$theirs" --launch-skip 3 --launch-count 1 "${sections[@]}" -f -o "/tmp/$tag-torch" \
-  python3 - "$pass" "$head_dim" "$seqlen" "$heads" "$batch" "$causal" >"/tmp/$tag-torch.log" 2>&1 <<'PY' || true
+  python3 - "$pass" "$head_dim" "$seqlen" "$heads" "$batch" "$causal" "${TORCH_SDPA:-FLASH_ATTENTION}" >"/tmp/$tag-torch.log" 2>&1 <<'PY' || true
 import sys, torch
 from torch.nn.attention import SDPBackend, sdpa_kernel
 p, d, s, h, b, causal = sys.argv[1], int(sys.argv[2]), int(sys.argv[3]), int(sys.argv[4]), int(sys.argv[5]), sys.argv[6] == "1"
-q, k, v = (torch.randn(b, h, s, d, device="cuda", dtype=torch.bfloat16, requires_grad=True) for _ in range(3))
-with sdpa_kernel(SDPBackend.FLASH_ATTENTION):
+# [B, S, H, D] memory seen as [B, H, S, D], as cuflash gets it (bench/prefill.py's default layout)
+q, k, v = (torch.randn(b, s, h, d, device="cuda", dtype=torch.bfloat16).transpose(1, 2).requires_grad_() for _ in range(3))
+with sdpa_kernel(getattr(SDPBackend, sys.argv[7])):
     for _ in range(6):
         o = torch.nn.functional.scaled_dot_product_attention(q, k, v, is_causal=causal)
         if p == "fwdbwd":
