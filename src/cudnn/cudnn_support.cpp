@@ -40,6 +40,16 @@ Status check_problem(const Problem& p) {
   if (p.softcap > 0.0f)
     return Status::unsupported(prefix + "softcap is not supported (cuDNN's fused attention has no tanh soft-capping "
                                         "that combines with its masks)");
+  // A softmax_scale <= 0 (validate() takes any finite one): PyTorch 2.11's
+  // cuDNN SDPA returned NaN outputs and gradients for scales 0, -0.125 and
+  // -1 in 12 of 12 cases (H200, D = 64 and 128, causal and not; the positive
+  // scale beside them was right), as a kernel does that takes a row's max
+  // before scaling (attention_params.hpp, transformed_scores). This backend
+  // builds the same cuDNN SDPA graphs; the cuda backend runs these scales.
+  if (!(p.softmax_scale > 0.0f))
+    return Status::unsupported(prefix + "softmax_scale " + std::to_string(p.softmax_scale) +
+                               " is not supported (cuDNN's fused attention returned NaN for scales <= 0); "
+                               "backend cuda runs it");
   if (p.has_diagonal_offset)
     return Status::unsupported(prefix + "diagonal_offset is not supported (cuDNN aligns its masks top-left or "
                                         "bottom-right only)");

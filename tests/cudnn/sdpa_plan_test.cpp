@@ -9,6 +9,7 @@
 #include "common/attention_case.hpp"
 #include "common/kv_cache_cases.hpp"
 #include "gpu/gpu_cases.hpp"
+#include "cudnn_support.hpp"
 #include "sdpa_plan.hpp"
 #include "validate.hpp"
 
@@ -224,6 +225,24 @@ TEST(CudnnPlan, LengthsOnlyOnTheDeviceAssumeTheWorst) {
   EXPECT_TRUE(make_plan(p).fix_unseen_keys);
   EXPECT_EQ(graph_key(make_plan(p)), graph_key(make_plan(backward_problem(s))));
   EXPECT_EQ(make_plan(p).scratch.bytes, make_plan(backward_problem(s)).scratch.bytes);
+}
+
+// A scale <= 0 is refused by name before any cuDNN call (cudnn_support.cpp
+// says why); a positive one passes this check and goes on to the device's.
+TEST(CudnnSupport, RefusesNonPositiveSoftmaxScale) {
+  for (const float scale : {0.0f, -0.125f}) {
+    CaseSpec s = bf16(dense_case("scale", 64, 64, 2, 2, 64, 1));
+    s.options.softmax_scale = scale;
+    for (const Problem& p : {forward_problem(s), backward_problem(s)}) {
+      const Status status = check_problem(p);
+      EXPECT_EQ(status.code(), StatusCode::unsupported) << status.to_string();
+      EXPECT_NE(status.message().find("softmax_scale"), std::string::npos) << status.to_string();
+    }
+  }
+  CaseSpec positive = bf16(dense_case("scale", 64, 64, 2, 2, 64, 1));
+  positive.options.softmax_scale = 0.125f;
+  const Status status = check_problem(forward_problem(positive));
+  EXPECT_EQ(status.to_string().find("softmax_scale"), std::string::npos) << status.to_string();
 }
 
 }  // namespace
