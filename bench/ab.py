@@ -1,14 +1,16 @@
 #!/usr/bin/env python3
-"""A/B of two builds of the `cuflash` command on the same prefill points, in
-one run on one GPU, with PyTorch SDPA's cuDNN beside them.
+"""A/B of builds of the `cuflash` command on the same prefill points, in one
+run on one GPU, with PyTorch SDPA's cuDNN beside them: a base and one or
+more changes.
 
-    python3 bench/ab.py --base BASE/bin/cuflash --change NEW/bin/cuflash \\
+    python3 bench/ab.py --base BASE/bin/cuflash --change NEW/bin/cuflash [--change NEW2/bin/cuflash ...] \\
         [--rounds 2] [--head-dims 64,128,256] [--seqlens 512,2048,16384] [--masks none,causal] \\
-        [--passes fwd] [--backends torch_cudnn] [--label-base main] [--label-change change] [--out-dir DIR]
+        [--passes fwd] [--backends torch_cudnn] [--label-base main] [--label-change change ...] [--out-dir DIR]
 
-Each round runs `cuflash bench --json` once with the base build and once with
-the change (alternating, each its own process, timed as bench/prefill.py
-times them); the PyTorch peers run after, in this process. A point's figure
+Each round runs `cuflash bench --json` once with each build in turn (the
+base, then the changes, each its own process, timed as bench/prefill.py
+times them); the PyTorch peers run after, in this process. The first change
+is `change` in the json and the table, the next ones `change2`, `change3`... A point's figure
 for a build is the median of its rounds' medians, and its spread (the largest
 over the smallest round) says how far the machine moved the same binary
 between rounds: a change/base ratio inside that spread is noise. Writes
@@ -37,9 +39,11 @@ def log(message: str) -> None:
 def parse_args(argv=None):
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--base", required=True, help="the baseline's cuflash command")
-    parser.add_argument("--change", required=True, help="the change's cuflash command")
+    parser.add_argument("--change", required=True, action="append",
+                        help="a change's cuflash command (repeat for more changes)")
     parser.add_argument("--label-base", default="base")
-    parser.add_argument("--label-change", default="change")
+    parser.add_argument("--label-change", action="append", default=[],
+                        help="a change's label, in the order of --change (default: its name)")
     parser.add_argument("--rounds", type=int, default=2, help="alternating runs of each build")
     parser.add_argument("--passes", type=name_list(prefill.PASSES), default=["fwd"])
     parser.add_argument("--head-dims", type=int_list, default=prefill.HEAD_DIMS)
@@ -56,7 +60,14 @@ def parse_args(argv=None):
     args = parser.parse_args(argv)
     if args.no_peers:
         args.backends = []
+    if len(args.label_change) > len(args.change):
+        parser.error("--label-change: more labels than --change builds")
     return args
+
+
+def change_names(count: int) -> list[str]:
+    """The changes' names in the json and the table: change, change2, ..."""
+    return ["change"] + [f"change{i}" for i in range(2, count + 1)]
 
 
 def key(row: dict) -> tuple:
@@ -88,7 +99,10 @@ def fmt(x, digits=1):
 def main(argv=None) -> int:
     args = parse_args(argv)
     started = time.monotonic()
-    builds = {"base": args.base, "change": args.change}
+    changes = change_names(len(args.change))
+    builds = {"base": args.base, **dict(zip(changes, args.change))}
+    labels = {"base": args.label_base,
+              **{name: (args.label_change[i] if i < len(args.label_change) else name) for i, name in enumerate(changes)}}
     rounds = {name: [] for name in builds}
     for r in range(args.rounds):
         for name, command in builds.items():
@@ -119,7 +133,8 @@ def main(argv=None) -> int:
             entry[name] = statistics.median(values) if values else None
             entry[name + "_rounds"] = values
             entry[name + "_spread"] = spread(values)
-        entry["change_over_base"] = (entry["change"] / entry["base"]) if entry["base"] and entry["change"] else None
+        for name in changes:
+            entry[f"{name}_over_base"] = entry[name] / entry["base"] if entry["base"] and entry[name] else None
         for backend in args.backends:
             peer = peers.get((backend,) + k)
             entry[backend] = peer
@@ -128,32 +143,39 @@ def main(argv=None) -> int:
         table.append(entry)
 
     meta = dict(device=device, date=datetime.datetime.now(datetime.timezone.utc).strftime("%Y-%m-%dT%H:%MZ"),
-                base=args.label_base, change=args.label_change, rounds=args.rounds, dtype=args.dtype,
+                base=labels["base"], change=labels["change"], labels=labels, rounds=args.rounds, dtype=args.dtype,
                 seconds=round(time.monotonic() - started))
     os.makedirs(args.out_dir, exist_ok=True)
     with open(os.path.join(args.out_dir, "ab.json"), "w") as f:
         json.dump(dict(meta=meta, points=table), f, indent=1)
-    lines = [f"# A/B: {args.label_change} against {args.label_base}", "",
+    title = ", ".join(labels[n] for n in changes)
+    lines = [f"# A/B: {title} against {labels['base']}", "",
              f"- device: {device}", f"- date: {meta['date']}",
              f"- {args.rounds} alternating rounds per build; TFLOP/s = the median of the rounds' medians; "
              "spread = largest / smallest round of the same build", ""]
+    if len(changes) > 1:
+        lines[2:2] = [f"- {name}: {labels[name]}" for name in builds] + [""]
     peer_cols = [f"{b}" for b in args.backends]
-    ratio_cols = [f"{n} / {b}" for b in args.backends for n in ("base", "change")]
-    header = ["pass", "D", "mask", "seqlen", "base", "change", "change / base", "base spread", "change spread"]
-    header += peer_cols + ratio_cols
+    ratio_cols = [f"{n} / {b}" for b in args.backends for n in builds]
+    header = ["pass", "D", "mask", "seqlen", "base"]
+    for name in changes:
+        header += [name, f"{name} / base"]
+    header += [f"{n} spread" for n in builds] + peer_cols + ratio_cols
     lines.append("| " + " | ".join(header) + " |")
     lines.append("| --- | --- | --- | --- |" + " ---: |" * (len(header) - 4))
     for e in table:
-        cells = [e["pass"], str(e["head_dim"]), "causal" if e["causal"] else "none", str(e["seqlen"]),
-                 fmt(e["base"]), fmt(e["change"]), fmt(e["change_over_base"], 3), fmt(e["base_spread"], 3),
-                 fmt(e["change_spread"], 3)]
+        cells = [e["pass"], str(e["head_dim"]), "causal" if e["causal"] else "none", str(e["seqlen"]), fmt(e["base"])]
+        for name in changes:
+            cells += [fmt(e[name]), fmt(e[f"{name}_over_base"], 3)]
+        cells += [fmt(e[f"{n}_spread"], 3) for n in builds]
         cells += [fmt(e[b]) for b in args.backends]
-        cells += [fmt(e[f"{n}_over_{b}"], 2) for b in args.backends for n in ("base", "change")]
+        cells += [fmt(e[f"{n}_over_{b}"], 2) for b in args.backends for n in builds]
         lines.append("| " + " | ".join(cells) + " |")
-    ratios = [e["change_over_base"] for e in table if e["change_over_base"]]
-    if ratios:
-        lines += ["", f"Geometric mean of change / base: {statistics.geometric_mean(ratios):.3f} "
-                      f"over {len(ratios)} points."]
+    for name in changes:
+        ratios = [e[f"{name}_over_base"] for e in table if e[f"{name}_over_base"]]
+        if ratios:
+            lines += ["", f"Geometric mean of {name} / base: {statistics.geometric_mean(ratios):.3f} "
+                          f"over {len(ratios)} points."]
     with open(os.path.join(args.out_dir, "ab.md"), "w") as f:
         f.write("\n".join(lines) + "\n")
     print("\n".join(lines))

@@ -1,10 +1,13 @@
 #!/usr/bin/env bash
 # A change against its base on the GPU machine, in one device call: the
-# `cuflash` command built from the base (a `git archive` staged here) and from
-# the working tree side by side with all cores, optionally a ctest selection
-# on the working tree's build, then bench/ab.py (alternating rounds of both
-# builds on the same prefill points, PyTorch SDPA's cuDNN in the same run).
-#   here:  bench/ab.sh --stage [REF]     # .ab/base.tar (REF: HEAD) and .ab/base-commit
+# `cuflash` command built from the base (a `git archive` staged here), from
+# the working tree and from any extra changes staged beside them, side by
+# side with all cores, optionally a ctest selection on the working tree's
+# build, then bench/ab.py (alternating rounds of the builds on the same
+# prefill points, PyTorch SDPA's cuDNN in the same run).
+#   here:  bench/ab.sh --stage [REF]         # .ab/base.tar (REF: HEAD) and .ab/base-commit
+#          bench/ab.sh --stage-extra REF     # optional, repeatable: .ab/extra/<REF>.tar, another
+#                                            # change timed against the same base (a branch, say)
 #          (the device call then carries [".ab", ".deps"]; .deps from scripts/stage-gpu-deps.sh)
 #   there: AB_TESTS='HopperTma|Sanitize' bench/ab.sh [bench/ab.py flags...]
 # Environment: AB_TESTS, a ctest -R regex run on the working tree's build
@@ -24,7 +27,17 @@ if [ "${1:-}" = "--stage" ]; then
   mkdir -p .ab
   git archive --format=tar -o .ab/base.tar "$ref"
   git rev-parse --short "$ref" >.ab/base-commit
+  rm -rf .ab/extra  # a new base starts a new comparison
   echo "staged $(cat .ab/base-commit) in .ab/base.tar ($(du -h .ab/base.tar | cut -f1)); carry [\".ab\", \".deps\"]"
+  exit 0
+fi
+if [ "${1:-}" = "--stage-extra" ]; then
+  ref=${2:?"--stage-extra: which ref?"}
+  name=$(printf '%s' "$ref" | tr -c 'A-Za-z0-9._-' '_')
+  mkdir -p .ab/extra
+  git archive --format=tar -o ".ab/extra/$name.tar" "$ref"
+  echo "$ref $(git rev-parse --short "$ref")" >".ab/extra/$name.label"
+  echo "staged $(cat ".ab/extra/$name.label") in .ab/extra/$name.tar"
   exit 0
 fi
 
@@ -52,6 +65,15 @@ start=$(date +%s)
 (configure "$dir/base-src" "$dir/base-build" OFF && cmake --build "$dir/base-build" -j "$(nproc)" \
   --target cuflash_cli) >"$logs/build-base.log" 2>&1 &
 base_pid=$!
+extra_names=() extra_pids=()
+for tarball in .ab/extra/*.tar; do
+  [ -e "$tarball" ] || continue
+  name=$(basename "$tarball" .tar)
+  rm -rf "$dir/extra-$name-src" && mkdir -p "$dir/extra-$name-src" && tar -xf "$tarball" -C "$dir/extra-$name-src"
+  (configure "$dir/extra-$name-src" "$dir/extra-$name-build" OFF && cmake --build "$dir/extra-$name-build" \
+    -j "$(nproc)" --target cuflash_cli) >"$logs/build-extra-$name.log" 2>&1 &
+  extra_names+=("$name") extra_pids+=($!)
+done
 (configure . "$dir/change-build" "$tests" && cmake --build "$dir/change-build" -j "$(nproc)" \
   --target "${targets[@]}") >"$logs/build-change.log" 2>&1
 change_status=$?
@@ -66,10 +88,20 @@ for build in base change; do
     exit 1
   fi
 done
+extra_flags=()
+for i in "${!extra_names[@]}"; do
+  name=${extra_names[$i]}
+  if ! wait "${extra_pids[$i]}"; then
+    echo "ab.sh: the extra build $name failed:"
+    tail -30 "$logs/build-extra-$name.log"
+    exit 1
+  fi
+  extra_flags+=(--change "$dir/extra-$name-build/bin/cuflash" --label-change "$(cat ".ab/extra/$name.label")")
+done
 
 status=0
 PYTHONUNBUFFERED=1 python3 bench/ab.py --base "$dir/base-build/bin/cuflash" --change "$dir/change-build/bin/cuflash" \
-  --label-base "$base_commit" --label-change "working tree on $base_commit" --out-dir "$out" "$@" \
+  --label-base "$base_commit" --label-change "working tree on $base_commit" "${extra_flags[@]}" --out-dir "$out" "$@" \
   2>"$logs/ab.log" || status=1
 if [ -n "${AB_TESTS:-}" ]; then
   start=$(date +%s)

@@ -1,7 +1,7 @@
 #!/usr/bin/env python3
-"""Tests of bench/ab.py that need no GPU and no PyTorch: two fake `cuflash`
+"""Tests of bench/ab.py that need no GPU and no PyTorch: fake `cuflash`
 builds whose rounds differ, the median of the rounds, the spread, the ratio,
-a failed point, the report; and the `cuflash bench` command line ab.py builds
+a failed point, several changes against one base, the report; and the `cuflash bench` command line ab.py builds
 (checked against the real parser when $CUFLASH_CLI names the command).
 
     python3 -m unittest discover -s bench -p 'test_*.py'
@@ -91,6 +91,35 @@ class AbTest(unittest.TestCase):
         self.assertIsNone(failed["change_over_base"])
         self.assertIn("| fwd | 64 | none | 4096 | 400.0 | — | — |", markdown)
         self.assertIn("over 1 points.", markdown)
+
+    def test_several_changes_against_one_base(self):
+        tmp = tempfile.mkdtemp()
+        paths = {name: os.path.join(tmp, name) for name in ("base", "first", "second")}
+        write_fake_build(paths["base"], [400.0, 400.0])
+        write_fake_build(paths["first"], [440.0, 440.0])
+        write_fake_build(paths["second"], [380.0, 390.0])
+        out = os.path.join(tmp, "out")
+        with contextlib.redirect_stdout(io.StringIO()), contextlib.redirect_stderr(io.StringIO()):
+            code = ab.main(["--base", paths["base"], "--change", paths["first"], "--change", paths["second"],
+                            "--label-change", "fma4", "--rounds", "2", "--no-peers", "--head-dims", "64",
+                            "--masks", "none", "--seqlens", "512", "--out-dir", out])
+        self.assertEqual(code, 0)
+        with open(os.path.join(out, "ab.json")) as f:
+            data = json.load(f)
+        with open(os.path.join(out, "ab.md")) as f:
+            markdown = f.read()
+        point = data["points"][0]
+        self.assertEqual((point["base"], point["change"], point["change2"]), (400.0, 440.0, 385.0))
+        self.assertAlmostEqual(point["change2_over_base"], 385.0 / 400.0)
+        self.assertEqual(data["meta"]["labels"], {"base": "base", "change": "fma4", "change2": "change2"})
+        self.assertIn("# A/B: fma4, change2 against base", markdown)
+        self.assertIn("| fwd | 64 | none | 512 | 400.0 | 440.0 | 1.100 | 385.0 | 0.963 | 1.000 | 1.000 | 1.026 |",
+                      markdown)
+        self.assertIn("Geometric mean of change2 / base: 0.963 over 1 points.", markdown)
+
+    def test_more_labels_than_changes_is_refused(self):
+        with contextlib.redirect_stderr(io.StringIO()), self.assertRaises(SystemExit):
+            ab.parse_args(["--base", "b", "--change", "c", "--label-change", "x", "--label-change", "y"])
 
     @unittest.skipUnless(os.environ.get("CUFLASH_CLI"), "set CUFLASH_CLI to the cuflash command")
     def test_the_real_parser_accepts_the_command_line(self):
