@@ -10,11 +10,11 @@ more changes.
 Each round runs `cuflash bench --json` once with each build in turn (the
 base, then the changes, each its own process, timed as bench/prefill.py
 times them); the PyTorch peers run after, in this process. The first change
-is `change` in the json and the table, the next ones `change2`, `change3`... A point's figure
-for a build is the median of its rounds' medians, and its spread (the largest
-over the smallest round) says how far the machine moved the same binary
-between rounds: a change/base ratio inside that spread is noise. Writes
-ab.json and ab.md into --out-dir (see bench/README.md).
+is `change` in the json and the table, the next ones `change2`, `change3`...
+A point's figure for a build is the median of its rounds' medians, and its
+spread (the largest over the smallest round) says how far the machine moved
+the same binary between rounds: a change/base ratio inside that spread is
+noise. Writes ab.json and ab.md into --out-dir (see bench/README.md).
 """
 
 from __future__ import annotations
@@ -101,8 +101,8 @@ def main(argv=None) -> int:
     started = time.monotonic()
     changes = change_names(len(args.change))
     builds = {"base": args.base, **dict(zip(changes, args.change))}
-    labels = {"base": args.label_base,
-              **{name: (args.label_change[i] if i < len(args.label_change) else name) for i, name in enumerate(changes)}}
+    given = dict(zip(changes, args.label_change))  # a change without a label goes by its name
+    labels = {"base": args.label_base, **{name: given.get(name, name) for name in changes}}
     rounds = {name: [] for name in builds}
     for r in range(args.rounds):
         for name, command in builds.items():
