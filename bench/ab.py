@@ -5,7 +5,8 @@ more changes.
 
     python3 bench/ab.py --base BASE/bin/cuflash --change NEW/bin/cuflash [--change NEW2/bin/cuflash ...] \\
         [--rounds 2] [--head-dims 64,128,256] [--seqlens 512,2048,16384] [--masks none,causal] \\
-        [--passes fwd] [--backends torch_cudnn] [--label-base main] [--label-change change ...] [--out-dir DIR]
+        [--passes fwd] [--deterministic] [--backends torch_cudnn] [--label-base main] [--label-change change ...]
+        [--out-dir DIR]
 
 Each round runs `cuflash bench --json` once with each build in turn (the
 base, then the changes, each its own process, timed as bench/prefill.py
@@ -52,6 +53,9 @@ def parse_args(argv=None):
     parser.add_argument("--backends", type=name_list(list(prefill.TORCH_BACKENDS)), default=["torch_cudnn"],
                         help="PyTorch peers timed on the same points")
     parser.add_argument("--no-peers", action="store_true", help="no PyTorch peers")
+    parser.add_argument("--deterministic", action="store_true",
+                        help="the builds' backward in deterministic mode (forward+backward points only; the peers "
+                             "run as usual)")
     parser.add_argument("--dtype", choices=["bf16"], default="bf16")
     parser.add_argument("--torch-layout", choices=["bshd", "bhsd"], default="bshd")
     parser.add_argument("--seed", type=int, default=0)
@@ -60,6 +64,8 @@ def parse_args(argv=None):
     args = parser.parse_args(argv)
     if args.no_peers:
         args.backends = []
+    if args.deterministic and args.passes != ["fwdbwd"]:
+        parser.error("--deterministic: times the backward, so --passes fwdbwd only")
     if len(args.label_change) > len(args.change):
         parser.error("--label-change: more labels than --change builds")
     return args
@@ -79,6 +85,8 @@ def run_build(args, command: str) -> dict:
     flags = ["bench", "--sweep", "prefill", "--json", "--backend", "cuda", "--pass", ",".join(args.passes),
              "--head-dim", ",".join(map(str, args.head_dims)), "--mask", ",".join(args.masks),
              "--seqlen", ",".join(map(str, args.seqlens)), "--seed", str(args.seed), *timing_flags(args)]
+    if args.deterministic:
+        flags.append("--deterministic")
     rows = {}
 
     def add(row: dict) -> None:
@@ -144,6 +152,7 @@ def main(argv=None) -> int:
 
     meta = dict(device=device, date=datetime.datetime.now(datetime.timezone.utc).strftime("%Y-%m-%dT%H:%MZ"),
                 base=labels["base"], change=labels["change"], labels=labels, rounds=args.rounds, dtype=args.dtype,
+                deterministic=args.deterministic,
                 seconds=round(time.monotonic() - started))
     os.makedirs(args.out_dir, exist_ok=True)
     with open(os.path.join(args.out_dir, "ab.json"), "w") as f:
@@ -152,7 +161,8 @@ def main(argv=None) -> int:
     lines = [f"# A/B: {title} against {labels['base']}", "",
              f"- device: {device}", f"- date: {meta['date']}",
              f"- {args.rounds} alternating rounds per build; TFLOP/s = the median of the rounds' medians; "
-             "spread = largest / smallest round of the same build", ""]
+             "spread = largest / smallest round of the same build"] + \
+        (["- the builds' backward deterministic (`--deterministic`); the peers as usual"] if args.deterministic else []) + [""]
     if len(changes) > 1:
         lines[2:2] = [f"- {name}: {labels[name]}" for name in builds] + [""]
     peer_cols = [f"{b}" for b in args.backends]

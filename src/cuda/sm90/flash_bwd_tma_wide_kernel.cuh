@@ -14,8 +14,8 @@
 //   dV_c += P^T dO[:, half c]             (ss, A and B MN-major, N = D / 2)
 //   dK_c += dS^T Q[:, half c]             (same)
 //   dQ_c  = dS K[:, half c]               (ss, B MN-major, N = D / 2)
-//   dQ_c -> the stage's half c (below), which the dQ warp adds into the fp32
-//   accumulator with one bulk reduction per half, then frees the stage.
+//   dQ_c -> the stage's half c (below), which the stage's dQ warp adds into
+//   the fp32 accumulator with one bulk reduction per half, then frees the stage.
 // Shared memory is what bounds this kernel (two stages of Q and dO are 128
 // KiB at D = 256), so dQ is staged where the tile's own Q and dO were: a
 // stage holds, per half c, Q's and dO's 64-column blocks of half c, 32 KiB,
@@ -58,6 +58,7 @@ struct TmaBwdWideConfig {
   static constexpr int BM = kBwdTileRows;  // query rows per tile
   static constexpr int BN = 64;            // keys per CTA, 32 per consumer for S and dP
   static constexpr int Stages = 2;         // Q / dO / lse / dsum ring
+  static_assert(Stages <= 3, "a dQ warp per stage: warps 1 .. 3 of the producer warpgroup");
   static constexpr int kThreads = 384;     // producer warpgroup + 2 consumers
   static constexpr int ProducerRegs = 24, ConsumerRegs = 240;
   static_assert(128 * (ProducerRegs + 2 * ConsumerRegs) <= 65536);
@@ -151,14 +152,17 @@ __global__ void __launch_bounds__(C::kThreads, 1)
       bwd_tma_produce<C>(tp, blk, smem, ring, lane);
       return;
     }
-    if (warp == 1) {
-      // The dQ warp: once both consumers have staged a tile's dQ halves in
-      // its stage, one bulk reduction per half into the accumulator; the
-      // stage goes back to the producer when they have read it.
-      // Deterministic calls wait for the tile's turn first and pass it on
-      // once the additions are complete.
+    if (warp >= 1 && warp <= C::Stages) {
+      // The dQ warps, one per stage (warp 1 + st takes the tiles of stage
+      // st): once both consumers have staged a tile's dQ halves in its
+      // stage, one bulk reduction per half into the accumulator; the stage
+      // goes back to the producer when they have read it. Deterministic
+      // calls wait for the tile's turn first and pass it on once the
+      // additions are complete: a wait on completion per tile that one
+      // warp serving every stage would hold the next tile's reduction
+      // behind (so a stage's warp waits for its own tiles only).
       const bool ordered = tp.dq_turn != nullptr;
-      for (int n = 0; n < n_tiles; ++n) {
+      for (int n = warp - 1; n < n_tiles; n += C::Stages) {
         const int st = n % C::Stages;
         const std::int64_t row = blk.tile_padded_row(n);
         const int turn = ordered && lane == 0 ? blk.turn(p, n) : 0;
