@@ -87,6 +87,7 @@ struct TmaBwdConfig {
   static constexpr int kDqBytes = BM * D * 4;  // one dQ tile (128 rows: two padded tiles)
   static constexpr int kDqHalfBytes = kBwdTileRows * D * 4;  // one padded 64-row tile
   static constexpr int DqBuffers = BM == kBwdTileRows ? 2 : 1;  // staged dQ tiles: n % DqBuffers
+  static_assert(DqBuffers <= 3, "a dQ warp per buffer: warps 1 .. 3 of the producer warpgroup");
   static constexpr int kStatBytes = BM * 4;
   static constexpr int kKOffset = 0;
   static constexpr int kVOffset = KTile::kBytes;
@@ -153,19 +154,22 @@ __global__ void __launch_bounds__(C::kThreads, 1) flash_bwd_tma_kernel(const __g
       bwd_tma_produce<C>(tp, blk, smem, ring, lane);
       return;
     }
-    if (warp == 1) {
-      // The dQ warp: each tile's staged dQ (both consumers' halves, in
-      // buffer n % 2) added into the accumulator by one bulk reduction, a
-      // buffer released once the reduction of two tiles back has read it,
-      // so that the consumers stage a tile while the previous one's
+    if (warp >= 1 && warp <= C::DqBuffers) {
+      // The dQ warps, one per dQ buffer (warp 1 + b takes the tiles staged
+      // in buffer b = n % DqBuffers): each tile's staged dQ (both
+      // consumers' halves) added into the accumulator by one bulk
+      // reduction, the buffer released once its previous reduction has read
+      // it, so that the consumers stage a tile while the previous one's
       // reduction still reads. Deterministic calls wait for the tile's turn
       // (the key blocks before this one in the order have added), and pass
-      // the turn on once the addition is complete.
+      // the turn on once the addition is complete: with a warp per buffer,
+      // one tile's completion wait does not hold the next tile's reduction
+      // (measured on the wide kernel: NOTES.md, "a dQ warp per stage").
       const bool ordered = tp.dq_turn != nullptr;
-      for (int n = 0; n < n_tiles; ++n) {
+      for (int n = warp - 1; n < n_tiles; n += C::DqBuffers) {
         const int buf = n % C::DqBuffers;
         if (n >= C::DqBuffers) {
-          if (lane == 0) bulk_wait_group_read<C::DqBuffers - 1>();
+          if (lane == 0) bulk_wait_group_read<0>();
           __syncwarp();
         }
         named_barrier_arrive(C::kDqFree0 + buf, 288);
