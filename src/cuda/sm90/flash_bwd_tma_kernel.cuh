@@ -154,22 +154,31 @@ __global__ void __launch_bounds__(C::kThreads, 1) flash_bwd_tma_kernel(const __g
       bwd_tma_produce<C>(tp, blk, smem, ring, lane);
       return;
     }
-    if (warp >= 1 && warp <= C::DqBuffers) {
-      // The dQ warps, one per dQ buffer (warp 1 + b takes the tiles staged
-      // in buffer b = n % DqBuffers): each tile's staged dQ (both
-      // consumers' halves) added into the accumulator by one bulk
-      // reduction, the buffer released once its previous reduction has read
-      // it, so that the consumers stage a tile while the previous one's
-      // reduction still reads. Deterministic calls wait for the tile's turn
-      // (the key blocks before this one in the order have added), and pass
-      // the turn on once the addition is complete: with a warp per buffer,
-      // one tile's completion wait does not hold the next tile's reduction
-      // (measured on the wide kernel: NOTES.md, "a dQ warp per stage").
-      const bool ordered = tp.dq_turn != nullptr;
-      for (int n = warp - 1; n < n_tiles; n += C::DqBuffers) {
+    const bool ordered = tp.dq_turn != nullptr;
+    // Deterministic calls: a dQ warp per buffer; else one (the default's
+    // reductions are never waited on, and its sweep at D = 128 ran 1-2 %
+    // slower at 4k-16k keys with two: NOTES.md, "a dQ warp per stage").
+    const int dq_warps = ordered ? C::DqBuffers : 1;
+    if (warp >= 1 && warp <= dq_warps) {
+      // The dQ warps (warp 1 + w takes the tiles n = w, w + dq_warps, ...):
+      // each tile's staged dQ (both consumers' halves, in buffer
+      // n % DqBuffers) added into the accumulator by one bulk reduction, a
+      // buffer released once the reduction that last read it has, so that
+      // the consumers stage a tile while the previous one's reduction still
+      // reads. Deterministic calls wait for the tile's turn (the key blocks
+      // before this one in the order have added), and pass the turn on once
+      // the addition is complete: with a warp per buffer, one tile's
+      // completion wait does not hold the next tile's reduction.
+      for (int n = warp - 1; n < n_tiles; n += dq_warps) {
         const int buf = n % C::DqBuffers;
         if (n >= C::DqBuffers) {
-          if (lane == 0) bulk_wait_group_read<0>();
+          // (One warp: the reductions of the other buffers may still read.)
+          if (lane == 0) {
+            if (dq_warps == 1)
+              bulk_wait_group_read<C::DqBuffers - 1>();
+            else
+              bulk_wait_group_read<0>();
+          }
           __syncwarp();
         }
         named_barrier_arrive(C::kDqFree0 + buf, 288);
