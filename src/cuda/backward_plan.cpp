@@ -5,6 +5,7 @@
 #include "common/env_switch.hpp"
 #include "common/kernel_table.hpp"
 #include "sm80/flash_bwd.hpp"
+#include "sm90/bwd_chain_order.hpp"
 #include "sm90/head_rows_tensor.hpp"
 #include "sm90/tma_map.hpp"
 
@@ -15,6 +16,20 @@ namespace {
 bool sm90_backward_enabled() {
   static const bool enabled = env_switch_on("CUFLASH_SM90_BACKWARD");
   return enabled;
+}
+
+// Deterministic calls whose key blocks add in ascending order (no right
+// bound) launch the blocks of several chains (batch x kv head) interleaved
+// (sm90/bwd_chain_order.hpp); a chain's per-row bytes: Q and dO (2 bytes an
+// element), the fp32 dQ accumulator, lse2 and dsum, for its group of query
+// heads. Elsewhere the grid's order: the default has no turns, and under a
+// right bound the descending order already starts each block later than
+// the one it waits for.
+int tma_backward_chain_interleave(const Problem& problem) {
+  if (!problem.deterministic || problem.window_right >= 0) return 1;
+  const std::int64_t row_bytes = std::int64_t{problem.head_dim} * (2 + 2 + 4) + 8;
+  const std::int64_t chain_bytes = row_bytes * problem.max_q_len * problem.group_size();
+  return sm90::bwd_chain_interleave(chain_bytes, problem.batch * problem.heads_kv);
 }
 
 // The TMA kernel takes dense and varlen problems in fp16/bf16 at its own head dims,
@@ -32,6 +47,7 @@ bool tma_backward_fits(const Problem& problem, const DeviceInfo& info, sm90::Tma
   launch->dout = sm90::head_rows_tensor(problem, problem.dout, problem.heads_q);
   launch->k = sm90::head_rows_tensor(problem, problem.k, problem.heads_kv);
   launch->v = sm90::head_rows_tensor(problem, problem.v, problem.heads_kv);
+  launch->chain_interleave = tma_backward_chain_interleave(problem);
   return sm90::tma_layout_ok(launch->q) && sm90::tma_layout_ok(launch->dout) && sm90::tma_layout_ok(launch->k) &&
          sm90::tma_layout_ok(launch->v);
 #else

@@ -327,6 +327,16 @@ std::vector<CaseSpec> deterministic_cases() {
   CaseSpec wide = causal(varlen_case("varlen_gqa2_causal_window_d256", {700, 3, 0, 520}, {900, 3, 0, 260}, 4, 2, 256));
   wide.options.window_left = 200;
   add(wide, DType::bf16);
+  // Without a right bound, several chains (batch x kv head): the Hopper
+  // kernel launches their key blocks interleaved (sm90/bwd_chain_order.hpp);
+  // varlen with empty and short sequences, and a left window (ascending
+  // turns, walks starting past tile 0).
+  add(dense("s700_b3_gqa2_d64", 700, 700, 4, 2, 64, 3), DType::bf16);
+  add(dense("s500x600_b2_gqa2_d256", 500, 600, 4, 2, 256, 2), DType::bf16);
+  add(varlen_case("varlen_gqa2_d128", {700, 3, 0, 520}, {900, 3, 0, 260}, 4, 2, 128), DType::f16);
+  CaseSpec left = varlen_case("varlen_gqa2_window_left_d256", {700, 3, 0, 520}, {900, 3, 0, 260}, 4, 2, 256);
+  left.options.window_left = 150;
+  add(left, DType::bf16);
   return cases;
 }
 

@@ -72,6 +72,27 @@ TEST(BackwardPlan, HopperDenseHeadDimsOfTheTableTakeTheTmaKernel) {
             rows * 256 * 4 + 2 * ((rows * 4 + 255) / 256 * 256) + (rows / 64 * 4 + 255) / 256 * 256);
 }
 
+// Deterministic calls with ascending turns (no right bound) launch the key
+// blocks of several chains (batch x kv head) interleaved, as many as half
+// of L2 holds of their rows (sm90/bwd_chain_order.hpp); the default and
+// causal calls keep the grid's order.
+TEST(BackwardPlan, DeterministicAscendingCallsInterleaveTheirChains) {
+  if (!tma_plannable()) GTEST_SKIP() << "no sm_90a kernels in this build";
+  auto ordered = [](Problem& p) { p.deterministic = true; };
+  // 3 x 2 chains of 4 query heads x 300 rows x (128 x 8 + 8) bytes: all six fit.
+  const CaseSpec s = dense_case("d128", 300, 700, 8, 2, 128, 3);
+  EXPECT_EQ(plan(s, h100(), ordered).tma.chain_interleave, 6);
+  EXPECT_EQ(plan(s, h100()).tma.chain_interleave, 1);
+  CaseSpec causal = s;
+  causal.options.causal = true;
+  EXPECT_EQ(plan(causal, h100(), ordered).tma.chain_interleave, 1);
+  // A window with a right bound: descending turns, the grid's order; with a left bound only, interleaved.
+  EXPECT_EQ(plan(s, h100(), [](Problem& p) { p.deterministic = true; p.window_left = 100; p.window_right = 20; })
+                .tma.chain_interleave,
+            1);
+  EXPECT_EQ(plan(s, h100(), [](Problem& p) { p.deterministic = true; p.window_left = 100; }).tma.chain_interleave, 6);
+}
+
 TEST(BackwardPlan, EverythingElseStaysOnTheSm80Kernels) {
   if (!tma_plannable()) GTEST_SKIP() << "no sm_90a kernels in this build";
   auto sm80 = [](const BackwardPlan& p) { return p.kind == BackwardKind::sm80; };

@@ -11,6 +11,7 @@
 
 #include "common/attention_params.hpp"
 #include "common/score_mask.cuh"
+#include "sm90/bwd_chain_order.hpp"
 #include "sm90/bwd_row_tiles.hpp"
 #include "sm90/bwd_walk.hpp"
 
@@ -29,6 +30,9 @@ struct TmaBackwardParams {
   // / 64], zeroed by the preparation kernel), so that the key blocks add into
   // a tile one after another in block order (sm90/bulk_turn.cuh). Null: any order.
   std::uint32_t* dq_turn = nullptr;
+  // Chains (batch x kv head) whose key blocks are launched interleaved
+  // (sm90/bwd_chain_order.hpp); 1: the grid's order.
+  int chain_interleave = 1;
 };
 
 // The walk of keys [n0, n1) of kv head hk (sm90/bwd_walk.hpp).
@@ -45,7 +49,9 @@ __device__ __forceinline__ BwdWalk bwd_walk(const BackwardParams& p, const SeqBo
 // launched before it (no deadlock however many blocks a head has), and a
 // block reaches each tile after the one before it in the order (no waiting
 // when they start together). Without a right bound every walk starts at
-// tile 0: the blocks add in ascending order.
+// tile 0: the blocks add in ascending order, and the key blocks of several
+// chains are launched interleaved (sm90/bwd_chain_order.hpp), so that a
+// block starts well after the one it waits for.
 __device__ __forceinline__ bool bwd_blocks_descending(const BackwardParams& p) {
   return p.deterministic && p.window_right >= 0;
 }
@@ -76,8 +82,20 @@ struct BwdKeyBlock {
     const BackwardParams& p = tp.p;
     hk = blockIdx.y;
     b = blockIdx.z;
-    seq = seq_bounds(p, b);
     key_block = bwd_blocks_descending(p) ? gridDim.x - 1 - blockIdx.x : blockIdx.x;
+    if (tp.chain_interleave > 1 && !bwd_blocks_descending(p)) {
+      // The CTA's place in the launch order (x fastest, then y, then z), as
+      // the interleaved order reads it (the plan only asks for it with
+      // ascending turns).
+      const BwdChainOrder order{static_cast<int>(gridDim.x), static_cast<int>(gridDim.y * gridDim.z),
+                                tp.chain_interleave};
+      int chain = 0;
+      order.at(blockIdx.x + static_cast<std::int64_t>(gridDim.x) * (blockIdx.y + gridDim.y * blockIdx.z), &chain,
+               &key_block);
+      hk = chain % gridDim.y;
+      b = chain / gridDim.y;
+    }
+    seq = seq_bounds(p, b);
     n0 = key_block * BN;
     if (!empty()) {
       n1 = min(n0 + BN, seq.k_len);

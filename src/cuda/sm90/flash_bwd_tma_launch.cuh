@@ -47,6 +47,7 @@ Status launch_flash_bwd_tma(const BackwardParams& p, const TmaBackwardLaunch& la
   tp.lse2 = reinterpret_cast<float*>(base + ws.lse2);
   tp.dsum = reinterpret_cast<float*>(base + ws.dsum);
   if (p.deterministic) tp.dq_turn = reinterpret_cast<std::uint32_t*>(base + ws.dq_turn);
+  tp.chain_interleave = launch.chain_interleave;
   tp.padded_rows = bwd_padded_rows(p.total_q_rows, p.batch);
 
   const dim3 row_tiles(static_cast<unsigned>((p.max_q_len + kBwdTileRows - 1) / kBwdTileRows),

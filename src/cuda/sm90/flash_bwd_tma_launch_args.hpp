@@ -12,9 +12,12 @@
 
 namespace cuflash::detail::sm90 {
 
-// The tensors the TMA maps are encoded over, as the plan checked them.
+// The tensors the TMA maps are encoded over, as the plan checked them, and
+// the launch order of the key blocks (sm90/bwd_chain_order.hpp: chains
+// interleaved in deterministic calls without a right bound; 1: the grid's).
 struct TmaBackwardLaunch {
   HeadRowsTensor q, k, v, dout;
+  int chain_interleave = 1;
 };
 
 // Workspace, in this order: the dQ accumulator [heads_q][padded rows][D]
