@@ -22,10 +22,10 @@ constexpr int kMaxSplits = 64;
 
 // The kernel a problem runs on and its tile. On an sm_90 device (when the
 // sm_90a kernels were built): the warp-specialized TMA kernel where it has
-// the head dim, the tensors can be TMA-mapped and the keys are long enough
-// for it to win (sm90::tma_fwd_tile), else the cp.async wgmma kernel where
-// it has the head dim; the sm80 kernel otherwise. All compute the same
-// function. CUFLASH_SM90_FORWARD=0 in the environment keeps Hopper on the
+// the head dim, the tensors can be TMA-mapped and, with a right bound
+// (causal), the keys are long enough for it to win (sm90::tma_fwd_tile),
+// else the cp.async wgmma kernel where it has the head dim; the sm80
+// kernel otherwise. All compute the same function. CUFLASH_SM90_FORWARD=0 in the environment keeps Hopper on the
 // sm80 kernel, CUFLASH_SM90_TMA=0 on the cp.async wgmma kernel (for
 // comparing them); both are read once per process. The Hopper kernels take
 // only their own head dims (TMA boxes and wgmma shapes of whole rows); a
@@ -73,7 +73,8 @@ ForwardKernel forward_kernel(const Problem& problem, const DeviceInfo& info) {
   // on sm90 too) takes those calls.
   if (problem.has_dropout()) return k;
   const sm90::TmaFwdTile tma = tma_fwd_tile_for(problem);
-  if (tma.block_n > 0 && sm90_tma_enabled() && problem.max_kv_len >= tma.min_keys && tma_maps_fit(problem, info)) {
+  if (tma.block_n > 0 && sm90_tma_enabled() && (problem.window_right < 0 || problem.max_kv_len >= tma.causal_min_keys) &&
+      tma_maps_fit(problem, info)) {
     k.kind = ForwardKind::tma;
     k.tile = {64 * tma.consumers, tma.block_n, 4 * (tma.consumers + 1), false, 1};
     return k;

@@ -64,9 +64,15 @@ TEST(ForwardPlan, HopperHeadDimsAndKeys) {
   const ForwardPlan d128 = plan(dense_case("d128", 512, 512, 16, 16, 128, 2), h100());
   EXPECT_EQ(d128.kind, ForwardKind::tma);
   EXPECT_EQ(d128.tile.block_m, 128);
-  // D = 64 takes TMA from 2048 keys, the cp.async wgmma kernel below.
-  EXPECT_EQ(plan(dense_case("d64_short", 512, 512, 8, 8, 64, 1), h100()).kind, ForwardKind::wgmma);
-  EXPECT_EQ(plan(dense_case("d64_long", 256, 2048, 8, 8, 64, 1), h100()).kind, ForwardKind::tma);
+  // D = 64 takes TMA at every length without a mask; causal from 2048
+  // keys, the cp.async wgmma kernel below.
+  EXPECT_EQ(plan(dense_case("d64_short", 512, 512, 8, 8, 64, 1), h100()).kind, ForwardKind::tma);
+  EXPECT_EQ(plan(causal_case(dense_case("d64_short_causal", 512, 512, 8, 8, 64, 1)), h100()).kind,
+            ForwardKind::wgmma);
+  EXPECT_EQ(plan(causal_case(dense_case("d64_causal", 2048, 2047, 8, 8, 64, 1)), h100()).kind,
+            ForwardKind::wgmma);
+  EXPECT_EQ(plan(causal_case(dense_case("d64_long_causal", 256, 2048, 8, 8, 64, 1)), h100()).kind,
+            ForwardKind::tma);
   // 96 has no Hopper kernel of its own: the 128 TMA kernel's 96 columns.
   EXPECT_EQ(plan(dense_case("d96", 256, 256, 4, 4, 96, 1), h100()).kind, ForwardKind::tma);
 }
