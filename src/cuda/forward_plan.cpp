@@ -22,9 +22,9 @@ constexpr int kMaxSplits = 64;
 
 // The kernel a problem runs on and its tile. On an sm_90 device (when the
 // sm_90a kernels were built): the warp-specialized TMA kernel where it has
-// the head dim, the tensors can be TMA-mapped and, with a right bound
-// (causal), the keys are long enough for it to win (sm90::tma_fwd_tile),
-// else the cp.async wgmma kernel where it has the head dim; the sm80
+// the head dim, the tensors can be TMA-mapped and it wins (below the
+// tile's min_keys only without a right bound and with a grid of at least
+// one wave: sm90::tma_fwd_tile), else the cp.async wgmma kernel where it has the head dim; the sm80
 // kernel otherwise. All compute the same function. CUFLASH_SM90_FORWARD=0 in the environment keeps Hopper on the
 // sm80 kernel, CUFLASH_SM90_TMA=0 on the cp.async wgmma kernel (for
 // comparing them); both are read once per process. The Hopper kernels take
@@ -73,8 +73,14 @@ ForwardKernel forward_kernel(const Problem& problem, const DeviceInfo& info) {
   // on sm90 too) takes those calls.
   if (problem.has_dropout()) return k;
   const sm90::TmaFwdTile tma = tma_fwd_tile_for(problem);
-  if (tma.block_n > 0 && sm90_tma_enabled() && (problem.window_right < 0 || problem.max_kv_len >= tma.causal_min_keys) &&
-      tma_maps_fit(problem, info)) {
+  // Short keys: on a grid under one wave each CTA's own latency decides,
+  // and there the cp.async kernel's smaller blocks, two per SM, won.
+  const long long tma_items = static_cast<long long>((problem.max_q_len + 64 * tma.consumers - 1) /
+                                                     std::max(64 * tma.consumers, 1)) *
+                              problem.heads_q * problem.batch;
+  const bool tma_wins = problem.max_kv_len >= tma.min_keys ||
+                        (problem.window_right < 0 && tma_items >= info.sm_count);
+  if (tma.block_n > 0 && sm90_tma_enabled() && tma_wins && tma_maps_fit(problem, info)) {
     k.kind = ForwardKind::tma;
     k.tile = {64 * tma.consumers, tma.block_n, 4 * (tma.consumers + 1), false, 1};
     return k;

@@ -366,9 +366,10 @@ std::vector<CaseSpec> tma_cases() {
   add(large_scores(dense_case("large_scores_tma_d64_q700_k2100", 700, 2100, 3, 1, 64, 2)));
   add(large_scores(causal(dense_case("large_scores_tma_d256_causal_q400_k700", 400, 700, 2, 1, 256, 2))));
   add(large_scores(causal(dense_case("large_scores_wgmma_d64_causal_q300_k1000", 300, 1000, 2, 2, 64, 2))));
-  // D = 64 short keys without a mask: TMA, whose third consumer has no rows
+  // D = 64 short keys without a mask on a grid of more than one wave (2
+  // blocks x 8 heads x 9 = 144 items): TMA, whose third consumer has no rows
   // in a head's last block (300 = 192 + 108).
-  add(large_scores(dense_case("large_scores_tma_d64_q300_k1000", 300, 1000, 2, 2, 64, 2)));
+  add(large_scores(dense_case("large_scores_tma_d64_q300_k600_b9", 300, 600, 8, 2, 64, 9)));
   // A softmax_scale that is not positive takes the transformed variants
   // (attention_params.hpp, transformed_scores): uniform weights at 0, the
   // smallest scores weighing most when negative.

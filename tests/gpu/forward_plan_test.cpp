@@ -64,9 +64,12 @@ TEST(ForwardPlan, HopperHeadDimsAndKeys) {
   const ForwardPlan d128 = plan(dense_case("d128", 512, 512, 16, 16, 128, 2), h100());
   EXPECT_EQ(d128.kind, ForwardKind::tma);
   EXPECT_EQ(d128.tile.block_m, 128);
-  // D = 64 takes TMA at every length without a mask; causal from 2048
-  // keys, the cp.async wgmma kernel below.
-  EXPECT_EQ(plan(dense_case("d64_short", 512, 512, 8, 8, 64, 1), h100()).kind, ForwardKind::tma);
+  // D = 64 takes TMA from 2048 keys; below, without a mask when its grid
+  // (192-row blocks x heads x batch) fills the SMs once, else the cp.async
+  // wgmma kernel, as causal calls do.
+  EXPECT_EQ(plan(dense_case("d64_short", 512, 512, 8, 8, 64, 6), h100()).kind, ForwardKind::tma);  // 144 items
+  EXPECT_EQ(plan(dense_case("d64_short_small_grid", 512, 512, 8, 8, 64, 5), h100()).kind,
+            ForwardKind::wgmma);  // 120 items
   EXPECT_EQ(plan(causal_case(dense_case("d64_short_causal", 512, 512, 8, 8, 64, 1)), h100()).kind,
             ForwardKind::wgmma);
   EXPECT_EQ(plan(causal_case(dense_case("d64_causal", 2048, 2047, 8, 8, 64, 1)), h100()).kind,

@@ -33,11 +33,12 @@ constexpr WgmmaFwdTile wgmma_fwd_tile(int head_dim) {
 // The warp-specialized TMA forward (sm90/flash_fwd_tma_kernel.cuh): 64 x
 // `consumers` query rows per CTA. Measured on the H100 (docs/perf/NOTES.md,
 // "Hopper forward, TMA"): D = 64 takes three consumer warpgroups (192 rows;
-// +10-14 % over two at 4k-16k keys) but, causal, loses to the cp.async
-// kernel's two CTAs per SM below `causal_min_keys` (H200, session 26: TMA
-// 0.75 / 0.80 of it at 512 / 1k causal, 1.03 / 1.04 without a mask, where
-// it now runs at every length; two consumers were slower everywhere,
-// 0.84-0.96); D = 192 takes 64-key tiles and D = 256
+// +10-14 % over two at 4k-16k keys) but loses to the cp.async kernel's two
+// CTAs per SM below `min_keys` when the call is causal or its grid is under
+// one wave (H200, session 26: TMA 0.75 / 0.80 of it at 512 / 1k causal and
+// 1.03 / 1.04 without a mask on full grids; B = 1, H = 16 took 9.6 / 15.4 us
+// on TMA against 9.0 / 15.0 on the cp.async kernel at 128 / 512 keys; two
+// consumers were slower everywhere, 0.84-0.96); D = 192 takes 64-key tiles and D = 256
 // 80-key ones (O already holds 96-128 registers per thread; at D = 256
 // 80 keys measured +5-9 % over 64 at 4k-16k keys, -3-5 % at 512 where 7
 // tiles cover 560 keys). 176-key tiles at D = 128 (one Q buffer then)
@@ -53,8 +54,8 @@ struct TmaFwdTile {
   int block_n;        // keys per tile; 0: no TMA kernel for this head dim
   int consumers;      // consumer warpgroups of 64 query rows
   int stages;         // K/V tiles in the shared-memory ring
-  int causal_min_keys;  // below this many keys, a call with a right bound (causal) runs
-                        // faster on the cp.async wgmma kernel
+  int min_keys;       // below this many keys the cp.async wgmma kernel is faster for a
+                      // call with a right bound (causal) or a grid under one wave
   int deep_stages;    // 0, or a deeper ring for long keys (fewer Q buffers)
   int deep_min_keys;  // the keys from which deep_stages is taken
 };
