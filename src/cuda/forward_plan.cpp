@@ -22,12 +22,12 @@ constexpr int kMaxSplits = 64;
 
 // The kernel a problem runs on and its tile. On an sm_90 device (when the
 // sm_90a kernels were built): the warp-specialized TMA kernel where it has
-// the head dim, the tensors can be TMA-mapped and it wins (below the
-// tile's min_keys only without a right bound and with a grid of at least
-// one wave: sm90::tma_fwd_tile), else the cp.async wgmma kernel where it has the head dim; the sm80
-// kernel otherwise. All compute the same function. CUFLASH_SM90_FORWARD=0 in the environment keeps Hopper on the
-// sm80 kernel, CUFLASH_SM90_TMA=0 on the cp.async wgmma kernel (for
-// comparing them); both are read once per process. The Hopper kernels take
+// the head dim, the tensors can be TMA-mapped and it wins (tma_wins), else
+// the cp.async wgmma kernel where it has the head dim; the sm80 kernel
+// otherwise. All compute the same function. CUFLASH_SM90_FORWARD=0 in the
+// environment keeps Hopper on the sm80 kernel, CUFLASH_SM90_TMA=0 on the
+// cp.async wgmma kernel (for comparing them); both are read once per
+// process. The Hopper kernels take
 // only their own head dims (TMA boxes and wgmma shapes of whole rows); a
 // narrower head dim runs on the sm80 kernel of the next dim up.
 struct ForwardKernel {
@@ -64,6 +64,18 @@ sm90::TmaFwdTile tma_fwd_tile_for(const Problem& problem) {
   return sm90::tma_fwd_tile(sm90::tma_head_dim(problem.head_dim));
 }
 
+// Whether the TMA kernel of `tma` (a head dim it has) beats the cp.async
+// one: from the tile's min_keys on; below, only without a right bound and
+// on a grid of at least one wave (with fewer items each CTA's own latency
+// decides, and the cp.async kernel's smaller blocks, two per SM, won).
+bool tma_wins(const Problem& problem, const sm90::TmaFwdTile& tma, const DeviceInfo& info) {
+  if (problem.max_kv_len >= tma.min_keys) return true;
+  const int block_m = 64 * tma.consumers;
+  const long long items =
+      static_cast<long long>((problem.max_q_len + block_m - 1) / block_m) * problem.heads_q * problem.batch;
+  return problem.window_right < 0 && items >= info.sm_count;
+}
+
 ForwardKernel forward_kernel(const Problem& problem, const DeviceInfo& info) {
   ForwardKernel k;
   k.tile = sm80::fwd_tile(sm80::kernel_head_dim(problem.head_dim));
@@ -73,14 +85,7 @@ ForwardKernel forward_kernel(const Problem& problem, const DeviceInfo& info) {
   // on sm90 too) takes those calls.
   if (problem.has_dropout()) return k;
   const sm90::TmaFwdTile tma = tma_fwd_tile_for(problem);
-  // Short keys: on a grid under one wave each CTA's own latency decides,
-  // and there the cp.async kernel's smaller blocks, two per SM, won.
-  const long long tma_items = static_cast<long long>((problem.max_q_len + 64 * tma.consumers - 1) /
-                                                     std::max(64 * tma.consumers, 1)) *
-                              problem.heads_q * problem.batch;
-  const bool tma_wins = problem.max_kv_len >= tma.min_keys ||
-                        (problem.window_right < 0 && tma_items >= info.sm_count);
-  if (tma.block_n > 0 && sm90_tma_enabled() && tma_wins && tma_maps_fit(problem, info)) {
+  if (tma.block_n > 0 && sm90_tma_enabled() && tma_wins(problem, tma, info) && tma_maps_fit(problem, info)) {
     k.kind = ForwardKind::tma;
     k.tile = {64 * tma.consumers, tma.block_n, 4 * (tma.consumers + 1), false, 1};
     return k;
