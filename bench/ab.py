@@ -25,6 +25,7 @@ import datetime
 import json
 import os
 import statistics
+import subprocess
 import sys
 import time
 
@@ -104,6 +105,17 @@ def fmt(x, digits=1):
     return "—" if x is None else f"{x:.{digits}f}"
 
 
+
+def gpu_name():
+    """The GPU's name without torch (the --no-peers runs), from nvidia-smi; None where it cannot say."""
+    try:
+        out = subprocess.run(["nvidia-smi", "--query-gpu=name", "--format=csv,noheader", "-i", "0"],
+                             capture_output=True, text=True, timeout=30)
+    except (OSError, subprocess.SubprocessError):
+        return None
+    name = out.stdout.strip().splitlines()
+    return name[0] if out.returncode == 0 and name else None
+
 def main(argv=None) -> int:
     args = parse_args(argv)
     started = time.monotonic()
@@ -130,7 +142,7 @@ def main(argv=None) -> int:
                 peers[(backend, point["pass_name"], point["head_dim"], point["causal"], point["seqlen"])] = row["tflops"]
         device = torch.cuda.get_device_name(0)
     else:
-        device = None
+        device = gpu_name()
 
     table = []
     for point in points:

@@ -112,9 +112,11 @@ struct TmaFwdConfig {
 // tile's), computes P_j while the P V runs, then folds that P V into O; an
 // item's last P V is issued alone (drain) before its epilogue. (Issuing
 // that last P V with the next item's first Q K^T and running the epilogue
-// under it was tried: 5-13 % slower at 512-2k keys, NOTES.md "consecutive
-// items".) An item's first P V overwrites O (wgmma without accumulation),
-// so O needs no zeros between items.
+// under it was tried twice: 5-13 % slower at 512-2k keys, NOTES.md
+// "consecutive items", and 5-11 % with TMA stores, "the carried P V": the
+// epilogue then sits on the consumer's own chain.) An item's first P V
+// overwrites O (wgmma without accumulation), so O needs no zeros between
+// items.
 template <class C>
 struct ConsumerPipe {
   using T = typename C::Element;
