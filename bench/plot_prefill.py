@@ -22,9 +22,11 @@ import sys
 from typing import Iterable
 
 # Column order of tables and plots; backends not listed here follow, sorted.
-BACKEND_ORDER = ["cuflash_cuda", "cuflash_cuda_det", "cuflash_cudnn", "torch_flash", "torch_cudnn", "torch_efficient"]
-# Each cuflash backend's ratio is taken against these peers, where present.
-RATIO_PEERS = ["torch_flash", "torch_cudnn"]
+BACKEND_ORDER = ["cuflash_cuda", "cuflash_cuda_det", "cuflash_cudnn", "torch_flash", "torch_cudnn", "torch_efficient",
+                 "fa4"]
+# Each cuflash backend's ratio is taken against these peers, where present
+# (fa4: FlashAttention-4, when the run had it).
+RATIO_PEERS = ["torch_flash", "torch_cudnn", "fa4"]
 # The ratios that the issues track, and whose shortfalls the report lists.
 PRIMARY = ("cuflash_cuda", "torch_flash")
 # The deterministic backward against the default one (issue 20: >= 0.85).
@@ -272,6 +274,7 @@ def write_plot(rows: list[dict], path: str) -> bool:
         "torch_flash": dict(color="#1f77b4", marker="s", linestyle="--"),
         "torch_cudnn": dict(color="#2ca02c", marker="^", linestyle="--"),
         "torch_efficient": dict(color="#7f7f7f", marker="v", linestyle=":"),
+        "fa4": dict(color="#ff7f0e", marker="P", linestyle="--"),
     }
     seqlens = sorted({row["seqlen"] for row in rows})
     for i, pass_name in enumerate(passes):

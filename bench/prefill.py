@@ -1,6 +1,7 @@
 #!/usr/bin/env python3
 """Prefill benchmark: cuflash against PyTorch SDPA's flash (FlashAttention-2),
-cudnn and efficient backends, in one run on one GPU.
+cudnn and efficient backends, and FlashAttention-4 (`fa4`, its CuTe-DSL
+package, where it is importable), in one run on one GPU.
 
     python3 bench/prefill.py --cuflash build/bin/cuflash [--commit abc1234] [--out-dir docs/perf]
 
@@ -19,6 +20,7 @@ to launch a call. Writes prefill.json, prefill.md and prefill.png into
 from __future__ import annotations
 
 import argparse
+import contextlib
 import datetime
 import os
 import sys
@@ -42,6 +44,12 @@ CUFLASH_BACKENDS = {"cuflash_cuda": ("cuda", False), "cuflash_cudnn": ("cudnn", 
                     "cuflash_cuda_det": ("cuda", True)}
 TORCH_BACKENDS = {"torch_flash": "FLASH_ATTENTION", "torch_cudnn": "CUDNN_ATTENTION",
                   "torch_efficient": "EFFICIENT_ATTENTION"}
+# Peers outside SDPA, timed by TorchBench like the SDPA ones. fa4:
+# FlashAttention-4's CuTe-DSL package (`flash_attn.cute.flash_attn_func`; the
+# flash-attn-4 wheel and its compiler, bench/fa4-receive.sh), on [B, S, H, D]
+# tensors, its own layout. Not a default: the package is not on the GPU
+# machine's image and its kernels compile on each shape family's first call.
+OTHER_BACKENDS = {"fa4": "flash_attn.cute.flash_attn_func"}
 DEFAULT_BACKENDS = ["cuflash_cuda", "cuflash_cudnn", "torch_flash", "torch_cudnn", "torch_efficient"]
 # The small shapes: one sequence of 16 heads, where a call is mostly overhead.
 SMALL_BATCH, SMALL_HEADS, SMALL_SEQLENS = 1, 16, [128, 512]
@@ -165,13 +173,39 @@ class TorchBench(TorchTimer):
             tensors["dout"] = make().detach()
         return tensors
 
+    def attention(self, backend: str):
+        """The function a peer is timed on, as attention(q, k, v, causal) on
+        [B, H, S, D] tensors, and the context it runs in; or an error string
+        when the peer cannot be loaded."""
+        F = self.F
+        if backend in TORCH_BACKENDS:
+            return (lambda q, k, v, causal: F.scaled_dot_product_attention(q, k, v, is_causal=causal),
+                    self.sdpa_kernel(getattr(self.SDPBackend, TORCH_BACKENDS[backend])))
+        if backend == "fa4":
+            try:
+                from flash_attn.cute import flash_attn_func
+            except Exception as error:  # noqa: BLE001 (any import failure: the peer is absent)
+                return f"flash_attn.cute not importable: {type(error).__name__}: {error}"[:600]
+
+            def fa4(q, k, v, causal):
+                # flash-attn takes [B, S, H, D]: the transposes are views
+                # (with --torch-layout bshd, of the contiguous memory that
+                # cuflash gets too); it returns (out, lse).
+                out = flash_attn_func(q.transpose(1, 2), k.transpose(1, 2), v.transpose(1, 2), causal=causal)
+                return (out[0] if isinstance(out, tuple) else out).transpose(1, 2)
+            return fa4, contextlib.nullcontext()
+        raise ValueError(f"unknown peer backend {backend}")
+
     def measure(self, point: dict, backend: str) -> dict:
-        torch, F = self.torch, self.F
+        torch = self.torch
         fwdbwd = point["pass_name"] == "fwdbwd"
         causal = point["causal"]
+        peer = self.attention(backend)
+        if isinstance(peer, str):
+            return result_row(point, backend, error=peer)
+        attention, context = peer
         try:
-            with warnings.catch_warnings(record=True) as caught, \
-                    self.sdpa_kernel(getattr(self.SDPBackend, TORCH_BACKENDS[backend])):
+            with warnings.catch_warnings(record=True) as caught, context:
                 warnings.simplefilter("always")
                 tensors = self.inputs(point, requires_grad=fwdbwd)
                 q, k, v = tensors["q"], tensors["k"], tensors["v"]
@@ -180,7 +214,7 @@ class TorchBench(TorchTimer):
 
                     def call():
                         # A fresh graph per call, freed by backward (nothing retained).
-                        F.scaled_dot_product_attention(q, k, v, is_causal=causal).backward(dout)
+                        attention(q, k, v, causal).backward(dout)
 
                     def before():
                         q.grad = k.grad = v.grad = None  # so that backward writes, not accumulates
@@ -190,7 +224,7 @@ class TorchBench(TorchTimer):
 
                     def call():
                         with torch.no_grad():
-                            result["out"] = F.scaled_dot_product_attention(q, k, v, is_causal=causal)
+                            result["out"] = attention(q, k, v, causal)
 
                     def before():
                         result.pop("out", None)
@@ -202,7 +236,7 @@ class TorchBench(TorchTimer):
                     call()
                     torch.cuda.synchronize()
                     first_call_ms = (time.perf_counter() - first_start) * 1e3
-                except (RuntimeError, NotImplementedError, ValueError) as error:
+                except (RuntimeError, NotImplementedError, ValueError, AssertionError) as error:
                     # "No available kernel": PyTorch says why in warnings.
                     reasons = list(dict.fromkeys(str(w.message).strip() for w in caught))
                     message = str(error).strip().splitlines()[0] if str(error).strip() else type(error).__name__
@@ -223,7 +257,7 @@ def parse_args(argv=None):
     parser.add_argument("--out-dir", default="docs/perf", help="where prefill.json/md/png go")
     parser.add_argument("--commit", default=os.environ.get("CUFLASH_COMMIT") or None,
                         help="commit named in the report (default: $CUFLASH_COMMIT, else git rev-parse)")
-    all_backends = list(CUFLASH_BACKENDS) + list(TORCH_BACKENDS)
+    all_backends = list(CUFLASH_BACKENDS) + list(TORCH_BACKENDS) + list(OTHER_BACKENDS)
     parser.add_argument("--backends", type=name_list(all_backends), default=DEFAULT_BACKENDS,
                         help=f"comma-separated, of {', '.join(all_backends)}")
     parser.add_argument("--passes", type=name_list(PASSES), default=PASSES)
@@ -256,7 +290,7 @@ def main(argv=None) -> int:
     date = datetime.datetime.now(datetime.timezone.utc).strftime("%Y-%m-%dT%H:%MZ")
     commit = args.commit or git_commit()
     cuflash_backends = [b for b in args.backends if b in CUFLASH_BACKENDS]
-    torch_backends = [b for b in args.backends if b in TORCH_BACKENDS]
+    torch_backends = [b for b in args.backends if b in TORCH_BACKENDS or b in OTHER_BACKENDS]
 
     # cuflash first, in its own processes, before this one creates a CUDA context.
     sweeps = ["prefill"] + (["small"] if args.small_seqlens else [])

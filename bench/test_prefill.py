@@ -168,6 +168,77 @@ class SmallShapes(unittest.TestCase):
         self.assertEqual(section.count("S=512: 0.95"), 12)  # 3 D x 2 masks x 2 passes
 
 
+class FlashAttention4Peer(unittest.TestCase):
+    """The fa4 peer without a GPU: a bench object that never touches torch."""
+
+    def bench(self):
+        bench = object.__new__(prefill.TorchBench)
+        bench.torch = bench.F = None
+        return bench
+
+    def test_fa4_is_a_backend_but_not_a_default(self):
+        args = prefill.parse_args(["--backends", "cuflash_cuda,torch_cudnn,fa4"])
+        self.assertEqual(args.backends, ["cuflash_cuda", "torch_cudnn", "fa4"])
+        self.assertNotIn("fa4", prefill.DEFAULT_BACKENDS)
+
+    def test_absent_package_gives_an_error_row(self):
+        saved = {name: sys.modules.get(name) for name in ("flash_attn", "flash_attn.cute")}
+        sys.modules["flash_attn"] = None  # import flash_attn.cute raises ImportError
+        try:
+            point = prefill.points(prefill.parse_args(["--head-dims", "128", "--seqlens", "512"]))[0]
+            row = self.bench().measure(point, "fa4")
+        finally:
+            for name, module in saved.items():
+                if module is None:
+                    sys.modules.pop(name, None)
+                else:
+                    sys.modules[name] = module
+        self.assertIsNone(row["tflops"])
+        self.assertIn("flash_attn.cute not importable", row["error"])
+        self.assertEqual((row["backend"], row["head_dim"], row["seqlen"]), ("fa4", 128, 512))
+
+    def test_fa4_gets_bshd_views_and_its_output_is_unpacked(self):
+        class View:
+            def __init__(self, name, swaps=0):
+                self.name, self.swaps = name, swaps
+
+            def transpose(self, a, b):
+                assert (a, b) == (1, 2)
+                return View(self.name, self.swaps + 1)
+
+        calls = []
+
+        def flash_attn_func(q, k, v, causal=False):
+            calls.append((q.swaps, k.swaps, v.swaps, causal))
+            return View("out"), View("lse")
+
+        import types
+        package, cute = types.ModuleType("flash_attn"), types.ModuleType("flash_attn.cute")
+        cute.flash_attn_func = flash_attn_func
+        package.cute = cute
+        saved = {name: sys.modules.get(name) for name in ("flash_attn", "flash_attn.cute")}
+        sys.modules.update({"flash_attn": package, "flash_attn.cute": cute})
+        try:
+            attention, _ = self.bench().attention("fa4")
+            out = attention(View("q"), View("k"), View("v"), True)
+        finally:
+            for name, module in saved.items():
+                if module is None:
+                    sys.modules.pop(name, None)
+                else:
+                    sys.modules[name] = module
+        self.assertEqual(calls, [(1, 1, 1, True)])  # [B, H, S, D] views back to [B, S, H, D]
+        self.assertEqual((out.name, out.swaps), ("out", 1))  # out, not (out, lse), as [B, H, S, D]
+
+    def test_the_report_takes_ratios_against_fa4(self):
+        results = fake_results(with_failures=False)
+        results += [dict(r, backend="fa4") for r in results if r["backend"] == "torch_cudnn"]
+        text = plot_prefill.render_markdown(plot_prefill.merge_rows(results, META))
+        self.assertIn("cuflash_cuda / fa4", text)
+        header = next(line for line in text.splitlines() if line.startswith("| D | mask"))
+        self.assertLess(header.index("torch_efficient"), header.index("| fa4 |"))
+
+
 class CuflashProcess(unittest.TestCase):
     def test_rows_from_a_fake_cuflash_and_missing_points(self):
         args = prefill.parse_args(["--passes", "fwd", "--head-dims", "64", "--seqlens", "512,1024"])
