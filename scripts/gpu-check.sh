@@ -12,6 +12,12 @@
 # Knobs (environment):
 #   CUFLASH_GPU_CHECK_STEPS  steps to run, default "build ctest sm80fwd sm80bwd tma
 #                            memcheck racecheck synccheck initcheck run"
+#                            (shards, not in the default, instead of ctest: the same
+#                            tests with cuflash_gpu_tests, most of the suite, in
+#                            CUFLASH_GPU_SHARDS processes (default nproc) split by
+#                            gtest's sharding instead of a process per test, which
+#                            costs ~2.5 s of CUDA start-up each; everything else
+#                            through ctest -LE gpu, the ring's binary in one process)
 #                            (sm80fwd: the CUDA forward tests again with
 #                            CUFLASH_SM90_FORWARD=0, so that on Hopper the sm80
 #                            kernel, which the wgmma kernel replaces there for head
@@ -26,10 +32,13 @@
 #                            (e.g. "build" in one call, "ctest memcheck racecheck run"
 #                            in the next, while the machine stays warm: build-gpu/
 #                            is git-ignored, so the device tool keeps it)
-#   CUFLASH_CTEST_ARGS       more ctest arguments, e.g. "-I 1,1900" then "-I 1901,": the
-#                            whole suite takes 9-10 minutes on 16 cores (2026-11-25,
-#                            3744 tests), longer than one device call's 600 s, so
-#                            it runs in two calls (the logs of each call are its own)
+#   CUFLASH_CTEST_ARGS       more ctest arguments, e.g. "-I 1,1950" then "-I 1951,": the
+#                            whole suite through ctest takes 9-10 minutes on 16 cores
+#                            (2026-11-28, 3868 tests: 185 + 392 s), longer than one
+#                            device call's 600 s, so it runs in two calls (the logs of
+#                            each call are its own); the `shards` step is meant to
+#                            fit one (not yet timed on the GPU)
+#   CUFLASH_GPU_SHARDS       processes of the shards step (default nproc)
 #   CUFLASH_SANITIZE_FILTER  gtest filter of the sanitizer runs, default
 #                            "Sanitize*:*MergeStatesGpu*:HopperTma/*" (the sanitizers
 #                            run with the TMA walk forced, so that the TMA cases
@@ -105,6 +114,47 @@ gpu_tests() {
   grep -E '^\[  FAILED  \] .*\.' "$log" | head -20 | sed 's/^\[  FAILED  \] /  - failed: /' >>"$summary"
 }
 
+# The tests ctest.log lists as failed, into the summary.
+ctest_failures() {
+  if grep -q "The following tests FAILED" "$logs/ctest.log"; then
+    say "  - failed:"
+    sed -n '/The following tests FAILED/,$p' "$logs/ctest.log" | grep -E '\((Failed|Timeout|Exception|SEGFAULT|Subprocess)' |
+      head -40 | sed 's/^[[:space:]]*/    - /' >>"$summary"
+  fi
+}
+
+# The largest error against the float64 oracle per dtype, backend and
+# quantity over the GPU tests' logs, with the test that reached it (each test
+# binary prints its ledger, "[ cuflash ]   <key> <value> <test>", at exit),
+# then the tests' notes, into the summary.
+ledger_and_notes() {
+  local existing=() f
+  for f in "$@"; do [ -f "$f" ] && existing+=("$f"); done
+  set -- "${existing[@]}"
+  say ""
+  say "Largest errors of the GPU tests against the float64 oracle (dtype, backend, quantity):"
+  say ""
+  say '```'
+  awk 'index($0, "[ cuflash ]   ") {
+         line = $0; sub(/^.*\[ cuflash \] */, "", line)
+         count = split(line, field, " ")
+         if (count < 3) next
+         test = field[count]; value = field[count - 1]
+         key = line; sub(/ +[^ ]+ +[^ ]+ *$/, "", key)
+         n = (value ~ /^[-+0-9.eE]+$/) ? value + 0 : 1e308
+         if (!(key in worst) || n > worst[key]) { worst[key] = n; shown[key] = value; where[key] = test }
+       }
+       END { for (k in worst) printf "%-32s %-10s %s\n", k, shown[k], where[k] }' "$@" | sort >>"$summary"
+  say '```'
+  if grep -qF '[ note ]' "$@"; then
+    say ""
+    say "Notes (views off 16-byte rows: refused or computed; cuDNN graph build against a cached call):"
+    say ""
+    grep -hF '[ note ]' "$@" | sed 's/^.*\[ note \] */- /' | sort -u >>"$summary"
+  fi
+  say ""
+}
+
 : >"$summary"
 say "# GPU check"
 say ""
@@ -141,41 +191,54 @@ if wants ctest; then
   say "- ctest: status $ctest_status in $(( $(now) - start )) s; $(grep -E 'tests passed' "$logs/ctest.log" | tail -1)"
   say "  - skipped: $(grep -c '(Skipped)' "$logs/ctest.log")"
   grep -E '^ *(cpu|gpu) +=' "$logs/ctest.log" | sed 's/^ */  - label /' >>"$summary"
-  if grep -q "The following tests FAILED" "$logs/ctest.log"; then
-    say "  - failed:"
-    sed -n '/The following tests FAILED/,$p' "$logs/ctest.log" | grep -E '\((Failed|Timeout|Exception|SEGFAULT|Subprocess)' |
-      head -40 | sed 's/^[[:space:]]*/    - /' >>"$summary"
+  ctest_failures
+  ledger_and_notes "$logs/ctest.log"
+fi
+
+if wants shards; then
+  # The same tests in far fewer processes: the GPU test binaries (ctest's
+  # label gpu) run by gtest itself, cuflash_gpu_tests in CUFLASH_GPU_SHARDS
+  # processes that split its tests (gtest's sharding) side by side, the
+  # ring's binary in one; everything else through ctest. A process per test
+  # costs ~2.5 s of CUDA start-up (2700 GPU tests: most of ctest's 9-10
+  # minutes on 16 cores, NOTES.md session 27); a shard pays it once.
+  start=$(now)
+  # shellcheck disable=SC2086 # (the extra arguments are words)
+  ctest --test-dir "$build" -V --output-on-failure --timeout 600 -j "$(nproc)" -LE gpu ${CUFLASH_CTEST_ARGS:-} \
+    >"$logs/ctest.log" 2>&1
+  ctest_status=$?
+  [ $ctest_status -eq 0 ] || status_all=1
+  say "- ctest (all but the GPU test binaries): status $ctest_status in $(( $(now) - start )) s; $(grep -E 'tests passed' "$logs/ctest.log" | tail -1)"
+  say "  - skipped: $(grep -c '(Skipped)' "$logs/ctest.log")"
+  ctest_failures
+  if [ -x "$build/tests/cuflash_ring_gpu_tests" ]; then
+    start=$(now)
+    "$build/tests/cuflash_ring_gpu_tests" >"$logs/ring.log" 2>&1
+    status=$?
+    [ $status -eq 0 ] || status_all=1
+    say "- cuflash_ring_gpu_tests (one process): status $status in $(( $(now) - start )) s; $(totals "$logs/ring.log")"
+    grep -E '^\[  FAILED  \] .*\.' "$logs/ring.log" | head -20 | sed 's/^\[  FAILED  \] /  - failed: /' >>"$summary"
   fi
-  # Largest error against the float64 oracle per dtype, backend and quantity over the
-  # GPU tests (each prints its ledger), with the test that reached it.
-  say ""
-  say "Largest errors of the GPU tests against the float64 oracle (dtype, backend, quantity):"
-  say ""
-  say '```'
-  awk 'NR == FNR {
-         if ($0 ~ /^[0-9]+: Test command: .*cuflash_gpu_tests/ && match($0, /--gtest_filter=[^" ]*/))
-           name[$1 + 0] = substr($0, RSTART + 15, RLENGTH - 15)
-         next
-       }
-       index($0, "[ cuflash ]   ") {
-         test = $1 + 0
-         if (!(test in name)) next
-         line = $0; sub(/^.*\[ cuflash \] */, "", line)
-         count = split(line, field, " "); value = field[count]
-         key = substr(line, 1, length(line) - length(value)); sub(/ +$/, "", key)
-         n = (value ~ /^[-+0-9.eE]+$/) ? value + 0 : 1e308
-         if (!(key in worst) || n > worst[key]) { worst[key] = n; shown[key] = value; where[key] = name[test] }
-       }
-       END { for (k in worst) printf "%-32s %-10s %s\n", k, shown[k], where[k] }' \
-    "$logs/ctest.log" "$logs/ctest.log" | sort >>"$summary"
-  say '```'
-  if grep -qF '[ note ]' "$logs/ctest.log"; then
-    say ""
-    say "Notes (views off 16-byte rows: refused or computed; cuDNN graph build against a cached call):"
-    say ""
-    grep -F '[ note ]' "$logs/ctest.log" | sed 's/^.*\[ note \] */- /' | sort -u >>"$summary"
-  fi
-  say ""
+  start=$(now)
+  shards=${CUFLASH_GPU_SHARDS:-$(nproc)}
+  pids=()
+  for ((i = 0; i < shards; i++)); do
+    GTEST_TOTAL_SHARDS=$shards GTEST_SHARD_INDEX=$i "$build/tests/cuflash_gpu_tests" >"$logs/shard-$i.log" 2>&1 &
+    pids+=($!)
+  done
+  shard_status=0
+  for pid in "${pids[@]}"; do wait "$pid" || shard_status=1; done
+  [ $shard_status -eq 0 ] || status_all=1
+  passed=0 failed=0 skipped=0
+  for ((i = 0; i < shards; i++)); do
+    read -r p _ f _ k _ <<<"$(totals "$logs/shard-$i.log" | tr -d ,)"
+    passed=$((passed + p)) failed=$((failed + f)) skipped=$((skipped + k))
+    # A shard that died (a crash, the device lost) prints no totals: say so.
+    grep -qE '^\[==========\] [0-9]+ tests? from .* ran' "$logs/shard-$i.log" || say "  - shard $i did not finish: $(tail -1 "$logs/shard-$i.log")"
+  done
+  say "- cuflash_gpu_tests in $shards shards: status $shard_status in $(( $(now) - start )) s; $passed passed, $failed failed, $skipped skipped"
+  grep -hE '^\[  FAILED  \] .*\.' "$logs"/shard-*.log | sort -u | head -40 | sed 's/^\[  FAILED  \] /  - failed: /' >>"$summary"
+  ledger_and_notes "$logs/ctest.log" "$logs"/shard-*.log "$logs"/ring.log
 fi
 
 if wants sm80fwd; then

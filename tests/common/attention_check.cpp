@@ -12,9 +12,17 @@ namespace {
 
 // ----- error ledger -----------------------------------------------------
 
+// The largest error per (dtype, backend, quantity), and the test that
+// reached it: a process that runs many tests (a gtest shard) still says
+// which one.
+struct Worst {
+  double value = 0.0;
+  std::string test;
+};
+
 struct Ledger {
   std::mutex mutex;
-  std::map<std::string, double> worst;
+  std::map<std::string, Worst> worst;
 };
 
 Ledger& ledger() {
@@ -28,7 +36,8 @@ class LedgerPrinter : public ::testing::Environment {
     std::lock_guard<std::mutex> lock(ledger().mutex);
     if (ledger().worst.empty()) return;
     std::printf("[ cuflash ] largest errors against the float64 oracle:\n");
-    for (const auto& [key, value] : ledger().worst) std::printf("[ cuflash ]   %-28s %.3e\n", key.c_str(), value);
+    for (const auto& [key, worst] : ledger().worst)
+      std::printf("[ cuflash ]   %-28s %.3e %s\n", key.c_str(), worst.value, worst.test.c_str());
   }
 };
 
@@ -143,8 +152,12 @@ std::vector<double> dsinks_from_inputs(const AttentionCase& c) {
 void record_error(DType dtype, const char* quantity, double value, Backend backend) {
   std::lock_guard<std::mutex> lock(ledger().mutex);
   const std::string where = backend == Backend::automatic ? "" : std::string(backend_name(backend)) + " ";
-  double& worst = ledger().worst[std::string(dtype_label(dtype)) + " " + where + quantity];
-  if (!(value <= worst)) worst = value;  // NaN/inf stick
+  Worst& worst = ledger().worst[std::string(dtype_label(dtype)) + " " + where + quantity];
+  if (!(value <= worst.value)) {  // NaN/inf stick
+    worst.value = value;
+    const ::testing::TestInfo* test = ::testing::UnitTest::GetInstance()->current_test_info();
+    worst.test = test ? std::string(test->test_suite_name()) + "." + test->name() : "-";
+  }
 }
 
 Tolerance default_tolerance(DType dtype) {
