@@ -14,7 +14,9 @@ import os
 import subprocess
 import sys
 import tempfile
+import types
 import unittest
+from unittest import mock
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 sys.path.insert(0, HERE)
@@ -182,17 +184,10 @@ class FlashAttention4Peer(unittest.TestCase):
         self.assertNotIn("fa4", prefill.DEFAULT_BACKENDS)
 
     def test_absent_package_gives_an_error_row(self):
-        saved = {name: sys.modules.get(name) for name in ("flash_attn", "flash_attn.cute")}
-        sys.modules["flash_attn"] = None  # import flash_attn.cute raises ImportError
-        try:
+        # None in sys.modules: `import flash_attn.cute` raises ImportError.
+        with mock.patch.dict(sys.modules, {"flash_attn": None, "flash_attn.cute": None}):
             point = prefill.points(prefill.parse_args(["--head-dims", "128", "--seqlens", "512"]))[0]
             row = self.bench().measure(point, "fa4")
-        finally:
-            for name, module in saved.items():
-                if module is None:
-                    sys.modules.pop(name, None)
-                else:
-                    sys.modules[name] = module
         self.assertIsNone(row["tflops"])
         self.assertIn("flash_attn.cute not importable", row["error"])
         self.assertEqual((row["backend"], row["head_dim"], row["seqlen"]), ("fa4", 128, 512))
@@ -212,21 +207,12 @@ class FlashAttention4Peer(unittest.TestCase):
             calls.append((q.swaps, k.swaps, v.swaps, causal))
             return View("out"), View("lse")
 
-        import types
         package, cute = types.ModuleType("flash_attn"), types.ModuleType("flash_attn.cute")
         cute.flash_attn_func = flash_attn_func
         package.cute = cute
-        saved = {name: sys.modules.get(name) for name in ("flash_attn", "flash_attn.cute")}
-        sys.modules.update({"flash_attn": package, "flash_attn.cute": cute})
-        try:
+        with mock.patch.dict(sys.modules, {"flash_attn": package, "flash_attn.cute": cute}):
             attention, _ = self.bench().attention("fa4")
             out = attention(View("q"), View("k"), View("v"), True)
-        finally:
-            for name, module in saved.items():
-                if module is None:
-                    sys.modules.pop(name, None)
-                else:
-                    sys.modules[name] = module
         self.assertEqual(calls, [(1, 1, 1, True)])  # [B, H, S, D] views back to [B, S, H, D]
         self.assertEqual((out.name, out.swaps), ("out", 1))  # out, not (out, lse), as [B, H, S, D]
 
