@@ -290,7 +290,7 @@ def main(argv=None) -> int:
     date = datetime.datetime.now(datetime.timezone.utc).strftime("%Y-%m-%dT%H:%MZ")
     commit = args.commit or git_commit()
     cuflash_backends = [b for b in args.backends if b in CUFLASH_BACKENDS]
-    torch_backends = [b for b in args.backends if b in TORCH_BACKENDS or b in OTHER_BACKENDS]
+    peer_backends = [b for b in args.backends if b in TORCH_BACKENDS or b in OTHER_BACKENDS]
 
     # cuflash first, in its own processes, before this one creates a CUDA context.
     sweeps = ["prefill"] + (["small"] if args.small_seqlens else [])
@@ -306,10 +306,10 @@ def main(argv=None) -> int:
     device = torch.cuda.get_device_name(0)
     if cuflash_device and cuflash_device != device:
         log(f"note: cuflash reported device '{cuflash_device}', PyTorch '{device}'")
-    if torch_backends:
+    if peer_backends:
         bench = TorchBench(args)
         for point in [p for sweep in sweeps for p in points(args, sweep)]:
-            for backend in torch_backends:
+            for backend in peer_backends:
                 row = bench.measure(point, backend)
                 torch.cuda.empty_cache()  # the point's tensors died with measure()'s frame
                 log(progress(row))

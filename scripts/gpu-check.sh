@@ -125,8 +125,10 @@ ctest_failures() {
 
 # The largest error against the float64 oracle per dtype, backend and
 # quantity over the GPU tests' logs, with the test that reached it (each test
-# binary prints its ledger, "[ cuflash ]   <key> <value> <test>", at exit),
-# then the tests' notes, into the summary.
+# binary prints its ledger, "[ cuflash ]   <key> <value> <test>", at exit;
+# in ctest's log, whose lines carry their test's number, only the GPU test
+# binaries' count, as in a shard's log), then the tests' notes, into the
+# summary.
 ledger_and_notes() {
   local existing=() f
   for f in "$@"; do [ -f "$f" ] && existing+=("$f"); done
@@ -135,7 +137,9 @@ ledger_and_notes() {
   say "Largest errors of the GPU tests against the float64 oracle (dtype, backend, quantity):"
   say ""
   say '```'
-  awk 'index($0, "[ cuflash ]   ") {
+  awk '/^[0-9]+: Test command: / { if ($0 ~ /cuflash_(ring_)?gpu_tests/) gpu[FILENAME, $1 + 0] = 1 }
+       index($0, "[ cuflash ]   ") {
+         if ($0 ~ /^[0-9]+: / && !((FILENAME, $1 + 0) in gpu)) next
          line = $0; sub(/^.*\[ cuflash \] */, "", line)
          count = split(line, field, " ")
          if (count < 3) next
