@@ -105,7 +105,6 @@ def fmt(x, digits=1):
     return "—" if x is None else f"{x:.{digits}f}"
 
 
-
 def gpu_name():
     """The GPU's name without torch (the --no-peers runs), from nvidia-smi; None where it cannot say."""
     try:
@@ -115,6 +114,7 @@ def gpu_name():
         return None
     name = out.stdout.strip().splitlines()
     return name[0] if out.returncode == 0 and name else None
+
 
 def main(argv=None) -> int:
     args = parse_args(argv)

@@ -7,7 +7,7 @@
 # ~92 MB, so it travels in two parts, one per call:
 #   here:    scripts/stage-fa4-wheels.sh
 #   call 1:  carry [".fa4/part1", ...]   bench/fa4-receive.sh; (other work)
-#   call 2:  carry [".fa4/part2"]        bench/fa4-receive.sh && export PYTHONPATH=$(cat /root/fa4/pythonpath) ...
+#   call 2:  carry [".fa4/part2"]        bench/fa4-receive.sh && . /root/fa4/env && python3 bench/prefill.py ...
 # back to back on a warm machine (what a call leaves outside the tree, in
 # /root/fa4, survives only while the machine stays warm). part2 also holds the
 # small wheels and the manifest (file names and sha256 of the whole wheel).
