@@ -7,6 +7,9 @@
 # of spending ~110 s of device time building both.
 #   bench/ab-prebuild.sh BASE_REF CHANGE_REF [--tests]
 # --tests also packs the change's cuflash_gpu_tests (AB_GTEST_FILTER there).
+# AB_CHANGE_NAME=change2 packs the change as .abbin/change2.tar.xz (several
+# changes against one base, timed in one device call); the base is not
+# built again when .abbin/base.label already names BASE_REF's commit.
 # One clone and one build directory in $AB_PREBUILD_DIR (default
 # /tmp/cuflash-ab): the base is built first, then the change on top of it,
 # so only what the change touches compiles again (2 cores: ~7 min for a
@@ -40,8 +43,13 @@ build() {  # <sha> <name> <targets...>
   echo "$(git rev-parse --short "$sha") ($(git name-rev --name-only --always "$sha"))" >".abbin/$name.label"
   echo "ab-prebuild: .abbin/$name.tar.xz ($(du -h ".abbin/$name.tar.xz" | cut -f1)): $(cat ".abbin/$name.label")"
 }
-build "$base_sha" base cuflash_cli
+change_name=${AB_CHANGE_NAME:-change}
+if [ -f .abbin/base.tar.xz ] && [ "$(cut -d' ' -f1 .abbin/base.label 2>/dev/null)" = "$(git rev-parse --short "$base_sha")" ]; then
+  echo "ab-prebuild: base already packed: $(cat .abbin/base.label)"
+else
+  build "$base_sha" base cuflash_cli
+fi
 targets=(cuflash_cli)
 [ "$tests" = OFF ] || targets+=(cuflash_gpu_tests)
-build "$change_sha" change "${targets[@]}"
-echo "ab-prebuild: carry [\".abbin\"]; there: bench/ab-prebuilt.sh [bench/ab.py flags]"
+build "$change_sha" "$change_name" "${targets[@]}"
+echo "ab-prebuild: carry [\".abbin\"]; there: bench/ab-prebuilt.sh [bench/ab.py flags] (the base against every .abbin/change*)"
