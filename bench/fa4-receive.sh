@@ -37,8 +37,13 @@ cat "${pieces[@]}" >"$dir/$wheel"
 echo "$sha  $dir/$wheel" | sha256sum -c --quiet || { echo "fa4-receive: $wheel: wrong sha256" >&2; exit 1; }
 python3 -m pip install -q --no-index --no-deps --no-compile --no-cache-dir --target "$dir/site" \
   "$dir/$wheel" "$dir"/parts/*.whl || { echo "fa4-receive: pip install failed" >&2; exit 1; }
+# The site's .pth files (nvidia-cutlass-dsl's adds its dsl_packages, where
+# `cutlass` lives) are not read from a PYTHONPATH entry: their paths are
+# taken out here, by site.addsitedir, and listed after it.
+paths=$(python3 -c "import site, sys; before = set(sys.path); site.addsitedir(sys.argv[1]); print(':'.join(p for p in sys.path if p not in before))" "$dir/site") ||
+  { echo "fa4-receive: reading $dir/site's .pth files failed" >&2; exit 1; }
 cat >"$dir/env" <<ENV
-export PYTHONPATH=$dir/site\${PYTHONPATH:+:\$PYTHONPATH}
+export PYTHONPATH=$paths\${PYTHONPATH:+:\$PYTHONPATH}
 export FLASH_ATTENTION_CUTE_DSL_CACHE_ENABLED=1 FLASH_ATTENTION_CUTE_DSL_CACHE_DIR=$dir/cache
 ENV
 # shellcheck disable=SC1091
