@@ -10,14 +10,15 @@
 # the logs) are copied there, two files of the eight that come back.
 #   CUFLASH_COMMIT=$(git rev-parse --short HEAD) scripts/gpu-check.sh
 # Knobs (environment):
-#   CUFLASH_GPU_CHECK_STEPS  steps to run, default "build ctest sm80fwd sm80bwd tma
+#   CUFLASH_GPU_CHECK_STEPS  steps to run, default "build shards sm80fwd sm80bwd tma
 #                            memcheck racecheck synccheck initcheck run"
-#                            (shards, not in the default, instead of ctest: the same
-#                            tests with cuflash_gpu_tests, most of the suite, in
-#                            CUFLASH_GPU_SHARDS processes (default nproc) split by
-#                            gtest's sharding instead of a process per test, which
-#                            costs ~2.5 s of CUDA start-up each; everything else
-#                            through ctest -LE gpu, the ring's binary in one process)
+#                            (shards: the whole suite, the GPU test binary
+#                            cuflash_gpu_tests in CUFLASH_GPU_SHARDS processes
+#                            (default nproc) split by gtest's sharding instead of a
+#                            process per test, which costs ~2.5 s of CUDA start-up
+#                            each; everything else through ctest -LE gpu, the
+#                            ring's binary in one process; ctest, not in the
+#                            default, runs the same tests a process each)
 #                            (sm80fwd: the CUDA forward tests again with
 #                            CUFLASH_SM90_FORWARD=0, so that on Hopper the sm80
 #                            kernel, which the wgmma kernel replaces there for head
@@ -36,8 +37,8 @@
 #                            whole suite through ctest takes 9-10 minutes on 16 cores
 #                            (2026-11-28, 3868 tests: 185 + 392 s), longer than one
 #                            device call's 600 s, so it runs in two calls (the logs of
-#                            each call are its own); the `shards` step is meant to
-#                            fit one (not yet timed on the GPU)
+#                            each call are its own); the `shards` step runs them in
+#                            one (112 s on 16 cores, H200, 2026-11-29)
 #   CUFLASH_GPU_SHARDS       processes of the shards step (default nproc)
 #   CUFLASH_SANITIZE_FILTER  gtest filter of the sanitizer runs, default
 #                            "Sanitize*:*MergeStatesGpu*:HopperTma/*" (the sanitizers
@@ -72,7 +73,7 @@ logs=$build/logs
 rm -rf "$logs"
 mkdir -p "$logs"
 summary=$logs/gpu-check-summary.md
-steps=" ${CUFLASH_GPU_CHECK_STEPS:-build ctest sm80fwd sm80bwd tma memcheck racecheck synccheck initcheck run} "
+steps=" ${CUFLASH_GPU_CHECK_STEPS:-build shards sm80fwd sm80bwd tma memcheck racecheck synccheck initcheck run} "
 sanitize_filter=${CUFLASH_SANITIZE_FILTER:-'Sanitize*:*MergeStatesGpu*:HopperTma/*'}
 racecheck_filter=${CUFLASH_RACECHECK_FILTER:-"$sanitize_filter-*Cudnn*"}
 export PATH=/usr/local/cuda/bin:$PATH
