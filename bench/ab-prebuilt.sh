@@ -13,7 +13,8 @@ dir=${AB_DIR:-/tmp/ab-prebuilt}
 out=${OUT:-$dir/out}
 mkdir -p "$out"
 changes=()
-for pack in .abbin/change*.tar.xz; do
+# (In byte order, change before change2: a locale's collation puts change2 first.)
+for pack in $(printf '%s\n' .abbin/change*.tar.xz | LC_ALL=C sort); do
   [ -f "$pack" ] && changes+=("$(basename "$pack" .tar.xz)")
 done
 [ -f .abbin/base.tar.xz ] && [ "${#changes[@]}" -gt 0 ] ||
