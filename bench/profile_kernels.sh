@@ -26,7 +26,7 @@ ncu --kernel-name "regex:$ours" --launch-skip 3 --launch-count 1 "${sections[@]}
   --heads "$heads" --batch "$batch" --mask "$mask" --reps 3 --warmup-ms 0 --min-reps 1 >"/tmp/$tag-cuflash.log" 2>&1 || true
 ncu --kernel-name "regex:$theirs" --launch-skip 3 --launch-count 1 "${sections[@]}" -f -o "/tmp/$tag-torch" \
   python3 - "$pass" "$head_dim" "$seqlen" "$heads" "$batch" "$causal" "${TORCH_SDPA:-FLASH_ATTENTION}" >"/tmp/$tag-torch.log" 2>&1 <<'PY' || true
-import sys, torch
+import contextlib, sys, torch
 from torch.nn.attention import SDPBackend, sdpa_kernel
 p, d, s, h, b, causal = sys.argv[1], int(sys.argv[2]), int(sys.argv[3]), int(sys.argv[4]), int(sys.argv[5]), sys.argv[6] == "1"
 # [B, S, H, D] memory seen as [B, H, S, D], as cuflash gets it (bench/prefill.py's default layout)
@@ -37,7 +37,7 @@ if sys.argv[7] == "FA4":
     def attention():
         out = flash_attn_func(q.transpose(1, 2), k.transpose(1, 2), v.transpose(1, 2), causal=causal)
         return out[0] if isinstance(out, tuple) else out
-    backend = __import__("contextlib").nullcontext()
+    backend = contextlib.nullcontext()
 else:
     def attention():
         return torch.nn.functional.scaled_dot_product_attention(q, k, v, is_causal=causal)
