@@ -9,8 +9,9 @@
 // query tile, with the key rows as wgmma's M (S and dP transposed, so that
 // P^T and dS^T are already the A fragments of the dV and dK GEMMs):
 //   S^T = K Q^T, dP^T = V dO^T              (ss, N = 64 queries)
-//   P^T = exp2(logit2 - lse2); dV += P^T dO (rs, N = D; B MN-major), under
-//   dP's GEMM and dS^T = P^T (dP^T - dsum) [x softcap's factor]
+//   P^T = exp2(logit2 - lse2) and dS^T = P^T (dP^T - dsum) [x softcap's
+//   factor] in one block after dP's wait (the exponentials interleave with
+//   dS's arithmetic); dV += P^T dO (rs, N = D; B MN-major), under dS's stores
 //   dS^T -> shared memory as dS (stmatrix, transposed); both warpgroups' halves in,
 //   dQ[:, c D/2 ..] = dS K[:, c D/2 ..]     (ss, B MN-major, N = D / 2)
 //   dK += dS^T Q                            (rs, N = D), while
@@ -297,29 +298,18 @@ __global__ void __launch_bounds__(C::kThreads, 1) flash_bwd_tma_kernel(const __g
             for (int e = 0; e < 4; ++e) s[i][e] *= grad[e];
           }
         }
-      });
-      // dV += P^T dO (B: [queries][D], MN-major), under dP's GEMM and dS.
-      const std::uint64_t do_mn = sw128_desc(sDo(st), C::QTile::kBlockBytes, 1024);
-      wgmma_fence();
+        // (Prefetched like lse2, where the registers allow.)
+        float2 dsum[kLsePrefetch];
 #pragma unroll
-      for (int kk = 0; kk < C::KS; ++kk)
-        wgmma_rs<T, D, true>(dv, pa[kk], desc_advance(do_mn, C::QTile::mn_major_step_bytes(kk)), n > 0 || kk > 0);
-      wgmma_commit();
-
-      // (Prefetched like lse2, where the registers allow.)
-      float2 dsum[kLsePrefetch];
-#pragma unroll
-      for (int i = 0; i < kLsePrefetch; ++i) dsum[i] = *reinterpret_cast<const float2*>(sDsum(st) + 8 * i + 2 * t4);
-      wgmma_wait<1>();  // dP^T done (dV may still run)
-      fence_accumulators(dp);
-      // dS^T = P^T [x (1 - tanh^2)] (dP^T - dsum), into dp. A masked P is
-      // exactly 0 and so is its dS, whatever dP (a key or query row past the
-      // sequence) holds. With 128-row tiles and plain scores P comes back
-      // from its packed (T-rounded) fragments, which frees s's 64 registers
-      // before dV's GEMM (the D = 64 tests' gradient tolerances hold with it:
-      // 317 backward cases, session 20).
-      constexpr bool kPFromPacked = C::BM == 2 * kBwdTileRows && !Transformed;
-      bool_switch<!Transformed>(masked, [&](auto masked_tile) {
+        for (int i = 0; i < kLsePrefetch; ++i) dsum[i] = *reinterpret_cast<const float2*>(sDsum(st) + 8 * i + 2 * t4);
+        wgmma_wait<0>();  // dP^T done
+        fence_accumulators(dp);
+        // dS^T = P^T [x (1 - tanh^2)] (dP^T - dsum), into dp. A masked P is
+        // exactly 0 and so is its dS, whatever dP (a key or query row past the
+        // sequence) holds. In the same block as the exponentials, after dP's
+        // wait: ptxas sinks most exponentials below the wait and interleaves
+        // them with this loop, so that its FMA-pipe work fills the MUFU
+        // pipe's gaps (the exponentials alone are MUFU-bound: NOTES.md).
 #pragma unroll
         for (int i = 0; i < C::NS; ++i) {
 #pragma unroll
@@ -327,13 +317,7 @@ __global__ void __launch_bounds__(C::kThreads, 1) flash_bwd_tma_kernel(const __g
             const float2 row_dsum = kLsePrefetch == C::NS
                                         ? dsum[i % kLsePrefetch]
                                         : *reinterpret_cast<const float2*>(sDsum(st) + 8 * i + 2 * t4);
-            float pv;
-            if constexpr (kPFromPacked) {
-              const float2 pair = sm80::unpack2<T>(pa[i / 2][(i % 2) * 2 + (e >> 1)]);
-              pv = (e & 1) ? pair.y : pair.x;
-            } else {
-              pv = s[i][e];
-            }
+            const float pv = s[i][e];
             float y = pv * (dp[i][e] - ((e & 1) ? row_dsum.y : row_dsum.x));
             if (masked_tile && pv == 0.0f) y = 0.0f;
             dp[i][e] = y;
@@ -342,6 +326,17 @@ __global__ void __launch_bounds__(C::kThreads, 1) flash_bwd_tma_kernel(const __g
       });
       std::uint32_t dsa[C::KS][4];
       p_fragments_m16<T, C::KS>(dp, dsa);
+
+      // dV += P^T dO (B: [queries][D], MN-major), issued only now: with no
+      // GEMM reading P's fragments between the exponentials and dS, ptxas
+      // interleaves the two loops, and dS's FMA-pipe work runs in the gaps
+      // of the MUFU pipe that the exponentials alone leave (NOTES.md).
+      const std::uint64_t do_mn = sw128_desc(sDo(st), C::QTile::kBlockBytes, 1024);
+      wgmma_fence();
+#pragma unroll
+      for (int kk = 0; kk < C::KS; ++kk)
+        wgmma_rs<T, D, true>(dv, pa[kk], desc_advance(do_mn, C::QTile::mn_major_step_bytes(kk)), n > 0 || kk > 0);
+      wgmma_commit();
 
       // dS (queries x keys, this warpgroup's 64 keys) into shared memory:
       // matrices (i, rows g), (i, rows g + 8), (i + 1, ...) of dsa[kk] are
