@@ -25,6 +25,7 @@ using cuflash::detail::ScoreRules;
 using cuflash::detail::sm90::bwd_blocks_before;
 using cuflash::detail::sm90::bwd_walk;
 using cuflash::detail::sm90::BwdWalk;
+using cuflash::detail::sm90::BwdWalkCursor;
 using cuflash::detail::sm90::kBwdTileRows;
 
 constexpr int kBlockKeys = 128;  // the kernel's BN
@@ -81,6 +82,24 @@ TEST(BwdWalk, WalksVisitExactlyTheTilesThatSeeTheirKeys) {
           for (int row = tile * rows; row < std::min((tile + 1) * rows, s.v.q_len) && !sees; ++row)
             for (int key = n0; key < n1 && !sees; ++key) sees = visible(s, row, key);
           ASSERT_EQ(reaches(w, tile), sees) << "trial " << trial << " rows " << rows << " block " << block;
+        }
+      }
+  }
+}
+
+TEST(BwdWalk, TheCursorVisitsTheTilesOfHeadAndM0InOrder) {
+  std::mt19937 rng(13);
+  for (int trial = 0; trial < 200; ++trial) {
+    const Shape s = random_shape(rng);
+    const int group = 1 + static_cast<int>(rng() % 4), hk = static_cast<int>(rng() % 3);
+    for (const int rows : kTileRows)
+      for (int block = 0; block < blocks_of(s); ++block) {
+        const int n0 = block * kBlockKeys;
+        const BwdWalk w = bwd_walk(s.v, n0, std::min(n0 + kBlockKeys, s.k_len), hk, group, rows);
+        BwdWalkCursor tile(w);
+        for (int n = 0; n < w.tiles(); ++n, tile.next()) {
+          ASSERT_EQ(tile.head(), w.head(n)) << "trial " << trial << " block " << block << " tile " << n;
+          ASSERT_EQ(tile.m0(), w.m0(n)) << "trial " << trial << " block " << block << " tile " << n;
         }
       }
   }

@@ -24,6 +24,23 @@ struct BwdWalk {
   CUFLASH_HOST_DEVICE int m0(int n) const { return (m_lo + n % (m_end - m_lo)) * tile_rows; }
 };
 
+// The same walk visited in order, without BwdWalk::head / m0's division by a
+// run-time count per tile (a dozen instructions on the consumers' chain):
+// tile n's head and first row after n calls of next().
+struct BwdWalkCursor {
+  int h, m_tile, m_lo, m_end, tile_rows;
+  CUFLASH_HOST_DEVICE explicit BwdWalkCursor(const BwdWalk& w)
+      : h(w.h0), m_tile(w.m_lo), m_lo(w.m_lo), m_end(w.m_end), tile_rows(w.tile_rows) {}
+  CUFLASH_HOST_DEVICE int head() const { return h; }
+  CUFLASH_HOST_DEVICE int m0() const { return m_tile * tile_rows; }
+  CUFLASH_HOST_DEVICE void next() {
+    if (++m_tile == m_end) {
+      m_tile = m_lo;
+      ++h;
+    }
+  }
+};
+
 // The walk of keys [n0, n1) of kv head hk, whose query heads are hk * group ..
 CUFLASH_HOST_DEVICE BwdWalk bwd_walk(const KeyVisibility& v, int n0, int n1, int hk, int group,
                                      int tile_rows = kBwdTileRows) {
