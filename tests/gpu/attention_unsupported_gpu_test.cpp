@@ -245,7 +245,7 @@ TEST(CudaStream, DefaultStream) {
 // mask); each refuses by name, writes nothing, and nothing falls back silently.
 
 TEST(GpuUnsupported, SinksRefusedByNameOnCudnn) {
-  SKIP_WITHOUT_GPU();
+  SKIP_WITHOUT_CUDNN();  // a build without cuDNN refuses the backend itself
   CUFLASH_TEST_RNG(rng);
   CaseSpec sinks = dense_case("sinks", 33, 40, 4, 2, 64);
   sinks.dtype = DType::bf16;
