@@ -177,6 +177,11 @@ if wants build; then
   build_status=$?
   say "- build: status $build_status in $(( $(now) - start )) s"
   say "- $(grep -h 'cuflash: cuDNN backend' "$logs/build.log" | tail -n 1 | sed 's/^-- //')"
+  # The GPU machine has no network: the frontend headers travel with the
+  # call (.deps/ is git-ignored). Without them every cuDNN test skips.
+  if grep -q 'cuflash: cuDNN backend OFF' "$logs/build.log" && [ ! -d .deps/cudnn-frontend/include ]; then
+    say "  - no .deps/cudnn-frontend here: run the call with carry [\".deps\"] (scripts/fetch-cudnn-frontend.sh fills it) for the cuDNN backend and its tests"
+  fi
   if [ $build_status -ne 0 ]; then
     say ""
     say '```'
