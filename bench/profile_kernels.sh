@@ -11,7 +11,9 @@
 # cuDNN's kernel, e.g. with the regex 'sdpa|cudnn|fprop|dgrad'); TORCH_SDPA=FA4
 # runs FlashAttention-4 (flash_attn.cute.flash_attn_func, installed by
 # bench/fa4-receive.sh: source /root/fa4/env first) instead of SDPA, e.g. with
-# the regex 'FlashAttentionForwardSm90|FlashAttentionBackwardSm90'.
+# the regex 'FlashAttentionForwardSm90|FlashAttentionBackwardSm90'. (Our
+# backward's main kernel: 'flash_bwd_tma_kernel'; a bare 'flash_bwd_tma'
+# catches its preparation kernel first.)
 set -euo pipefail
 cd "$(dirname "$0")/.."
 tag=$1 pass=$2 head_dim=$3 seqlen=$4 causal=$5 ours=$6 theirs=$7
