@@ -328,10 +328,9 @@ __global__ void __launch_bounds__(C::kThreads, 1) flash_bwd_tma_kernel(const __g
       std::uint32_t dsa[C::KS][4];
       p_fragments_m16<T, C::KS>(dp, dsa);
 
-      // dV += P^T dO (B: [queries][D], MN-major), issued only now: with no
-      // GEMM reading P's fragments between the exponentials and dS, ptxas
-      // interleaves the two loops, and dS's FMA-pipe work runs in the gaps
-      // of the MUFU pipe that the exponentials alone leave (NOTES.md).
+      // dV += P^T dO (B: [queries][D], MN-major), issued only now: a GEMM
+      // issued between the exponentials and dS would keep ptxas from
+      // interleaving them (above).
       const std::uint64_t do_mn = sw128_desc(sDo(st), C::QTile::kBlockBytes, 1024);
       wgmma_fence();
 #pragma unroll
