@@ -39,7 +39,7 @@ PYTHONUNBUFFERED=1 python3 bench/ab.py "${args[@]}" --out-dir "$out" "$@" 2>"$ou
 if [ -n "${AB_GTEST_FILTER:-}" ]; then
   for name in "${changes[@]}"; do
     tests=$dir/$name/cuflash_gpu_tests
-    [ -x "$tests" ] || { echo "ab-prebuilt: $name was packed without --tests"; continue; }
+    [ -x "$tests" ] || { echo "ab-prebuilt: $name was packed without --tests" >&2; status=1; continue; }
     LD_LIBRARY_PATH=$dir/$name "$tests" --gtest_filter="$AB_GTEST_FILTER" >"$out/tests-$name.log" 2>&1 || status=1
     echo "ab-prebuilt: $name: tests '$AB_GTEST_FILTER': $(grep -E '^\[  (PASSED|FAILED|SKIPPED) *\]' "$out/tests-$name.log" | tr '\n' ' ')"
   done
