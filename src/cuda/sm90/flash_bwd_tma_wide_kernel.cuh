@@ -204,9 +204,10 @@ __global__ void __launch_bounds__(C::kThreads, 1)
     mbarrier_wait(ring.kv_full, 0);
     int h_rules = -1;
     ScoreRules rules;
-    for (int n = 0; n < n_tiles; ++n) {
+    BwdWalkCursor tile(walk);
+    for (int n = 0; n < n_tiles; ++n, tile.next()) {
       const int st = n % C::Stages, buf = n & 1;
-      const int h = walk.head(n), m0 = walk.m0(n);
+      const int h = tile.head(), m0 = tile.m0();
       if (h != h_rules) {
         rules = score_rules(p, seq, b, h);
         h_rules = h;
