@@ -514,10 +514,13 @@ __global__ void __launch_bounds__(C::kThreads, 1) flash_fwd_tma_kernel(const __g
     // The first tile (the item's last keys), at half width where this
     // warpgroup's rows see only its lower half.
     int j = 0;
-    if (pipe.half_first(f, cw * 64, (f.t_hi - 1) * C::BN)) {
-      pipe.template step<Transformed, C::NT / 2>(f, q_desc, 0, o, pa, row_max, row_sum, mult, f.m0 + row_in_block, t4);
-      release_stored_q();
-      j = 1;
+    if constexpr (C::kHalfFirst) {
+      if (pipe.half_first(f, cw * 64, (f.t_hi - 1) * C::BN)) {
+        pipe.template step<Transformed, C::NT / 2>(f, q_desc, 0, o, pa, row_max, row_sum, mult, f.m0 + row_in_block,
+                                                   t4);
+        release_stored_q();
+        j = 1;
+      }
     }
     for (; j < n_tiles; ++j) {
       pipe.template step<Transformed>(f, q_desc, j, o, pa, row_max, row_sum, mult, f.m0 + row_in_block, t4);
