@@ -74,7 +74,10 @@ struct TmaFwdConfig {
   static constexpr int KP = BN / 16;  // k-steps of P V
   // An item's first key tile (its last keys) may be walked at half width
   // (ConsumerPipe::half_first): its upper BN / 2 keys are then whole k-steps.
-  static constexpr bool kHalfFirst = BN % 32 == 0;
+  // Not with three consumers (D = 64's 160 registers): the second step's
+  // code took its spills from 60 / 100 to 112 / 184 bytes and the calls
+  // without a mask 1-2 % slower at 512-2k keys (NOTES.md, session 30).
+  static constexpr bool kHalfFirst = BN % 32 == 0 && Consumers == 2;
   using QTile = Sw128Tile<BM, D>;
   using KVTile = Sw128Tile<BN, D>;
   static constexpr int kStageBytes = 2 * KVTile::kBytes;  // K, then V
