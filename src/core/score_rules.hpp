@@ -103,6 +103,14 @@ struct ScoreRules {
     *lo = l;
     *hi = larger(h, l);
   }
+  // Whether no row of [row0, row0 + rows) sees any key of [key0, key0 + keys)
+  // (so the tile's scores are all masked: its probabilities and gradients
+  // are zeros, and a kernel may skip its GEMMs).
+  CUFLASH_HOST_DEVICE bool tile_hidden(int row0, int rows, int key0, int keys) const {
+    int lo, hi;
+    key_range(row0, rows, &lo, &hi);
+    return lo >= hi || key0 + keys <= lo || key0 >= hi;  // (lo == hi: the rows see no key)
+  }
   // Whether every row of [row0, row0+rows) sees every key of [key0, key0+keys)
   // (so the tile needs no per-element mask).
   CUFLASH_HOST_DEVICE bool tile_unmasked(int row0, int rows, int key0, int keys) const {

@@ -101,6 +101,36 @@ TEST(ScoreRules, TilesAndKeyRangesHoldTheRowsKeys) {
   EXPECT_GT(unmasked_tiles, 0);  // the check above is not vacuous
 }
 
+// A tile the rules call hidden is seen by no row (the kernels skip its
+// GEMMs); and a tile no row sees that lies wholly on one side of the
+// visible band is called hidden (the rule is not so loose that it never fires).
+TEST(ScoreRules, HiddenTilesAreSeenByNoRow) {
+  int hidden_tiles = 0;
+  for (const Sequence& s : sequences()) {
+    const ScoreRules r = rules_of(s);
+    for (int row0 = 0; row0 < s.q_len; ++row0)
+      for (int rows = 1; row0 + rows <= s.q_len; ++rows)
+        for (int key0 = 0; key0 < s.k_len; ++key0)
+          for (int keys = 1; key0 + keys <= s.k_len + 1; ++keys) {
+            bool seen = false, below = true, above = true;
+            for (int i = row0; i < row0 + rows; ++i) {
+              int lo = 0, hi = 0;
+              r.row_keys(i, &lo, &hi);
+              for (int j = key0; j < key0 + keys; ++j) seen |= sees(s, i, j);
+              below &= key0 + keys <= lo;
+              above &= key0 >= hi;
+            }
+            const bool hidden = r.tile_hidden(row0, rows, key0, keys);
+            if (hidden) {
+              ++hidden_tiles;
+              EXPECT_FALSE(seen) << "rows " << row0 << "+" << rows << " keys " << key0 << "+" << keys;
+            }
+            if (below || above) EXPECT_TRUE(hidden) << "rows " << row0 << "+" << rows << " keys " << key0 << "+" << keys;
+          }
+  }
+  EXPECT_GT(hidden_tiles, 0);
+}
+
 TEST(ScoreRules, Logits) {
   const Sequence s{6, 9, 0, 3, -1, -1};
   const float scale = 0.125f, softcap = 20.0f, slope = 0.25f;

@@ -214,6 +214,9 @@ __global__ void __launch_bounds__(C::kThreads, 1) flash_bwd_tma_kernel(const __g
   const int key_row = 64 * cw + 16 * warp + g;  // this thread's first key row, within the block
 
   float dk[C::DT][4], dv[C::DT][4];
+  // Whether dK and dV hold a GEMM's result yet: the first GEMM overwrites,
+  // and a warpgroup's first tiles (or all) may be hidden (below).
+  bool kv_started = false;
   if (n_tiles > 0) {
     // Descriptors: K and V rows of this warpgroup (K-major A); K with the
     // keys as rows (MN-major B of dQ): its columns [cw D/2, ..) over all
@@ -246,6 +249,13 @@ __global__ void __launch_bounds__(C::kThreads, 1) flash_bwd_tma_kernel(const __g
 #pragma unroll
       for (int i = 0; i < kLsePrefetch; ++i) lse2[i] = *reinterpret_cast<const float2*>(sLse(st) + 8 * i + 2 * t4);
 
+      // A tile whose rows see none of this warpgroup's 64 keys (the causal
+      // diagonal's first query tile for the upper half of the keys) has P = 0
+      // and dS = 0 there: the warpgroup skips its S, dP, dV and dK GEMMs and
+      // its exponentials, and stages zeros as its dS for the dQ GEMM.
+      const bool hidden = rules.tile_hidden(m0, BM, n0 + 64 * cw, 64);
+      std::uint32_t dsa[C::KS][4];
+      if (!hidden) {
       // S^T = K Q^T and dP^T = V dO^T, one group each.
       float s[C::NS][4], dp[C::NS][4];
       wgmma_fence();
@@ -325,7 +335,6 @@ __global__ void __launch_bounds__(C::kThreads, 1) flash_bwd_tma_kernel(const __g
           }
         }
       });
-      std::uint32_t dsa[C::KS][4];
       p_fragments_m16<T, C::KS>(dp, dsa);
 
       // dV += P^T dO (B: [queries][D], MN-major), issued only now: a GEMM
@@ -335,8 +344,12 @@ __global__ void __launch_bounds__(C::kThreads, 1) flash_bwd_tma_kernel(const __g
       wgmma_fence();
 #pragma unroll
       for (int kk = 0; kk < C::KS; ++kk)
-        wgmma_rs<T, D, true>(dv, pa[kk], desc_advance(do_mn, C::QTile::mn_major_step_bytes(kk)), n > 0 || kk > 0);
+        wgmma_rs<T, D, true>(dv, pa[kk], desc_advance(do_mn, C::QTile::mn_major_step_bytes(kk)), kv_started || kk > 0);
       wgmma_commit();
+      } else {
+#pragma unroll
+        for (int kk = 0; kk < C::KS; ++kk) dsa[kk][0] = dsa[kk][1] = dsa[kk][2] = dsa[kk][3] = 0u;
+      }
 
       // dS (queries x keys, this warpgroup's 64 keys) into shared memory:
       // matrices (i, rows g), (i, rows g + 8), (i + 1, ...) of dsa[kk] are
@@ -365,11 +378,16 @@ __global__ void __launch_bounds__(C::kThreads, 1) flash_bwd_tma_kernel(const __g
         wgmma_ss_trans_b<T, C::DQ>(dq, desc_advance(ds_desc, C::STile::k_major_step_bytes(ks)),
                                    desc_advance(kt_desc, C::KTile::mn_major_step_bytes(ks)), ks > 0);
       wgmma_commit();
+      if (!hidden) {
 #pragma unroll
-      for (int kk = 0; kk < C::KS; ++kk)
-        wgmma_rs<T, D, true>(dk, dsa[kk], desc_advance(q_mn, C::QTile::mn_major_step_bytes(kk)), n > 0 || kk > 0);
-      wgmma_commit();
-      wgmma_wait<1>();  // dV and dQ done
+        for (int kk = 0; kk < C::KS; ++kk)
+          wgmma_rs<T, D, true>(dk, dsa[kk], desc_advance(q_mn, C::QTile::mn_major_step_bytes(kk)), kv_started || kk > 0);
+        wgmma_commit();
+        kv_started = true;
+        wgmma_wait<1>();  // dV and dQ done
+      } else {
+        wgmma_wait<0>();  // dQ done
+      }
       fence_accumulators(dq);
       const int dq_buf = n % C::DqBuffers;
       named_barrier_sync(C::kDqFree0 + dq_buf, 288);
@@ -387,7 +405,8 @@ __global__ void __launch_bounds__(C::kThreads, 1) flash_bwd_tma_kernel(const __g
       fence_accumulators(dk);
       mbarrier_arrive(&ring.q_empty[st]);
     }
-  } else {
+  }
+  if (!kv_started) {
 #pragma unroll
     for (int i = 0; i < C::DT; ++i)
 #pragma unroll

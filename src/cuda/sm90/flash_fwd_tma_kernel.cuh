@@ -72,6 +72,12 @@ struct TmaFwdConfig {
   static constexpr int DT = DC / 8;   // n8 column blocks of O per warp
   static constexpr int KQ = DC / 16;  // k-steps of Q K^T
   static constexpr int KP = BN / 16;  // k-steps of P V
+  // An item's first key tile (its last keys) may be walked at half width
+  // (ConsumerPipe::half_first): its upper BN / 2 keys are then whole k-steps.
+  // Not with three consumers (D = 64's 160 registers): the second step's
+  // code took its spills from 60 / 100 to 112 / 184 bytes and the calls
+  // without a mask 1-2 % slower at 512-2k keys (NOTES.md, session 30).
+  static constexpr bool kHalfFirst = BN % 32 == 0 && Consumers == 2;
   using QTile = Sw128Tile<BM, D>;
   using KVTile = Sw128Tile<BN, D>;
   static constexpr int kStageBytes = 2 * KVTile::kBytes;  // K, then V
@@ -127,6 +133,9 @@ struct ConsumerPipe {
   // wgmma, on the hand-over's critical path.
   std::uint64_t k_desc, v_desc;
   std::uint32_t kv_count = 0;  // key tiles this CTA consumed (stage and phase of the ring)
+  // The pending P V is a half-width tile's (its upper k-steps' P are not
+  // computed: they are zeros).
+  bool pv_half = false;
 
   __device__ __forceinline__ ConsumerPipe(unsigned char* stage0_, std::uint64_t* k_full_, std::uint64_t* v_full_,
                                           std::uint64_t* k_empty_, std::uint64_t* v_empty_, int my_turn_,
@@ -135,17 +144,44 @@ struct ConsumerPipe {
         next_turn(next_turn_), k_desc(sw128_desc(stage0_, 16, 1024)),
         v_desc(sw128_desc(stage0_ + C::KVTile::kBytes, C::KVTile::kBlockBytes, 1024)) {}
 
-  // O (+)= P V of the tile in `stage`; the item's first overwrites O.
-  __device__ __forceinline__ void issue_pv(float (&o)[C::DT][4], const std::uint32_t (&pa)[C::KP][4], int stage,
-                                           bool first) const {
+  // O (+)= P V of the tile in `stage` over its first KP k-steps; the item's
+  // first overwrites O.
+  template <int KP>
+  __device__ __forceinline__ void issue_pv_steps(float (&o)[C::DT][4], const std::uint32_t (&pa)[C::KP][4], int stage,
+                                                 bool first) const {
     // The stage's descriptor once, the steps as immediates on it: ptxas does
     // not split (stage * bytes + step) >> 4 itself, and rebuilt it per wgmma.
     const std::uint64_t v_stage = desc_advance(v_desc, stage * C::kStageBytes);
 #pragma unroll
-    for (int kk = 0; kk < C::KP; ++kk)
+    for (int kk = 0; kk < KP; ++kk)
       wgmma_rs<T, C::DC, true>(o, pa[kk], desc_advance(v_stage, C::KVTile::mn_major_step_bytes(kk)),
                                kk > 0 || !first);
     wgmma_commit();
+  }
+  // The pending P V, at the width its tile was walked.
+  __device__ __forceinline__ void issue_pv(float (&o)[C::DT][4], const std::uint32_t (&pa)[C::KP][4], int stage,
+                                           bool first) {
+    if constexpr (C::kHalfFirst) {
+      if (pv_half) {
+        pv_half = false;
+        issue_pv_steps<C::KP / 2>(o, pa, stage, first);
+        return;
+      }
+    }
+    issue_pv_steps<C::KP>(o, pa, stage, first);
+  }
+
+  // Whether an item's first key tile (keys [n0, n0 + BN)) is walked at half
+  // width by this warpgroup: where none of its rows (rows0 .. rows0 + 63 of
+  // the block) sees the tile's upper half (the causal diagonal's tile for
+  // the first 64 rows of a 128-row block), S and the exponentials cover the
+  // lower half and P V its k-steps: a quarter of the diagonal tile's GEMM
+  // work of the block.
+  __device__ __forceinline__ static bool half_first(const ForwardBlock& f, int rows0, int n0) {
+    if constexpr (C::kHalfFirst)
+      return f.rules.tile_hidden(f.m0 + rows0, 64, n0 + C::BN / 2, C::BN / 2);
+    else
+      return false;
   }
 
   // Key tile j (within the item, the kv_count-th of the CTA) of the item
@@ -153,10 +189,13 @@ struct ConsumerPipe {
   // (tile j - 1's, A operand pa), the online softmax, P_j into pa, O
   // rescaled. row: the query row of this thread's first accumulator row
   // (within the sequence); t4: its column quad.
-  template <bool Transformed>
+  // NS: the n8 column blocks of S walked (C::NT, or C::NT / 2 for a
+  // half-width first tile, half_first).
+  template <bool Transformed, int NS = C::NT>
   __device__ __forceinline__ void step(const ForwardBlock& f, std::uint64_t q_desc, int j, float (&o)[C::DT][4],
                                        std::uint32_t (&pa)[C::KP][4], float (&row_max)[2], float (&row_sum)[2],
                                        float mult, int row, int t4) {
+    static_assert(NS == C::NT || NS * 2 == C::NT);
     const bool pending = j > 0;
     const int n0 = (f.t_hi - 1 - j) * C::BN;
     const std::uint32_t t = kv_count;
@@ -164,13 +203,13 @@ struct ConsumerPipe {
     mbarrier_wait(&k_full[st], (t / C::Stages) & 1);
     if (pending) mbarrier_wait(&v_full[prev], ((t - 1) / C::Stages) & 1);
 
-    float s[C::NT][4];
+    float s[NS][4];
     const std::uint64_t k_stage = desc_advance(k_desc, st * C::kStageBytes);  // (as in issue_pv)
     named_barrier_sync(my_turn, 256);
     wgmma_fence();
 #pragma unroll
     for (int ks = 0; ks < C::KQ; ++ks)
-      wgmma_ss<T, C::BN>(s, desc_advance(q_desc, C::QTile::k_major_step_bytes(ks)),
+      wgmma_ss<T, NS * 8>(s, desc_advance(q_desc, C::QTile::k_major_step_bytes(ks)),
                          desc_advance(k_stage, C::KVTile::k_major_step_bytes(ks)), ks > 0);
     wgmma_commit();
     // (The hand-over sits in each branch: one shared copy after the branch
@@ -187,14 +226,15 @@ struct ConsumerPipe {
     mbarrier_arrive(&k_empty[st]);  // K_j read
 
     float correction[2] = {1.0f, 1.0f};
-    const bool masked = !f.rules.tile_unmasked(f.m0, f.rows, n0, C::BN);
-    online_softmax_m16<C::NT, Transformed, RunningMax::lagging>(s, row_max, row_sum, correction, f.rules, row, n0,
-                                                                masked, t4, mult);
+    const bool masked = !f.rules.tile_unmasked(f.m0, f.rows, n0, NS * 8);
+    online_softmax_m16<NS, Transformed, RunningMax::lagging>(s, row_max, row_sum, correction, f.rules, row, n0,
+                                                             masked, t4, mult);
     // The pending P V done: its V stage, its A registers and O are free.
     wgmma_wait<0>();
     fence_accumulators(o);
     if (pending) mbarrier_arrive(&v_empty[prev]);
-    p_fragments_m16<T, C::KP>(s, pa);
+    p_fragments_m16<T, NS / 2>(s, reinterpret_cast<std::uint32_t(&)[NS / 2][4]>(pa));
+    if constexpr (NS != C::NT) pv_half = true;
     if (pending) rescale_moved_rows_m16<C::DT>(o, correction);  // (at j = 0 O holds no P V yet)
     ++kv_count;
   }
@@ -474,7 +514,18 @@ __global__ void __launch_bounds__(C::kThreads, 1) flash_fwd_tma_kernel(const __g
       continue;
     }
     const std::uint64_t q_desc = sw128_desc(sQ(q_item) + cw * 64 * 64, 16, 1024);
-    for (int j = 0; j < n_tiles; ++j) {
+    // The first tile (the item's last keys), at half width where this
+    // warpgroup's rows see only its lower half.
+    int j = 0;
+    if constexpr (C::kHalfFirst) {
+      if (pipe.half_first(f, cw * 64, (f.t_hi - 1) * C::BN)) {
+        pipe.template step<Transformed, C::NT / 2>(f, q_desc, 0, o, pa, row_max, row_sum, mult, f.m0 + row_in_block,
+                                                   t4);
+        release_stored_q();
+        j = 1;
+      }
+    }
+    for (; j < n_tiles; ++j) {
       pipe.template step<Transformed>(f, q_desc, j, o, pa, row_max, row_sum, mult, f.m0 + row_in_block, t4);
       if (j == 0) release_stored_q();
     }

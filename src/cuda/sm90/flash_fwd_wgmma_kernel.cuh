@@ -147,6 +147,16 @@ __global__ void __launch_bounds__(C::kThreads, C::MinBlocks) flash_fwd_wgmma_ker
 #pragma unroll
     for (int group = 0; group < C::Stages - 1; ++group) issue_group(group);
 
+    // This warpgroup's first tiles that none of its 64 rows sees (the
+    // causal diagonal's last key tile for the block's first 64 rows): it
+    // takes part in their loads and barriers only, and its first GEMMs are
+    // those of tile j_first. (The other CTA on the SM has the tensor cores
+    // meanwhile.)
+    int j_first = 0;
+    while (j_first < n_tiles && rules.tile_hidden(m0 + wg * 64, 64, (t_hi - 1 - j_first) * C::BN, C::BN)) ++j_first;
+    // (Broadcast, so that the compiler sees it warp-uniform: a branch around
+    // wgmma that it thinks divergent serializes every wgmma, C7520.)
+    j_first = __shfl_sync(0xffffffffu, j_first, 0);
     std::uint32_t pa[C::KP][4];  // P_{j-1}, the A operand of the pending P V
     float correction[2] = {1.0f, 1.0f};
     for (int j = 0; j < n_tiles; ++j) {
@@ -159,6 +169,7 @@ __global__ void __launch_bounds__(C::kThreads, C::MinBlocks) flash_fwd_wgmma_ker
       fence_proxy_async_shared();
       __syncthreads();
       issue_group(j + C::Stages - 1);
+      if (j < j_first) continue;
 
       float s[C::NT][4];
       wgmma_fence();
@@ -167,7 +178,7 @@ __global__ void __launch_bounds__(C::kThreads, C::MinBlocks) flash_fwd_wgmma_ker
         wgmma_ss<T, C::BN>(s, desc_advance(q_desc, C::QTile::k_major_step_bytes(ks)),
                            desc_advance(k_desc, st * kStageBytes + C::KVTile::k_major_step_bytes(ks)), ks > 0);
       wgmma_commit();
-      if (j > 0) {
+      if (j > j_first) {
 #pragma unroll
         for (int kk = 0; kk < C::KP; ++kk)
           wgmma_rs<T, C::D, true>(o, pa[kk],
@@ -193,15 +204,18 @@ __global__ void __launch_bounds__(C::kThreads, C::MinBlocks) flash_fwd_wgmma_ker
     cp_async_wait<0>();
     fence_proxy_async_shared();
     __syncthreads();
-    wgmma_fence();
+    if (j_first < n_tiles) {
+      wgmma_fence();
 #pragma unroll
-    for (int kk = 0; kk < C::KP; ++kk)
-      wgmma_rs<T, C::D, true>(
-          o, pa[kk],
-          desc_advance(v_desc, ((n_tiles - 1) % C::Stages) * kStageBytes + C::KVTile::mn_major_step_bytes(kk)), true);
-    wgmma_commit();
-    wgmma_wait<0>();
-    fence_accumulators(o);
+      for (int kk = 0; kk < C::KP; ++kk)
+        wgmma_rs<T, C::D, true>(
+            o, pa[kk],
+            desc_advance(v_desc, ((n_tiles - 1) % C::Stages) * kStageBytes + C::KVTile::mn_major_step_bytes(kk)),
+            true);
+      wgmma_commit();
+      wgmma_wait<0>();
+      fence_accumulators(o);
+    }
   }
 
   // Epilogue: normalize, write out (or this split's partial) and lse.
