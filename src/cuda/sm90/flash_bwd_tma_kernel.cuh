@@ -256,96 +256,98 @@ __global__ void __launch_bounds__(C::kThreads, 1) flash_bwd_tma_kernel(const __g
       const bool hidden = rules.tile_hidden(m0, BM, n0 + 64 * cw, 64);
       std::uint32_t dsa[C::KS][4];
       if (!hidden) {
-      // S^T = K Q^T and dP^T = V dO^T, one group each.
-      float s[C::NS][4], dp[C::NS][4];
-      wgmma_fence();
+        // S^T = K Q^T and dP^T = V dO^T, one group each.
+        float s[C::NS][4], dp[C::NS][4];
+        wgmma_fence();
 #pragma unroll
-      for (int ks = 0; ks < D / 16; ++ks)
-        wgmma_ss<T, BM>(s, desc_advance(k_desc, C::KTile::k_major_step_bytes(ks)),
-                        desc_advance(q_desc, C::QTile::k_major_step_bytes(ks)), ks > 0);
-      wgmma_commit();
+        for (int ks = 0; ks < D / 16; ++ks)
+          wgmma_ss<T, BM>(s, desc_advance(k_desc, C::KTile::k_major_step_bytes(ks)),
+                          desc_advance(q_desc, C::QTile::k_major_step_bytes(ks)), ks > 0);
+        wgmma_commit();
 #pragma unroll
-      for (int ks = 0; ks < D / 16; ++ks)
-        wgmma_ss<T, BM>(dp, desc_advance(v_desc, C::KTile::k_major_step_bytes(ks)),
-                        desc_advance(do_desc, C::QTile::k_major_step_bytes(ks)), ks > 0);
-      wgmma_commit();
+        for (int ks = 0; ks < D / 16; ++ks)
+          wgmma_ss<T, BM>(dp, desc_advance(v_desc, C::KTile::k_major_step_bytes(ks)),
+                          desc_advance(do_desc, C::QTile::k_major_step_bytes(ks)), ks > 0);
+        wgmma_commit();
 
-      const bool masked = !rules.tile_unmasked(m0, BM, n0 + 64 * cw, 64) || m0 + BM > seq.q_len;
-      wgmma_wait<1>();
-      fence_accumulators(s);
-      // P^T, packed as the A fragments of dV += P^T dO (pa[kk]: n8 blocks 2 kk
-      // and 2 kk + 1, rows g then g + 8, as p_fragments_m16 packs them); s
-      // keeps P^T in fp32 for dS, times softcap's factor 1 - tanh^2 where
-      // there is one (so that no tanh has to stay live until dS).
-      // (The plain kernel compiles it once masked and once not,
-      // bool_switch.cuh; softcap / ALiBi's registers allow one copy.)
-      std::uint32_t pa[C::KS][4];
-      bool_switch<!Transformed>(masked, [&](auto masked_tile) {
+        const bool masked = !rules.tile_unmasked(m0, BM, n0 + 64 * cw, 64) || m0 + BM > seq.q_len;
+        wgmma_wait<1>();
+        fence_accumulators(s);
+        // P^T, packed as the A fragments of dV += P^T dO (pa[kk]: n8 blocks 2 kk
+        // and 2 kk + 1, rows g then g + 8, as p_fragments_m16 packs them); s
+        // keeps P^T in fp32 for dS, times softcap's factor 1 - tanh^2 where
+        // there is one (so that no tanh has to stay live until dS).
+        // (The plain kernel compiles it once masked and once not,
+        // bool_switch.cuh; softcap / ALiBi's registers allow one copy.)
+        std::uint32_t pa[C::KS][4];
+        bool_switch<!Transformed>(masked, [&](auto masked_tile) {
 #pragma unroll
-        for (int i = 0; i < C::NS; ++i) {
-          [[maybe_unused]] float grad[4] = {1.0f, 1.0f, 1.0f, 1.0f};
+          for (int i = 0; i < C::NS; ++i) {
+            [[maybe_unused]] float grad[4] = {1.0f, 1.0f, 1.0f, 1.0f};
 #pragma unroll
-          for (int e = 0; e < 4; ++e) {
-            const int qi = m0 + 8 * i + 2 * t4 + (e & 1);
-            const int key = n0 + key_row + 8 * (e >> 1);
-            const float2 row_lse2 = kLsePrefetch == C::NS ? lse2[i % kLsePrefetch]
-                                                          : *reinterpret_cast<const float2*>(sLse(st) + 8 * i + 2 * t4);
-            const float l2 = (e & 1) ? row_lse2.y : row_lse2.x;
-            float x;
-            if constexpr (Transformed) {
-              float th;
-              x = sm80::fast_exp2(rules.logit2(s[i][e], qi, key, rules.alibi_log2, &th) - l2);
-              grad[e] = ScoreRules::softcap_grad(th);  // 1 without softcap (th = 0)
-            } else {
-              x = sm80::fast_exp2(fmaf(s[i][e], rules.scale_log2, -l2));
+            for (int e = 0; e < 4; ++e) {
+              const int qi = m0 + 8 * i + 2 * t4 + (e & 1);
+              const int key = n0 + key_row + 8 * (e >> 1);
+              const float2 row_lse2 =
+                  kLsePrefetch == C::NS ? lse2[i % kLsePrefetch]
+                                        : *reinterpret_cast<const float2*>(sLse(st) + 8 * i + 2 * t4);
+              const float l2 = (e & 1) ? row_lse2.y : row_lse2.x;
+              float x;
+              if constexpr (Transformed) {
+                float th;
+                x = sm80::fast_exp2(rules.logit2(s[i][e], qi, key, rules.alibi_log2, &th) - l2);
+                grad[e] = ScoreRules::softcap_grad(th);  // 1 without softcap (th = 0)
+              } else {
+                x = sm80::fast_exp2(fmaf(s[i][e], rules.scale_log2, -l2));
+              }
+              if (masked_tile && !(qi < seq.q_len && rules.visible(qi, key))) x = 0.0f;
+              s[i][e] = x;
             }
-            if (masked_tile && !(qi < seq.q_len && rules.visible(qi, key))) x = 0.0f;
-            s[i][e] = x;
+            pa[i / 2][(i % 2) * 2] = sm80::pack2<T>(s[i][0], s[i][1]);
+            pa[i / 2][(i % 2) * 2 + 1] = sm80::pack2<T>(s[i][2], s[i][3]);
+            if constexpr (Transformed) {
+#pragma unroll
+              for (int e = 0; e < 4; ++e) s[i][e] *= grad[e];
+            }
           }
-          pa[i / 2][(i % 2) * 2] = sm80::pack2<T>(s[i][0], s[i][1]);
-          pa[i / 2][(i % 2) * 2 + 1] = sm80::pack2<T>(s[i][2], s[i][3]);
-          if constexpr (Transformed) {
+          // (Prefetched like lse2, where the registers allow.)
+          float2 dsum[kLsePrefetch];
 #pragma unroll
-            for (int e = 0; e < 4; ++e) s[i][e] *= grad[e];
+          for (int i = 0; i < kLsePrefetch; ++i) dsum[i] = *reinterpret_cast<const float2*>(sDsum(st) + 8 * i + 2 * t4);
+          wgmma_wait<0>();  // dP^T done
+          fence_accumulators(dp);
+          // dS^T = P^T [x (1 - tanh^2)] (dP^T - dsum), into dp. A masked P is
+          // exactly 0 and so is its dS, whatever dP (a key or query row past the
+          // sequence) holds. In the same block as the exponentials, after dP's
+          // wait: ptxas sinks most exponentials below the wait and interleaves
+          // them with this loop, so that its FMA-pipe work fills the MUFU
+          // pipe's gaps (the exponentials alone are MUFU-bound: NOTES.md).
+#pragma unroll
+          for (int i = 0; i < C::NS; ++i) {
+#pragma unroll
+            for (int e = 0; e < 4; ++e) {
+              const float2 row_dsum = kLsePrefetch == C::NS
+                                          ? dsum[i % kLsePrefetch]
+                                          : *reinterpret_cast<const float2*>(sDsum(st) + 8 * i + 2 * t4);
+              const float pv = s[i][e];
+              float y = pv * (dp[i][e] - ((e & 1) ? row_dsum.y : row_dsum.x));
+              if (masked_tile && pv == 0.0f) y = 0.0f;
+              dp[i][e] = y;
+            }
           }
-        }
-        // (Prefetched like lse2, where the registers allow.)
-        float2 dsum[kLsePrefetch];
-#pragma unroll
-        for (int i = 0; i < kLsePrefetch; ++i) dsum[i] = *reinterpret_cast<const float2*>(sDsum(st) + 8 * i + 2 * t4);
-        wgmma_wait<0>();  // dP^T done
-        fence_accumulators(dp);
-        // dS^T = P^T [x (1 - tanh^2)] (dP^T - dsum), into dp. A masked P is
-        // exactly 0 and so is its dS, whatever dP (a key or query row past the
-        // sequence) holds. In the same block as the exponentials, after dP's
-        // wait: ptxas sinks most exponentials below the wait and interleaves
-        // them with this loop, so that its FMA-pipe work fills the MUFU
-        // pipe's gaps (the exponentials alone are MUFU-bound: NOTES.md).
-#pragma unroll
-        for (int i = 0; i < C::NS; ++i) {
-#pragma unroll
-          for (int e = 0; e < 4; ++e) {
-            const float2 row_dsum = kLsePrefetch == C::NS
-                                        ? dsum[i % kLsePrefetch]
-                                        : *reinterpret_cast<const float2*>(sDsum(st) + 8 * i + 2 * t4);
-            const float pv = s[i][e];
-            float y = pv * (dp[i][e] - ((e & 1) ? row_dsum.y : row_dsum.x));
-            if (masked_tile && pv == 0.0f) y = 0.0f;
-            dp[i][e] = y;
-          }
-        }
-      });
-      p_fragments_m16<T, C::KS>(dp, dsa);
+        });
+        p_fragments_m16<T, C::KS>(dp, dsa);
 
-      // dV += P^T dO (B: [queries][D], MN-major), issued only now: a GEMM
-      // issued between the exponentials and dS would keep ptxas from
-      // interleaving them (above).
-      const std::uint64_t do_mn = sw128_desc(sDo(st), C::QTile::kBlockBytes, 1024);
-      wgmma_fence();
+        // dV += P^T dO (B: [queries][D], MN-major), issued only now: a GEMM
+        // issued between the exponentials and dS would keep ptxas from
+        // interleaving them (above).
+        const std::uint64_t do_mn = sw128_desc(sDo(st), C::QTile::kBlockBytes, 1024);
+        wgmma_fence();
 #pragma unroll
-      for (int kk = 0; kk < C::KS; ++kk)
-        wgmma_rs<T, D, true>(dv, pa[kk], desc_advance(do_mn, C::QTile::mn_major_step_bytes(kk)), kv_started || kk > 0);
-      wgmma_commit();
+        for (int kk = 0; kk < C::KS; ++kk)
+          wgmma_rs<T, D, true>(dv, pa[kk], desc_advance(do_mn, C::QTile::mn_major_step_bytes(kk)),
+                               kv_started || kk > 0);
+        wgmma_commit();
       } else {
 #pragma unroll
         for (int kk = 0; kk < C::KS; ++kk) dsa[kk][0] = dsa[kk][1] = dsa[kk][2] = dsa[kk][3] = 0u;
@@ -381,7 +383,8 @@ __global__ void __launch_bounds__(C::kThreads, 1) flash_bwd_tma_kernel(const __g
       if (!hidden) {
 #pragma unroll
         for (int kk = 0; kk < C::KS; ++kk)
-          wgmma_rs<T, D, true>(dk, dsa[kk], desc_advance(q_mn, C::QTile::mn_major_step_bytes(kk)), kv_started || kk > 0);
+          wgmma_rs<T, D, true>(dk, dsa[kk], desc_advance(q_mn, C::QTile::mn_major_step_bytes(kk)),
+                               kv_started || kk > 0);
         wgmma_commit();
         kv_started = true;
         wgmma_wait<1>();  // dV and dQ done
