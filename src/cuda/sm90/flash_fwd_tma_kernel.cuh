@@ -210,7 +210,7 @@ struct ConsumerPipe {
 #pragma unroll
     for (int ks = 0; ks < C::KQ; ++ks)
       wgmma_ss<T, NS * 8>(s, desc_advance(q_desc, C::QTile::k_major_step_bytes(ks)),
-                         desc_advance(k_stage, C::KVTile::k_major_step_bytes(ks)), ks > 0);
+                          desc_advance(k_stage, C::KVTile::k_major_step_bytes(ks)), ks > 0);
     wgmma_commit();
     // (The hand-over sits in each branch: one shared copy after the branch
     // made ptxas serialize the wgmmas.)
