@@ -16,6 +16,8 @@
 //   dQ[:, c D/2 ..] = dS K[:, c D/2 ..]     (ss, B MN-major, N = D / 2)
 //   dK += dS^T Q                            (rs, N = D), while
 //   dQ -> shared memory (fragment order) -> the dQ warp's bulk reduce-add.
+// A warpgroup whose 64 keys no row of the tile sees (ScoreRules::tile_hidden:
+// the causal diagonal) stages a zero dS and runs only its dQ GEMM.
 // Deterministic calls add each dQ tile's contributions in key-block order
 // (a turn counter per tile, sm90/bulk_turn.cuh); dK and dV never leave the
 // CTA's registers before their single store, so they are deterministic anyway.
