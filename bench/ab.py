@@ -6,7 +6,7 @@ more changes.
     python3 bench/ab.py --base BASE/bin/cuflash --change NEW/bin/cuflash [--change NEW2/bin/cuflash ...] \\
         [--rounds 2] [--head-dims 64,128,256] [--seqlens 512,2048,16384] [--masks none,causal] \\
         [--passes fwd] [--deterministic] [--backends torch_cudnn] [--label-base main] [--label-change change ...]
-        [--out-dir DIR]
+        [--sweep small] [--out-dir DIR]
 
 Each round runs `cuflash bench --json` once with each build in turn (the
 base, then the changes, each its own process, timed as bench/prefill.py
@@ -51,6 +51,9 @@ def parse_args(argv=None):
     parser.add_argument("--head-dims", type=int_list, default=prefill.HEAD_DIMS)
     parser.add_argument("--masks", type=name_list(prefill.MASKS), default=prefill.MASKS)
     parser.add_argument("--seqlens", type=int_list, default=[512, 2048, 16384])
+    parser.add_argument("--sweep", choices=["prefill", "small"], default="prefill",
+                        help="the prefill sweep's shapes, or the small ones (B=1, H=16, D = 64 / 128: "
+                             "--seqlens are then their lengths)")
     parser.add_argument("--backends", type=name_list(list(prefill.TORCH_BACKENDS)), default=["torch_cudnn"],
                         help="PyTorch peers timed on the same points")
     parser.add_argument("--no-peers", action="store_true", help="no PyTorch peers")
@@ -65,6 +68,8 @@ def parse_args(argv=None):
     args = parser.parse_args(argv)
     if args.no_peers:
         args.backends = []
+    # (prefill.points reads the small shapes' lengths from small_seqlens.)
+    args.small_seqlens = args.seqlens
     if args.deterministic and args.passes != ["fwdbwd"]:
         parser.error("--deterministic: times the backward, so --passes fwdbwd only")
     if len(args.label_change) > len(args.change):
@@ -83,8 +88,12 @@ def key(row: dict) -> tuple:
 
 def run_build(args, command: str) -> dict:
     """One `cuflash bench` run of a build: point -> TFLOP/s (None: failed)."""
-    flags = ["bench", "--sweep", "prefill", "--json", "--backend", "cuda", "--pass", ",".join(args.passes),
-             "--head-dim", ",".join(map(str, args.head_dims)), "--mask", ",".join(args.masks),
+    if args.sweep == "small":
+        shape = ["--batch", str(prefill.SMALL_BATCH), "--heads", str(prefill.SMALL_HEADS)]
+    else:
+        shape = ["--sweep", "prefill"]
+    flags = ["bench", *shape, "--json", "--backend", "cuda", "--pass", ",".join(args.passes),
+             "--head-dim", ",".join(map(str, prefill.head_dims(args, args.sweep))), "--mask", ",".join(args.masks),
              "--seqlen", ",".join(map(str, args.seqlens)), "--seed", str(args.seed), *timing_flags(args)]
     if args.deterministic:
         flags.append("--deterministic")
@@ -129,7 +138,7 @@ def main(argv=None) -> int:
             log(f"round {r + 1}: {name}")
             rounds[name].append(run_build(args, command))
 
-    points = prefill.points(args)
+    points = prefill.points(args, args.sweep)
     peers = {}
     if args.backends:
         import torch

@@ -117,6 +117,18 @@ class AbTest(unittest.TestCase):
                       markdown)
         self.assertIn("Geometric mean of change2 / base: 0.963 over 1 points.", markdown)
 
+    def test_the_small_sweep_times_one_sequence_of_16_heads(self):
+        args = ab.parse_args(["--base", "b", "--change", "c", "--no-peers", "--sweep", "small",
+                              "--head-dims", "64,128,256", "--seqlens", "128,512"])
+        captured, _ = captured_commands(lambda: ab.run_build(args, "cuflash"))
+        command = captured[0]
+        get = lambda flag: command[command.index(flag) + 1]
+        self.assertNotIn("--sweep", command)
+        self.assertEqual((get("--batch"), get("--heads"), get("--seqlen")), ("1", "16", "128,512"))
+        self.assertEqual(get("--head-dim"), "64,128")  # the small shapes' head dims only
+        points = ab.prefill.points(args, args.sweep)
+        self.assertEqual({(p["batch"], p["heads"], p["seqlen"]) for p in points}, {(1, 16, 128), (1, 16, 512)})
+
     def test_more_labels_than_changes_is_refused(self):
         with contextlib.redirect_stderr(io.StringIO()), self.assertRaises(SystemExit):
             ab.parse_args(["--base", "b", "--change", "c", "--label-change", "x", "--label-change", "y"])
