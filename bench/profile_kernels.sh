@@ -13,12 +13,14 @@
 # bench/fa4-receive.sh: source /root/fa4/env first) instead of SDPA, e.g. with
 # the regex 'FlashAttentionForwardSm90|FlashAttentionBackwardSm90'. (Our
 # backward's main kernel: 'flash_bwd_tma_kernel'; a bare 'flash_bwd_tma'
-# catches its preparation kernel first.)
+# catches its preparation kernel first.) The shape is the sweep's (2048 /
+# head_dim heads, 16k tokens); PROFILE_BATCH and PROFILE_HEADS set another,
+# e.g. the small shapes' PROFILE_BATCH=1 PROFILE_HEADS=16.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 tag=$1 pass=$2 head_dim=$3 seqlen=$4 causal=$5 ours=$6 theirs=$7
 out=${OUT:-docs/perf}
-heads=$((2048 / head_dim)) batch=$((16384 / seqlen))
+heads=${PROFILE_HEADS:-$((2048 / head_dim))} batch=${PROFILE_BATCH:-$((16384 / seqlen))}
 sections=(--section SpeedOfLight --section LaunchStats --section Occupancy --section WarpStateStats
           --section InstructionStats --section ComputeWorkloadAnalysis --section MemoryWorkloadAnalysis
           --section SchedulerStats --section SourceCounters)
