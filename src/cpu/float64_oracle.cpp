@@ -305,6 +305,7 @@ Status backward_float64(const BackwardArgs& args, const AttentionOptions& option
   CUFLASH_TRY(require_host(p));
   // Every element is defined: positions no query reached have gradient 0.
   result->dq.assign(logical_numel(p.q), 0.0);
+  result->dq_terms.assign(logical_numel(p.q), 0.0);
   result->dk.assign(logical_numel(p.k), 0.0);
   result->dv.assign(logical_numel(p.v), 0.0);
   if (p.has_sinks) result->dsinks.assign(p.heads_q, 0.0);
@@ -322,7 +323,7 @@ Status backward_float64(const BackwardArgs& args, const AttentionOptions& option
         const double d_i = dot(rows.dout[i], out);
         // The sink: one more softmax entry whose value is 0, so its dP is 0.
         if (p.has_sinks) result->dsinks[h] += r.sink_prob * (0.0 - d_i);
-        std::vector<double> dq(p.head_dim, 0.0);
+        std::vector<double> dq(p.head_dim, 0.0), dq_terms(p.head_dim, 0.0);
         for (int j = 0; j < kv_len; ++j) {
           if (!r.seen[j]) continue;
           // out = sum_j P_j keep_j v_j: dP_j = keep_j dot(dout, v_j); dv_j = P_j keep_j dout.
@@ -334,12 +335,16 @@ Status backward_float64(const BackwardArgs& args, const AttentionOptions& option
           }
           for (int d = 0; d < p.head_dim; ++d) {
             dq[d] += scale * ds * rows.k[j][d];
+            dq_terms[d] += std::abs(scale * ds * rows.k[j][d]);
             dk[j][d] += scale * ds * rows.q[i][d];
             dv[j][d] += r.prob[j] * r.keep[j] * rows.dout[i][d];
           }
         }
         const std::int64_t base = logical_offset(p.dq, query_outer(p, b), query_pos(p, b, i), h);
-        for (int d = 0; d < p.head_dim; ++d) result->dq[base + d] = dq[d];
+        for (int d = 0; d < p.head_dim; ++d) {
+          result->dq[base + d] = dq[d];
+          result->dq_terms[base + d] = dq_terms[d];
+        }
       }
       // Accumulate: kv heads are shared by a group of query heads, and cache
       // pages may be shared by several sequences.

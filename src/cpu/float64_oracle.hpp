@@ -23,6 +23,10 @@ struct ForwardResult {
 
 struct BackwardResult {
   std::vector<double> dq;  // q's logical shape, row-major
+  // dq's terms before they cancel: sum_j |scale dS_ij k_jd|, q's shape. A
+  // row's dS sums to 0 (without dropout), so its dq is a cancelling sum and
+  // this, not |dq|, is what a rounding of dS is relative to.
+  std::vector<double> dq_terms;
   std::vector<double> dk;  // k's logical shape (the whole cache for a KV cache), row-major
   std::vector<double> dv;
   std::vector<double> dsinks;  // [Hq], with sinks given

@@ -257,7 +257,28 @@ BackwardErrors check_backward(AttentionCase& c, Runner& runner, const Tolerance&
   errors.dq = compare_zeros_where(c.dq, ref.dq, dq_zero);
   errors.dk = compare_zeros_where(c.dk, ref.dk, kv_zero);
   errors.dv = compare_zeros_where(c.dv, ref.dv, kv_zero);
-  EXPECT_TRUE(within(errors.dq, -1.0, tol.grad_rel_l2)) << "dq: " << errors.dq.describe();
+  // A row's dS sums to 0, so its dq is a sum over keys whose terms cancel,
+  // and the rounding of dS is relative to the terms (ref.dq_terms), not to
+  // dq. At head dims 1 and 2 a row's dq is one or two such sums and its error
+  // relative to |dq| has no bound: in a float64 model of the bf16 rounding
+  // of dS (2 x 2 heads, 13 queries, 19 keys) above 1e-2 for 0.46 % of random
+  // inputs at D = 1, above 2e-2 for 0.01 %; at D = 2 below 7.3e-3, at D >= 3
+  // below 4.7e-3 (2e4 inputs each). Relative to the terms' norm the same
+  // model stays below 2.1e-3 at D = 1, 8 and 64 alike. There dq's error is
+  // taken relative to that norm.
+  ErrorStats dq_checked = errors.dq;
+  const char* dq_what = "dq: ";
+  if (s.head_dim <= 2) {
+    double ref_sq = 0.0, terms_sq = 0.0;
+    for (std::size_t i = 0; i < ref.dq.size(); ++i)
+      if (std::isfinite(ref.dq[i])) {
+        ref_sq += ref.dq[i] * ref.dq[i];
+        terms_sq += ref.dq_terms[i] * ref.dq_terms[i];
+      }
+    if (terms_sq > 0.0) dq_checked.rel_l2 = errors.dq.rel_l2 * std::sqrt(ref_sq / terms_sq);
+    dq_what = "dq (rel_l2 relative to its terms' norm, head dim <= 2): ";
+  }
+  EXPECT_TRUE(within(dq_checked, -1.0, tol.grad_rel_l2)) << dq_what << dq_checked.describe();
   EXPECT_TRUE(within(errors.dk, -1.0, tol.grad_rel_l2)) << "dk: " << errors.dk.describe();
   EXPECT_TRUE(within(errors.dv, -1.0, tol.grad_rel_l2)) << "dv: " << errors.dv.describe();
   EXPECT_TRUE(all_written(c.dq, "dq"));

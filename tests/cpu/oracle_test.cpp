@@ -298,8 +298,29 @@ TEST_P(OracleGradient, MatchesFiniteDifferences) {
   const Status status = oracle::backward_float64(c.backward_args(), c.spec().options, &analytic);
   ASSERT_TRUE(status.ok()) << status.to_string();
   expect_close(analytic.dq, finite_difference(c, c.q), "dq");
+  ASSERT_EQ(analytic.dq_terms.size(), analytic.dq.size());
+  for (std::size_t i = 0; i < analytic.dq.size(); ++i)
+    EXPECT_LE(std::abs(analytic.dq[i]), analytic.dq_terms[i] * (1.0 + 1e-12)) << "dq_terms bound dq, element " << i;
   expect_close(analytic.dk, finite_difference(c, c.k), "dk");
   expect_close(analytic.dv, finite_difference(c, c.v), "dv");
+}
+
+// One query over two keys at D = 1: a row's dS sums to 0, so dS_2 = -dS_1,
+// dq = scale dS_1 (k_1 - k_2) and dq_terms = scale |dS_1| (|k_1| + |k_2|).
+TEST(OracleDqTerms, AreTheTermsOfTheCancellingSum) {
+  CUFLASH_TEST_RNG(rng);
+  AttentionCase c(dense_case("two_keys", 1, 2, 1, 1, 1), rng.engine());
+  oracle::ForwardResult fwd;
+  ASSERT_TRUE(oracle::forward_float64(c.forward_args(), c.spec().options, &fwd).ok());
+  c.set_forward_outputs(fwd.out, fwd.lse);
+  oracle::BackwardResult r;
+  ASSERT_TRUE(oracle::backward_float64(c.backward_args(), c.spec().options, &r).ok());
+  ASSERT_EQ(r.dq.size(), 1u);
+  ASSERT_EQ(r.dq_terms.size(), 1u);
+  const double k1 = c.k.get(0), k2 = c.k.get(1);
+  EXPECT_GT(r.dq_terms[0], 0.0);
+  EXPECT_NEAR(r.dq_terms[0] * std::abs(k1 - k2), std::abs(r.dq[0]) * (std::abs(k1) + std::abs(k2)),
+              1e-12 * r.dq_terms[0] * (std::abs(k1) + std::abs(k2)));
 }
 
 std::vector<CaseSpec> gradient_cases() {
