@@ -309,7 +309,7 @@ TEST_P(OracleGradient, MatchesFiniteDifferences) {
 // dq = scale dS_1 (k_1 - k_2) and dq_terms = scale |dS_1| (|k_1| + |k_2|).
 TEST(OracleDqTerms, AreTheTermsOfTheCancellingSum) {
   CUFLASH_TEST_RNG(rng);
-  AttentionCase c(dense_case("two_keys", 1, 2, 1, 1, 1), rng.engine());
+  AttentionCase c(dense_case("two_keys", 1, 2, 1, 1, 1, /*batch=*/1), rng.engine());
   oracle::ForwardResult fwd;
   ASSERT_TRUE(oracle::forward_float64(c.forward_args(), c.spec().options, &fwd).ok());
   c.set_forward_outputs(fwd.out, fwd.lse);
