@@ -1,7 +1,15 @@
 """What bench/prefill.py and bench/decode.py share: the PyTorch peers' timing
 loop (the same method as `cuflash bench`: warm-up, then calls queued back to
 back, each between its own CUDA events with the L2 overwritten before it,
-median reported), and small command-line and report helpers."""
+median reported), and small command-line and report helpers.
+
+A Python call can take longer to launch than to run (SDPA's forward+backward
+of a small problem: 150-300 µs of host time for 30-50 µs on the GPU). Events
+around such a call time the host: the GPU reaches the start event and waits
+for the call's kernels. So each timed call is queued behind a spin kernel
+(torch.cuda._sleep) long enough to cover its launch, and the events time
+the GPU alone. (`cuflash bench`'s calls launch in 10-30 µs, under the
+L2 flush's GPU time before each.)"""
 
 from __future__ import annotations
 
@@ -29,6 +37,19 @@ class TorchTimer:
         l2_bytes = getattr(properties, "L2_cache_size", 50 << 20) or (50 << 20)
         self.flush_buffer = torch.empty(max(2 * l2_bytes, 32 << 20), dtype=torch.int8, device="cuda")
         self.generator = torch.Generator(device="cuda")
+        self.spin_cycles_per_us = self._spin_rate()
+
+    def _spin_rate(self) -> float:
+        """torch.cuda._sleep's cycles per µs on this GPU (its SM clock), measured."""
+        torch = self.torch
+        cycles = 2_000_000
+        start, stop = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+        torch.cuda._sleep(cycles)  # (the first launch loads the kernel)
+        start.record()
+        torch.cuda._sleep(cycles)
+        stop.record()
+        stop.synchronize()
+        return cycles / max(start.elapsed_time(stop) * 1e3, 1.0)
 
     def time_calls(self, call, before) -> tuple[float, int, float]:
         """(median ms, timed calls, median host µs per call) of `call`, `before` run ahead of each."""
@@ -45,12 +66,25 @@ class TorchTimer:
             warm_ms += start.elapsed_time(stop)
             warm_calls += 1
         reps = min(max(math.ceil(args.rep_ms / max(warm_ms / warm_calls, 1e-3)), args.min_reps), args.max_reps)
+        # The spin before each timed call: twice a rep's host time in the
+        # warm-up (its launch, the flush's and the events'), so that the call
+        # is queued before the GPU gets to it.
+        host_start = time.perf_counter()
+        before()
+        self.flush_buffer.zero_()
+        start.record()
+        call()
+        stop.record()
+        spin_us = 2.0 * (time.perf_counter() - host_start) * 1e6 + 10.0
+        spin_cycles = int(spin_us * self.spin_cycles_per_us)
+        stop.synchronize()
         starts = [torch.cuda.Event(enable_timing=True) for _ in range(reps)]
         stops = [torch.cuda.Event(enable_timing=True) for _ in range(reps)]
         host = []
         for i in range(reps):
             before()
             self.flush_buffer.zero_()
+            torch.cuda._sleep(spin_cycles)
             starts[i].record()
             launch = time.perf_counter()
             call()

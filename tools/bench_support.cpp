@@ -9,6 +9,36 @@
 
 namespace cuflash::tool {
 
+#ifdef CUFLASH_WITH_CUDA
+void StreamGate::close() {
+  open_.store(false, std::memory_order_release);
+  pending_.fetch_add(1, std::memory_order_acq_rel);
+  const cudaError_t result = cudaLaunchHostFunc(nullptr, &StreamGate::hold, this);
+  if (result != cudaSuccess) {
+    pending_.fetch_sub(1, std::memory_order_acq_rel);
+    open_.store(true, std::memory_order_release);
+    check_cuda(result, "cudaLaunchHostFunc");
+  }
+}
+
+void CUDART_CB StreamGate::hold(void* gate) {
+  auto* self = static_cast<StreamGate*>(gate);
+  const auto deadline = std::chrono::steady_clock::now() + kMaxHold;
+  while (!self->open_.load(std::memory_order_acquire)) {
+    if (std::chrono::steady_clock::now() > deadline) {
+      self->held_too_long_.store(true, std::memory_order_release);
+      break;
+    }
+  }
+  self->pending_.fetch_sub(1, std::memory_order_acq_rel);
+}
+
+StreamGate::~StreamGate() {
+  release();
+  while (pending_.load(std::memory_order_acquire) > 0) std::this_thread::yield();
+}
+#endif
+
 std::string json_string(const std::string& text) {
   std::string quoted = "\"";
   for (const char c : text) {

@@ -5,6 +5,7 @@
 #pragma once
 
 #include <algorithm>
+#include <atomic>
 #include <chrono>
 #include <cmath>
 #include <cstddef>
@@ -76,6 +77,31 @@ class Event {
   cudaEvent_t event_ = nullptr;
 };
 
+// Holds the default stream while a timed call is queued: a host function on
+// the stream spins until release(), so that the call's start event, kernels
+// and stop event then run back to back on the GPU whatever the call costs
+// to launch (the events would otherwise time the host where a call
+// launches slower than it runs). A call that synchronizes the stream inside
+// would wait for the gate, which waits for the call: the host function gives
+// up after kMaxHold, and held_too_long() then says the gate is of no use
+// for this call (the caller stops closing it).
+class StreamGate {
+ public:
+  static constexpr std::chrono::milliseconds kMaxHold{20};
+  StreamGate() = default;
+  StreamGate(const StreamGate&) = delete;
+  StreamGate& operator=(const StreamGate&) = delete;
+  ~StreamGate();  // waits until the host function, if queued, has returned
+  void close();
+  void release() { open_.store(true, std::memory_order_release); }
+  bool held_too_long() const { return held_too_long_.load(std::memory_order_acquire); }
+
+ private:
+  static void CUDART_CB hold(void* gate);
+  std::atomic<bool> open_{true}, held_too_long_{false};
+  std::atomic<int> pending_{0};
+};
+
 // Standard normal values in the 16-bit dtype, drawn in parallel over fixed
 // chunks (each with its own engine), so that a seed gives the same inputs on
 // any number of cores.
@@ -106,9 +132,10 @@ class BenchScratch {
 };
 
 // Warm-up, one call at a time (at least 3 calls and config.warmup_ms), which
-// also estimates a call's time; then the timed calls, queued back to back
-// (the host stays ahead of the GPU), each between its own pair of events,
-// `flush()` (overwriting the L2) before each. Fills row's times, or row.error
+// also estimates a call's time; then the timed calls, queued back to back,
+// each between its own pair of events, `flush()` (overwriting the L2) before
+// each, and each queued behind a StreamGate (so the events time the GPU,
+// not the launch). Fills row's times, or row.error
 // with the Status of a failed call.
 template <typename Call, typename Flush>
 void time_calls(const BenchConfig& config, std::deque<Event>& starts, std::deque<Event>& stops, Call call,
@@ -136,13 +163,18 @@ void time_calls(const BenchConfig& config, std::deque<Event>& starts, std::deque
     stops.emplace_back();
   }
   std::vector<double> host_us(reps);
+  StreamGate gate;
   for (int i = 0; i < reps; ++i) {
     flush();
+    const bool gated = !gate.held_too_long();
+    if (gated) gate.close();
     starts[i].record();
     const auto launch = Clock::now();
-    if (Status status = call(); !status.ok()) return fail(status);
+    const Status status = call();
     host_us[i] = std::chrono::duration<double, std::micro>(Clock::now() - launch).count();
     stops[i].record();
+    if (gated) gate.release();
+    if (!status.ok()) return fail(status);
   }
   check_cuda(cudaDeviceSynchronize(), "cudaDeviceSynchronize after the timed calls");
   std::vector<double> times(reps);
