@@ -64,16 +64,31 @@ sm90::TmaFwdTile tma_fwd_tile_for(const Problem& problem) {
   return sm90::tma_fwd_tile(sm90::tma_head_dim(problem.head_dim));
 }
 
+// The TMA kernel's work items (query blocks of 64 x consumers rows).
+long long tma_items(const Problem& problem, int consumers) {
+  const int block_m = 64 * consumers;
+  return static_cast<long long>((problem.max_q_len + block_m - 1) / block_m) * problem.heads_q * problem.batch;
+}
+
+// The consumer warpgroups the TMA kernel runs a problem with: the tile's,
+// or its few_items_consumers where that leaves at most one item per SM
+// (plain scores at the kernel's full width: that instantiation only).
+int tma_consumers(const Problem& problem, const sm90::TmaFwdTile& tma, const DeviceInfo& info) {
+  const bool plain = problem.softcap <= 0.0f && !problem.has_alibi &&
+                     sm90::tma_columns(problem.head_dim) == sm90::tma_head_dim(problem.head_dim);
+  if (tma.few_items_consumers > 0 && plain && tma_items(problem, tma.few_items_consumers) <= info.sm_count)
+    return tma.few_items_consumers;
+  return tma.consumers;
+}
+
 // Whether the TMA kernel of `tma` (a head dim it has) beats the cp.async
-// one: from the tile's min_keys on; below, only without a right bound and
-// on a grid of at least one wave (with fewer items each CTA's own latency
-// decides, and the cp.async kernel's smaller blocks, two per SM, won).
+// one: from the tile's min_keys on, and on a grid it runs with its
+// few_items_consumers; below, only without a right bound and on a grid of
+// at least one wave (with fewer items each CTA's own latency decides, and
+// the cp.async kernel's smaller blocks, two per SM, won).
 bool tma_wins(const Problem& problem, const sm90::TmaFwdTile& tma, const DeviceInfo& info) {
-  if (problem.max_kv_len >= tma.min_keys) return true;
-  const int block_m = 64 * tma.consumers;
-  const long long items =
-      static_cast<long long>((problem.max_q_len + block_m - 1) / block_m) * problem.heads_q * problem.batch;
-  return problem.window_right < 0 && items >= info.sm_count;
+  if (problem.max_kv_len >= tma.min_keys || tma_consumers(problem, tma, info) != tma.consumers) return true;
+  return problem.window_right < 0 && tma_items(problem, tma.consumers) >= info.sm_count;
 }
 
 ForwardKernel forward_kernel(const Problem& problem, const DeviceInfo& info) {
@@ -87,7 +102,8 @@ ForwardKernel forward_kernel(const Problem& problem, const DeviceInfo& info) {
   const sm90::TmaFwdTile tma = tma_fwd_tile_for(problem);
   if (tma.block_n > 0 && sm90_tma_enabled() && tma_wins(problem, tma, info) && tma_maps_fit(problem, info)) {
     k.kind = ForwardKind::tma;
-    k.tile = {64 * tma.consumers, tma.block_n, 4 * (tma.consumers + 1), false, 1};
+    const int consumers = tma_consumers(problem, tma, info);
+    k.tile = {64 * consumers, tma.block_n, 4 * (consumers + 1), false, 1};
     return k;
   }
   // The cp.async wgmma kernel loads whole rows: the caller's head dim must be its own.
@@ -133,8 +149,10 @@ sm90::TmaForwardLaunch tma_forward_launch(const Problem& problem, const DeviceIn
   // A right bound alone (causal: 0) makes a block's cost grow with its rows.
   launch.causal_walk = problem.window_right >= 0;
   const sm90::TmaFwdTile tile = tma_fwd_tile_for(problem);
+  const int consumers = tma_consumers(problem, tile, info);
+  launch.few_items = consumers != tile.consumers;
   const bool walkable = problem.window_left < 0 && problem.layout != Layout::varlen &&
-                        (!launch.causal_walk || (problem.max_kv_len < kCausalWalkMaxKeys && tile.consumers == 2));
+                        (!launch.causal_walk || (problem.max_kv_len < kCausalWalkMaxKeys && consumers == 2));
   // The deeper ring where the keys are long enough, for the kernels that
   // have one (plain scores, the kernel's full width). (It leaves D = 128 one
   // Q buffer, and the walk stays: measured so, NOTES.md session 22.)

@@ -65,17 +65,28 @@ TEST(ForwardPlan, HopperHeadDimsAndKeys) {
   EXPECT_EQ(d128.kind, ForwardKind::tma);
   EXPECT_EQ(d128.tile.block_m, 128);
   // D = 64 takes TMA from 2048 keys; below, without a mask when its grid
-  // (192-row blocks x heads x batch) fills the SMs once, else the cp.async
-  // wgmma kernel, as causal calls do.
+  // (192-row blocks x heads x batch) fills the SMs once, and on a grid of
+  // at most one 128-row block per SM (with two consumers), else the
+  // cp.async wgmma kernel, as causal calls on larger grids do.
   EXPECT_EQ(plan(dense_case("d64_short", 512, 512, 8, 8, 64, 6), h100()).kind, ForwardKind::tma);  // 144 items
   EXPECT_EQ(plan(dense_case("d64_short_small_grid", 512, 512, 8, 8, 64, 5), h100()).kind,
-            ForwardKind::wgmma);  // 120 items
-  EXPECT_EQ(plan(causal_case(dense_case("d64_short_causal", 512, 512, 8, 8, 64, 1)), h100()).kind,
+            ForwardKind::wgmma);  // 120 items of 192 rows, 160 of 128
+  EXPECT_EQ(plan(causal_case(dense_case("d64_short_causal", 512, 512, 8, 8, 64, 5)), h100()).kind,
             ForwardKind::wgmma);
-  EXPECT_EQ(plan(causal_case(dense_case("d64_causal", 2048, 2047, 8, 8, 64, 1)), h100()).kind,
-            ForwardKind::wgmma);
+  EXPECT_EQ(plan(causal_case(dense_case("d64_causal", 2048, 2047, 8, 8, 64, 2)), h100()).kind,
+            ForwardKind::wgmma);  // 256 items of 128 rows
   EXPECT_EQ(plan(causal_case(dense_case("d64_long_causal", 256, 2048, 8, 8, 64, 1)), h100()).kind,
             ForwardKind::tma);
+  // One sequence of 16 heads: 64 items of 128 rows, two consumers.
+  const ForwardPlan few = plan(causal_case(dense_case("d64_few_items", 512, 512, 16, 16, 64, 1)), h100());
+  EXPECT_EQ(few.kind, ForwardKind::tma);
+  EXPECT_EQ(few.tile.block_m, 128);
+  EXPECT_TRUE(few.tma.few_items);
+  // Softcap has no two-consumer plain instantiation to take: the cp.async kernel.
+  EXPECT_EQ(plan(dense_case("d64_few_items_softcap", 512, 512, 16, 16, 64, 1), h100(),
+                 [](Problem& p) { p.softcap = 30.0f; }).kind,
+            ForwardKind::wgmma);
+  EXPECT_FALSE(plan(dense_case("d64_long", 4096, 4096, 16, 16, 64, 4), h100()).tma.few_items);
   // 96 has no Hopper kernel of its own: the 128 TMA kernel's 96 columns.
   EXPECT_EQ(plan(dense_case("d96", 256, 256, 4, 4, 96, 1), h100()).kind, ForwardKind::tma);
 }
@@ -103,7 +114,7 @@ TEST(ForwardPlan, WhichCallsWalk) {
   p = plan(causal_case(dense_case("causal_long", 64, 8192, 2, 2, 128, 1)), h100());
   EXPECT_EQ(p.tma.persistent_ctas, 0);
   // Causal on the three-consumer D = 64 kernel: one CTA per item.
-  p = plan(causal_case(dense_case("causal_d64", 2048, 2048, 2, 2, 64, 1)), h100());
+  p = plan(causal_case(dense_case("causal_d64", 2048, 2048, 16, 16, 64, 2)), h100());
   EXPECT_EQ(p.kind, ForwardKind::tma);
   EXPECT_EQ(p.tma.persistent_ctas, 0);
   // D = 256 (one Q buffer) and windows: one CTA per item.

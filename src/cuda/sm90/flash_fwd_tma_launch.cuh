@@ -48,6 +48,10 @@ Status launch_flash_fwd_tma(const ForwardParams& p, const TmaForwardLaunch& laun
   // bytes of spills at D = 64); they take two.
   using CT = TmaFwdConfig<T, D, tile.block_n, tile.consumers == 3 ? 2 : tile.consumers, tile.stages, DC>;
   if (transformed_scores(p)) return launch_tma_config<CT, true>(p, launch, stream);
+  if constexpr (tile.few_items_consumers > 0 && DC == D) {
+    static_assert(tile.few_items_consumers == CT::Consumers, "few_items_consumers: the two-consumer config");
+    if (launch.few_items) return launch_tma_config<CT, false>(p, launch, stream);
+  }
   if constexpr (tile.deep_stages > 0 && DC == D) {
     using CD = TmaFwdConfig<T, D, tile.block_n, tile.consumers, tile.deep_stages, DC>;
     if (launch.deep_ring) return launch_tma_config<CD, false>(p, launch, stream);

@@ -14,12 +14,14 @@ namespace cuflash::detail::sm90 {
 // mask, so a walk deals them out in pairs of equal cost (tile_order.hpp).
 // out_by_tma: O leaves through TMA stores (dense, unsplit, mappable output).
 // deep_ring: the tile's deep_stages ring (flash_fwd_wgmma_tiles.hpp).
+// few_items: the tile's few_items_consumers instead of its consumers.
 struct TmaForwardLaunch {
   HeadRowsTensor q, k, v, out;
   int persistent_ctas = 0;
   bool causal_walk = false;
   bool out_by_tma = false;
   bool deep_ring = false;
+  bool few_items = false;
 };
 
 }  // namespace cuflash::detail::sm90

@@ -58,11 +58,17 @@ struct TmaFwdTile {
                       // call with a right bound (causal) or a grid under one wave
   int deep_stages;    // 0, or a deeper ring for long keys (fewer Q buffers)
   int deep_min_keys;  // the keys from which deep_stages is taken
+  // 0, or fewer consumers for a grid of at most one item per SM at that
+  // count (plain scores, the kernel's full width): more CTAs of fewer rows,
+  // whose latency chains run side by side (D = 64 at B = 1, H = 16: the
+  // cp.async kernel issued 1.46x cuDNN's instructions there, most of them
+  // addressing that TMA does not need; NOTES.md, session 31).
+  int few_items_consumers = 0;
 };
 
 constexpr TmaFwdTile tma_fwd_tile(int head_dim) {
   switch (head_dim) {
-    case 64: return {128, 3, 2, 2048, 0, 0};
+    case 64: return {128, 3, 2, 2048, 0, 0, 2};
     case 128: return {128, 2, 2, 0, 3, 2048};
     case 192: return {64, 2, 2, 0, 0, 0};
     case 256: return {80, 2, 2, 0, 0, 0};
