@@ -71,12 +71,17 @@ long long tma_items(const Problem& problem, int consumers) {
 }
 
 // The consumer warpgroups the TMA kernel runs a problem with: the tile's,
-// or its few_items_consumers where that leaves at most one item per SM
-// (plain scores at the kernel's full width: that instantiation only).
+// or its few_items_consumers where that leaves at most one item per SM and
+// the keys span more than one tile (plain scores at the kernel's full
+// width: that instantiation only). Measured at D = 64, B = 1, H = 16 (H200,
+// NOTES.md session 31): 512 keys +9 % (none) / +11 % (causal) over the
+// cp.async kernel; 128 keys, one key tile with nothing for the producer to
+// run ahead of, -7 % / -2 %.
 int tma_consumers(const Problem& problem, const sm90::TmaFwdTile& tma, const DeviceInfo& info) {
   const bool plain = problem.softcap <= 0.0f && !problem.has_alibi &&
                      sm90::tma_columns(problem.head_dim) == sm90::tma_head_dim(problem.head_dim);
-  if (tma.few_items_consumers > 0 && plain && tma_items(problem, tma.few_items_consumers) <= info.sm_count)
+  if (tma.few_items_consumers > 0 && plain && problem.max_kv_len > tma.block_n &&
+      tma_items(problem, tma.few_items_consumers) <= info.sm_count)
     return tma.few_items_consumers;
   return tma.consumers;
 }

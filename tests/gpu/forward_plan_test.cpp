@@ -66,8 +66,9 @@ TEST(ForwardPlan, HopperHeadDimsAndKeys) {
   EXPECT_EQ(d128.tile.block_m, 128);
   // D = 64 takes TMA from 2048 keys; below, without a mask when its grid
   // (192-row blocks x heads x batch) fills the SMs once, and on a grid of
-  // at most one 128-row block per SM (with two consumers), else the
-  // cp.async wgmma kernel, as causal calls on larger grids do.
+  // at most one 128-row block per SM (with two consumers) over more than
+  // 128 keys, else the cp.async wgmma kernel, as causal calls on larger
+  // grids do.
   EXPECT_EQ(plan(dense_case("d64_short", 512, 512, 8, 8, 64, 6), h100()).kind, ForwardKind::tma);  // 144 items
   EXPECT_EQ(plan(dense_case("d64_short_small_grid", 512, 512, 8, 8, 64, 5), h100()).kind,
             ForwardKind::wgmma);  // 120 items of 192 rows, 160 of 128
@@ -82,6 +83,8 @@ TEST(ForwardPlan, HopperHeadDimsAndKeys) {
   EXPECT_EQ(few.kind, ForwardKind::tma);
   EXPECT_EQ(few.tile.block_m, 128);
   EXPECT_TRUE(few.tma.few_items);
+  // One key tile: the cp.async kernel.
+  EXPECT_EQ(plan(dense_case("d64_one_key_tile", 128, 128, 16, 16, 64, 1), h100()).kind, ForwardKind::wgmma);
   // Softcap has no two-consumer plain instantiation to take: the cp.async kernel.
   EXPECT_EQ(plan(dense_case("d64_few_items_softcap", 512, 512, 16, 16, 64, 1), h100(),
                  [](Problem& p) { p.softcap = 30.0f; }).kind,

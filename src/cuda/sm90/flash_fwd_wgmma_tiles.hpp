@@ -59,10 +59,11 @@ struct TmaFwdTile {
   int deep_stages;    // 0, or a deeper ring for long keys (fewer Q buffers)
   int deep_min_keys;  // the keys from which deep_stages is taken
   // 0, or fewer consumers for a grid of at most one item per SM at that
-  // count (plain scores, the kernel's full width): more CTAs of fewer rows,
-  // whose latency chains run side by side (D = 64 at B = 1, H = 16: the
-  // cp.async kernel issued 1.46x cuDNN's instructions there, most of them
-  // addressing that TMA does not need; NOTES.md, session 31).
+  // count over more than one key tile (plain scores, the kernel's full
+  // width; forward_plan.cpp): more CTAs of fewer rows, whose latency chains
+  // run side by side, where min_keys would pick the cp.async kernel (D = 64
+  // at B = 1, H = 16: it issued 1.46x cuDNN's instructions there, most of
+  // them addressing that TMA does not need; NOTES.md, session 31).
   int few_items_consumers = 0;
 };
 
