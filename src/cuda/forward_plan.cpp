@@ -33,6 +33,7 @@ constexpr int kMaxSplits = 64;
 struct ForwardKernel {
   ForwardKind kind = ForwardKind::sm80;
   sm80::FwdTile tile{};
+  int tma_consumers = 0;  // the TMA kernel's consumer warpgroups (kind tma)
 };
 
 bool sm90_forward_enabled() {
@@ -70,29 +71,33 @@ long long tma_items(const Problem& problem, int consumers) {
   return static_cast<long long>((problem.max_q_len + block_m - 1) / block_m) * problem.heads_q * problem.batch;
 }
 
+// Plain scores (no softcap, no ALiBi) at the TMA kernel's full width: the
+// calls its variant instantiations (the deep ring, few_items_consumers) take.
+bool tma_plain_full_width(const Problem& problem) {
+  return problem.softcap <= 0.0f && !problem.has_alibi &&
+         sm90::tma_columns(problem.head_dim) == sm90::tma_head_dim(problem.head_dim);
+}
+
 // The consumer warpgroups the TMA kernel runs a problem with: the tile's,
 // or its few_items_consumers where that leaves at most one item per SM and
-// the keys span more than one tile (plain scores at the kernel's full
-// width: that instantiation only). Measured at D = 64, B = 1, H = 16 (H200,
-// NOTES.md session 31): 512 keys +9 % (none) / +11 % (causal) over the
-// cp.async kernel; 128 keys, one key tile with nothing for the producer to
-// run ahead of, -7 % / -2 %.
+// the keys span more than one tile. Measured at D = 64, B = 1, H = 16
+// (H200, NOTES.md session 31): 512 keys +9 % (none) / +11 % (causal) over
+// the cp.async kernel; 128 keys, one key tile with nothing for the producer
+// to run ahead of, -7 % / -2 %.
 int tma_consumers(const Problem& problem, const sm90::TmaFwdTile& tma, const DeviceInfo& info) {
-  const bool plain = problem.softcap <= 0.0f && !problem.has_alibi &&
-                     sm90::tma_columns(problem.head_dim) == sm90::tma_head_dim(problem.head_dim);
-  if (tma.few_items_consumers > 0 && plain && problem.max_kv_len > tma.block_n &&
+  if (tma.few_items_consumers > 0 && tma_plain_full_width(problem) && problem.max_kv_len > tma.block_n &&
       tma_items(problem, tma.few_items_consumers) <= info.sm_count)
     return tma.few_items_consumers;
   return tma.consumers;
 }
 
-// Whether the TMA kernel of `tma` (a head dim it has) beats the cp.async
-// one: from the tile's min_keys on, and on a grid it runs with its
+// Whether the TMA kernel of `tma` (a head dim it has), run with `consumers`,
+// beats the cp.async one: from the tile's min_keys on, and with its
 // few_items_consumers; below, only without a right bound and on a grid of
 // at least one wave (with fewer items each CTA's own latency decides, and
 // the cp.async kernel's smaller blocks, two per SM, won).
-bool tma_wins(const Problem& problem, const sm90::TmaFwdTile& tma, const DeviceInfo& info) {
-  if (problem.max_kv_len >= tma.min_keys || tma_consumers(problem, tma, info) != tma.consumers) return true;
+bool tma_wins(const Problem& problem, const sm90::TmaFwdTile& tma, int consumers, const DeviceInfo& info) {
+  if (problem.max_kv_len >= tma.min_keys || consumers != tma.consumers) return true;
   return problem.window_right < 0 && tma_items(problem, tma.consumers) >= info.sm_count;
 }
 
@@ -105,10 +110,12 @@ ForwardKernel forward_kernel(const Problem& problem, const DeviceInfo& info) {
   // on sm90 too) takes those calls.
   if (problem.has_dropout()) return k;
   const sm90::TmaFwdTile tma = tma_fwd_tile_for(problem);
-  if (tma.block_n > 0 && sm90_tma_enabled() && tma_wins(problem, tma, info) && tma_maps_fit(problem, info)) {
+  const int consumers = tma.block_n > 0 ? tma_consumers(problem, tma, info) : 0;
+  if (tma.block_n > 0 && sm90_tma_enabled() && tma_wins(problem, tma, consumers, info) &&
+      tma_maps_fit(problem, info)) {
     k.kind = ForwardKind::tma;
-    const int consumers = tma_consumers(problem, tma, info);
     k.tile = {64 * consumers, tma.block_n, 4 * (consumers + 1), false, 1};
+    k.tma_consumers = consumers;
     return k;
   }
   // The cp.async wgmma kernel loads whole rows: the caller's head dim must be its own.
@@ -146,7 +153,7 @@ int persistent_override() {
 // length and lost 8 % at 2k (NOTES.md, "causal items walked").
 constexpr long long kCausalWalkMaxKeys = 8192;
 
-sm90::TmaForwardLaunch tma_forward_launch(const Problem& problem, const DeviceInfo& info) {
+sm90::TmaForwardLaunch tma_forward_launch(const Problem& problem, int consumers, const DeviceInfo& info) {
   sm90::TmaForwardLaunch launch;
   launch.q = sm90::head_rows_tensor(problem, problem.q, problem.heads_q);
   launch.k = sm90::head_rows_tensor(problem, problem.k, problem.heads_kv);
@@ -154,15 +161,14 @@ sm90::TmaForwardLaunch tma_forward_launch(const Problem& problem, const DeviceIn
   // A right bound alone (causal: 0) makes a block's cost grow with its rows.
   launch.causal_walk = problem.window_right >= 0;
   const sm90::TmaFwdTile tile = tma_fwd_tile_for(problem);
-  const int consumers = tma_consumers(problem, tile, info);
   launch.few_items = consumers != tile.consumers;
   const bool walkable = problem.window_left < 0 && problem.layout != Layout::varlen &&
                         (!launch.causal_walk || (problem.max_kv_len < kCausalWalkMaxKeys && consumers == 2));
   // The deeper ring where the keys are long enough, for the kernels that
   // have one (plain scores, the kernel's full width). (It leaves D = 128 one
   // Q buffer, and the walk stays: measured so, NOTES.md session 22.)
-  launch.deep_ring = tile.deep_stages > 0 && problem.max_kv_len >= tile.deep_min_keys && problem.softcap <= 0.0f &&
-                     !problem.has_alibi && sm90::tma_columns(problem.head_dim) == sm90::tma_head_dim(problem.head_dim);
+  launch.deep_ring =
+      tile.deep_stages > 0 && problem.max_kv_len >= tile.deep_min_keys && tma_plain_full_width(problem);
   const int forced = persistent_override();
   if (forced == 0 || (forced < 0 && (!walkable || sm90::tma_head_dim(problem.head_dim) > 128))) return launch;
   launch.persistent_ctas = info.sm_count;
@@ -217,7 +223,7 @@ ForwardPlan plan_forward(const Problem& problem, const DeviceInfo& device) {
   plan.tile = kernel.tile;
   plan.splits = choose_splits(problem, kernel, device);
   if (plan.kind == ForwardKind::tma) {
-    plan.tma = tma_forward_launch(problem, device);
+    plan.tma = tma_forward_launch(problem, kernel.tma_consumers, device);
     // O by TMA stores: dense rows (a varlen sequence's last block would
     // overwrite the next sequence's rows), unsplit (partials are fp32 rows
     // of their own), an output the map can describe (a workspace query may
