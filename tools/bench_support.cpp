@@ -11,20 +11,21 @@ namespace cuflash::tool {
 
 #ifdef CUFLASH_WITH_CUDA
 void StreamGate::close() {
-  open_.store(false, std::memory_order_release);
+  holds_.push_back({this, static_cast<long long>(holds_.size()) + 1});
   pending_.fetch_add(1, std::memory_order_acq_rel);
-  const cudaError_t result = cudaLaunchHostFunc(nullptr, &StreamGate::hold, this);
+  const cudaError_t result = cudaLaunchHostFunc(nullptr, &StreamGate::hold, &holds_.back());
   if (result != cudaSuccess) {
     pending_.fetch_sub(1, std::memory_order_acq_rel);
-    open_.store(true, std::memory_order_release);
+    holds_.pop_back();
     check_cuda(result, "cudaLaunchHostFunc");
   }
 }
 
-void CUDART_CB StreamGate::hold(void* gate) {
-  auto* self = static_cast<StreamGate*>(gate);
+void CUDART_CB StreamGate::hold(void* hold) {
+  const Hold& h = *static_cast<const Hold*>(hold);
+  StreamGate* self = h.gate;
   const auto deadline = std::chrono::steady_clock::now() + kMaxHold;
-  while (!self->open_.load(std::memory_order_acquire)) {
+  while (self->released_.load(std::memory_order_acquire) < h.call) {
     if (std::chrono::steady_clock::now() > deadline) {
       self->held_too_long_.store(true, std::memory_order_release);
       break;
@@ -34,7 +35,7 @@ void CUDART_CB StreamGate::hold(void* gate) {
 }
 
 StreamGate::~StreamGate() {
-  release();
+  released_.store(static_cast<long long>(holds_.size()), std::memory_order_release);
   while (pending_.load(std::memory_order_acquire) > 0) std::this_thread::yield();
 }
 #endif

@@ -77,29 +77,37 @@ class Event {
   cudaEvent_t event_ = nullptr;
 };
 
-// Holds the default stream while a timed call is queued: a host function on
-// the stream spins until release(), so that the call's start event, kernels
-// and stop event then run back to back on the GPU whatever the call costs
-// to launch (the events would otherwise time the host where a call
-// launches slower than it runs). A call that synchronizes the stream inside
-// would wait for the gate, which waits for the call: the host function gives
-// up after kMaxHold, and held_too_long() then says the gate is of no use
-// for this call (the caller stops closing it).
+// Holds the default stream while a timed call is queued: close() queues a
+// host function that spins until the matching release(), so that the call's
+// start event, kernels and stop event then run back to back on the GPU
+// whatever the call costs to launch (the events would otherwise time the
+// host where a call launches slower than it runs). Each hold waits for its
+// own call's release only, so a host far ahead of the GPU never waits on it.
+// A call that synchronizes the stream inside would wait for its hold, which
+// waits for the call: a hold gives up after kMaxHold, and held_too_long()
+// then says the gate is of no use for these calls (the caller stops closing
+// it).
 class StreamGate {
  public:
   static constexpr std::chrono::milliseconds kMaxHold{20};
   StreamGate() = default;
   StreamGate(const StreamGate&) = delete;
   StreamGate& operator=(const StreamGate&) = delete;
-  ~StreamGate();  // waits until the host function, if queued, has returned
+  ~StreamGate();  // releases every hold and waits until the queued ones have returned
   void close();
-  void release() { open_.store(true, std::memory_order_release); }
+  void release() { released_.fetch_add(1, std::memory_order_release); }
   bool held_too_long() const { return held_too_long_.load(std::memory_order_acquire); }
 
  private:
-  static void CUDART_CB hold(void* gate);
-  std::atomic<bool> open_{true}, held_too_long_{false};
+  struct Hold {
+    StreamGate* gate;
+    long long call;  // holds until `call` calls have been released
+  };
+  static void CUDART_CB hold(void* hold);
+  std::deque<Hold> holds_;  // (a deque: the queued functions keep pointers to its elements)
+  std::atomic<long long> released_{0};
   std::atomic<int> pending_{0};
+  std::atomic<bool> held_too_long_{false};
 };
 
 // Standard normal values in the 16-bit dtype, drawn in parallel over fixed
