@@ -145,6 +145,16 @@ int persistent_override() {
   return value;
 }
 
+// CUFLASH_TMA_DEEP_MIN_KEYS=n overrides the tile's deep_min_keys (read
+// once; for measuring the rule).
+int deep_min_keys_override() {
+  static const int value = [] {
+    const char* v = std::getenv("CUFLASH_TMA_DEEP_MIN_KEYS");
+    return v == nullptr ? -1 : std::atoi(v);
+  }();
+  return value;
+}
+
 // Causal items walk while they are short, on the two-consumer kernel: a long
 // item's own prologue is a small part of it, and the walk's whole pairs
 // leave a coarser tail than the hardware's heaviest-first grid (D=128: 16k
@@ -167,8 +177,8 @@ sm90::TmaForwardLaunch tma_forward_launch(const Problem& problem, int consumers,
   // The deeper ring where the keys are long enough, for the kernels that
   // have one (plain scores, the kernel's full width). (It leaves D = 128 one
   // Q buffer, and the walk stays: measured so, NOTES.md session 22.)
-  launch.deep_ring =
-      tile.deep_stages > 0 && problem.max_kv_len >= tile.deep_min_keys && tma_plain_full_width(problem);
+  const int deep_min_keys = deep_min_keys_override() >= 0 ? deep_min_keys_override() : tile.deep_min_keys;
+  launch.deep_ring = tile.deep_stages > 0 && problem.max_kv_len >= deep_min_keys && tma_plain_full_width(problem);
   const int forced = persistent_override();
   if (forced == 0 || (forced < 0 && (!walkable || sm90::tma_head_dim(problem.head_dim) > 128))) return launch;
   launch.persistent_ctas = info.sm_count;

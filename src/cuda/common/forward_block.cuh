@@ -181,4 +181,26 @@ __device__ __forceinline__ void write_partial_m16(const ForwardParams& p, const 
   }
 }
 
+// A warp's m16 x D tile of O, normalized, into out straight from the
+// accumulators (a 4-byte pair per thread and n8 block): for a kernel whose
+// shared memory has no room to stage O while the next item's Q loads (the
+// TMA forward with one Q buffer). Rows past the sequence and columns past
+// the caller's head_dim (a multiple of 8) are not written.
+template <typename T, int D>
+__device__ __forceinline__ void write_out_m16(const ForwardParams& p, const ForwardBlock& f,
+                                              const float (&o)[D / 8][4], const float (&inv_sum)[2], int i0, int t4) {
+  T* const out = static_cast<T*>(p.out) + row_offset(p.out_strides, f.b, f.seq.q_start, 0, f.h);
+#pragma unroll
+  for (int half = 0; half < 2; ++half) {
+    const int i = i0 + half * 8;
+    if (i >= f.seq.q_len) continue;
+    T* row = out + static_cast<std::int64_t>(i) * p.out_strides.row;
+#pragma unroll
+    for (int dt = 0; dt < D / 8; ++dt)
+      if (dt * 8 < p.head_dim)
+        *reinterpret_cast<std::uint32_t*>(row + dt * 8 + 2 * t4) =
+            sm80::pack2<T>(o[dt][half * 2] * inv_sum[half], o[dt][half * 2 + 1] * inv_sum[half]);
+  }
+}
+
 }  // namespace cuflash::detail

@@ -44,8 +44,9 @@ struct TmaForwardParams {
   ForwardParams p;
   CUtensorMap q, k, v;
   // out_by_tma: O leaves through TMA stores of 64-row boxes (dense, unsplit
-  // calls whose output can be mapped); else every consumer thread stores
-  // row chunks itself.
+  // calls whose output can be mapped, two Q buffers); else every consumer
+  // thread stores row chunks itself (staged in its Q buffer, or with one Q
+  // buffer straight from its accumulators).
   CUtensorMap out;
   bool out_by_tma = false;
   TileOrder order;  // the work items (query blocks of BM rows) and who takes which
@@ -98,6 +99,11 @@ struct TmaFwdConfig {
     return slot_offset_with(q_buffers) + q_buffers * int(sizeof(WorkItemSlot)) + 1024;
   }
   static constexpr int QBuffers = smem_bytes_with(2) <= 227 * 1024 ? 2 : 1;
+  // With one Q buffer, an item's Q is released once its last Q K^T has been
+  // read (after its last step), so that the next item's Q and first K/V
+  // load under this item's drain and epilogue; O then goes from the
+  // accumulators straight to global memory, not through the Q buffer.
+  static constexpr bool kEarlyQRelease = QBuffers == 1;
   static constexpr int kStagesOffset = QBuffers * QTile::kBytes;
   static constexpr int kBarrierOffset = barrier_offset_with(QBuffers);
   static constexpr int kBarriers = barriers_with(QBuffers);
@@ -409,11 +415,11 @@ __global__ void __launch_bounds__(C::kThreads, 1) flash_fwd_tma_kernel(const __g
   const int my_turn = C::kTurnBarrier0 + cw, next_turn = C::kTurnBarrier0 + (cw + 1) % C::Consumers;
   if (cw == C::Consumers - 1) named_barrier_arrive(C::kTurnBarrier0, 256);
 
-  // With TMA stores, thread 0 of each consumer issues its warpgroup's
+  // With TMA stores (two Q buffers; with one, O does not pass through it:
+  // kEarlyQRelease), thread 0 of each consumer issues its warpgroup's
   // stores, and the warpgroup releases their Q buffer once they have read
-  // it: with two Q buffers after the next item's first step (by then the
-  // read is long done, so thread 0 does not hold its warp), with one at
-  // once (the next Q load needs the buffer). Every thread of the warpgroup
+  // it, after the next item's first step (by then the read is long done,
+  // so thread 0 does not hold its warp). Every thread of the warpgroup
   // takes part (the other threads have no stores to wait for), so that no
   // branch of one thread sits between the wgmmas (ptxas then serializes
   // them, C7520). stored_q: the buffer the last stores read, or -1.
@@ -428,19 +434,23 @@ __global__ void __launch_bounds__(C::kThreads, 1) flash_fwd_tma_kernel(const __g
   };
 
   // Epilogue of an item (its Q buffer: the q_item-th taken): normalize,
-  // write out (or the split's partial) and lse; then the Q buffer is free.
-  // An empty item (no visible key) comes with O zeroed, row_sum 0 and
-  // row_max -inf: O = 0 and lse = -inf.
+  // write out (or the split's partial) and lse; then the Q buffer is free
+  // (q_released: it already is, kEarlyQRelease). An empty item (no visible
+  // key) comes with O zeroed, row_sum 0 and row_max -inf: O = 0 and
+  // lse = -inf.
   const int row_in_block = warp_row0 + g;  // this thread's first accumulator row
   auto write_item = [&](const ForwardBlock& f, std::uint32_t q_item, const float (&o)[C::DT][4],
-                        const float (&row_max)[2], const float (&row_sum)[2], float mult) {
+                        const float (&row_max)[2], const float (&row_sum)[2], float mult, bool q_released) {
     T* const q_tile = sQ(q_item);
     const int qb = q_item % C::QBuffers;
     float inv_sum[2];
     finish_rows_m16(p, f, row_max, row_sum, mult, f.m0 + row_in_block, t4, inv_sum);
-    if (p.num_splits > 1) {
-      write_partial_m16<C::DC>(p, f, o, inv_sum, f.m0 + row_in_block, t4);
-      mbarrier_arrive(&q_empty[qb]);
+    if (p.num_splits > 1 || C::kEarlyQRelease) {
+      if (p.num_splits > 1)
+        write_partial_m16<C::DC>(p, f, o, inv_sum, f.m0 + row_in_block, t4);
+      else
+        write_out_m16<T, C::DC>(p, f, o, inv_sum, f.m0 + row_in_block, t4);
+      if (!q_released) mbarrier_arrive(&q_empty[qb]);
       return;
     }
     // O goes through this warpgroup's own 64 rows of sQ (every GEMM that
@@ -468,7 +478,6 @@ __global__ void __launch_bounds__(C::kThreads, 1) flash_fwd_tma_kernel(const __g
         bulk_commit_group();
       }
       stored_q = qb;
-      if (C::QBuffers == 1) release_stored_q();
       return;
     }
     // Else each warp stores its own 16 rows: whole row chunks, 16-byte
@@ -510,7 +519,7 @@ __global__ void __launch_bounds__(C::kThreads, 1) flash_fwd_tma_kernel(const __g
       // reach the next item's first P V, and ptxas then serializes every
       // wgmma of the kernel (C7515).
       const float zeros[C::DT][4] = {};
-      write_item(f, q_item, zeros, row_max, row_sum, mult);
+      write_item(f, q_item, zeros, row_max, row_sum, mult, false);
       continue;
     }
     const std::uint64_t q_desc = sw128_desc(sQ(q_item) + cw * 64 * 64, 16, 1024);
@@ -529,8 +538,10 @@ __global__ void __launch_bounds__(C::kThreads, 1) flash_fwd_tma_kernel(const __g
       pipe.template step<Transformed>(f, q_desc, j, o, pa, row_max, row_sum, mult, f.m0 + row_in_block, t4);
       if (j == 0) release_stored_q();
     }
+    // Every Q K^T of the item has completed (each step waited for its S).
+    if constexpr (C::kEarlyQRelease) mbarrier_arrive(&q_empty[q_item % C::QBuffers]);
     pipe.drain(o, pa, n_tiles);
-    write_item(f, q_item, o, row_max, row_sum, mult);
+    write_item(f, q_item, o, row_max, row_sum, mult, C::kEarlyQRelease);
   }
   // The last stores must have read shared memory before the CTA exits.
   release_stored_q();
