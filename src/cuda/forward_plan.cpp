@@ -133,8 +133,10 @@ ForwardKernel forward_kernel(const Problem& problem, const DeviceInfo& info) {
 // item's last GEMMs and epilogue: dense calls without a left window bound,
 // whose items cost the same or (causal, below kCausalWalkMaxKeys) a known
 // number of key tiles, which the walk deals out in pairs of equal cost
-// (tile_order.hpp). Varlen, windowed and D > 128 (one Q buffer) items go to
-// the hardware's block scheduler, one CTA per item.
+// (tile_order.hpp). Varlen, windowed and D = 192 items go to the hardware's
+// block scheduler, one CTA per item. (D = 256, one Q buffer, walks since its
+// Q is released before the epilogue, session 32; D = 192 was not measured
+// walked.)
 // CUFLASH_TMA_PERSISTENT=1 walks every call's items that way, =0 none (read
 // once; for measuring the rule).
 int persistent_override() {
@@ -180,7 +182,7 @@ sm90::TmaForwardLaunch tma_forward_launch(const Problem& problem, int consumers,
   const int deep_min_keys = deep_min_keys_override() >= 0 ? deep_min_keys_override() : tile.deep_min_keys;
   launch.deep_ring = tile.deep_stages > 0 && problem.max_kv_len >= deep_min_keys && tma_plain_full_width(problem);
   const int forced = persistent_override();
-  if (forced == 0 || (forced < 0 && (!walkable || sm90::tma_head_dim(problem.head_dim) > 128))) return launch;
+  if (forced == 0 || (forced < 0 && (!walkable || sm90::tma_head_dim(problem.head_dim) == 192))) return launch;
   launch.persistent_ctas = info.sm_count;
   return launch;
 }

@@ -120,8 +120,13 @@ TEST(ForwardPlan, WhichCallsWalk) {
   p = plan(causal_case(dense_case("causal_d64", 2048, 2048, 16, 16, 64, 2)), h100());
   EXPECT_EQ(p.kind, ForwardKind::tma);
   EXPECT_EQ(p.tma.persistent_ctas, 0);
-  // D = 256 (one Q buffer) and windows: one CTA per item.
-  EXPECT_EQ(plan(dense_case("d256", 512, 512, 8, 8, 256, 2), h100()).tma.persistent_ctas, 0);
+  // D = 256 (one Q buffer, released before the epilogue) walks, causal in
+  // pairs too; D = 192 and windows: one CTA per item.
+  EXPECT_EQ(plan(dense_case("d256", 512, 512, 8, 8, 256, 2), h100()).tma.persistent_ctas, 132);
+  p = plan(causal_case(dense_case("causal_d256", 1024, 1024, 8, 8, 256, 2)), h100());
+  EXPECT_EQ(p.tma.persistent_ctas, 132);
+  EXPECT_TRUE(p.tma.causal_walk);
+  EXPECT_EQ(plan(dense_case("d192", 512, 512, 8, 8, 192, 2), h100()).tma.persistent_ctas, 0);
   CaseSpec w = dense_case("window", 512, 512, 8, 8, 128, 2);
   w.options.window_left = 100;
   EXPECT_EQ(plan(w, h100()).tma.persistent_ctas, 0);

@@ -101,9 +101,11 @@ struct TmaFwdConfig {
   static constexpr int QBuffers = smem_bytes_with(2) <= 227 * 1024 ? 2 : 1;
   // With one Q buffer, an item's Q is released once its last Q K^T has been
   // read (after its last step), so that the next item's Q and first K/V
-  // load under this item's drain and epilogue; O then goes from the
-  // accumulators straight to global memory, not through the Q buffer.
+  // load under this item's drain and epilogue; O is then staged for its
+  // stores in the item's last K/V stage instead (each consumer's 64 rows in
+  // one of its tiles), which the steps release only after the stores.
   static constexpr bool kEarlyQRelease = QBuffers == 1;
+  static_assert(!kEarlyQRelease || (Consumers == 2 && BN >= 64), "O staged in a stage: K for one consumer, V for the other");
   static constexpr int kStagesOffset = QBuffers * QTile::kBytes;
   static constexpr int kBarrierOffset = barrier_offset_with(QBuffers);
   static constexpr int kBarriers = barriers_with(QBuffers);
@@ -116,7 +118,12 @@ struct TmaFwdConfig {
   // Consumers + 1 + c: consumer c's O is staged for its TMA store.
   static constexpr int kTurnBarrier0 = 1;
   static constexpr int kStagedBarrier0 = kTurnBarrier0 + Consumers;
-  static_assert(kStagedBarrier0 + Consumers <= 16, "named barriers");
+  // kEarlyQRelease: consumer 1 has read the item's last K tile (its last S
+  // waited for), consumer 0 its last V tile (its drain), so that the other
+  // may stage O there.
+  static constexpr int kKReadBarrier = kStagedBarrier0 + Consumers;
+  static constexpr int kVReadBarrier = kKReadBarrier + 1;
+  static_assert(kVReadBarrier < 16, "named barriers");
 };
 
 // A consumer warpgroup's pipeline over the key tiles of its items. Key tile
@@ -194,13 +201,14 @@ struct ConsumerPipe {
   // whose Q (this warpgroup's rows) q_desc describes: S_j, the pending P V
   // (tile j - 1's, A operand pa), the online softmax, P_j into pa, O
   // rescaled. row: the query row of this thread's first accumulator row
-  // (within the sequence); t4: its column quad.
+  // (within the sequence); t4: its column quad. last: the item's last tile,
+  // whose K stays taken with one Q buffer (O is staged there).
   // NS: the n8 column blocks of S walked (C::NT, or C::NT / 2 for a
   // half-width first tile, half_first).
   template <bool Transformed, int NS = C::NT>
   __device__ __forceinline__ void step(const ForwardBlock& f, std::uint64_t q_desc, int j, float (&o)[C::DT][4],
                                        std::uint32_t (&pa)[C::KP][4], float (&row_max)[2], float (&row_sum)[2],
-                                       float mult, int row, int t4) {
+                                       float mult, int row, int t4, bool last) {
     static_assert(NS == C::NT || NS * 2 == C::NT);
     const bool pending = j > 0;
     const int n0 = (f.t_hi - 1 - j) * C::BN;
@@ -229,7 +237,7 @@ struct ConsumerPipe {
       wgmma_wait<0>();
     }
     fence_accumulators(s);
-    mbarrier_arrive(&k_empty[st]);  // K_j read
+    if (!(C::kEarlyQRelease && last)) mbarrier_arrive(&k_empty[st]);  // K_j read
 
     float correction[2] = {1.0f, 1.0f};
     const bool masked = !f.rules.tile_unmasked(f.m0, f.rows, n0, NS * 8);
@@ -246,8 +254,9 @@ struct ConsumerPipe {
   }
 
   // The pending P V (of the item's n_tiles-th tile) alone, with no S to pair
-  // it with, landed in o.
-  __device__ __forceinline__ void drain(float (&o)[C::DT][4], const std::uint32_t (&pa)[C::KP][4], int n_tiles) {
+  // it with, landed in o. Returns that tile's stage, whose V stays taken
+  // with one Q buffer (O is staged there).
+  __device__ __forceinline__ int drain(float (&o)[C::DT][4], const std::uint32_t (&pa)[C::KP][4], int n_tiles) {
     const std::uint32_t t = kv_count - 1;
     const int last = t % C::Stages;
     mbarrier_wait(&v_full[last], (t / C::Stages) & 1);
@@ -257,7 +266,8 @@ struct ConsumerPipe {
     named_barrier_arrive(next_turn, 256);
     wgmma_wait<0>();
     fence_accumulators(o);
-    mbarrier_arrive(&v_empty[last]);
+    if constexpr (!C::kEarlyQRelease) mbarrier_arrive(&v_empty[last]);
+    return last;
   }
 };
 
@@ -415,14 +425,30 @@ __global__ void __launch_bounds__(C::kThreads, 1) flash_fwd_tma_kernel(const __g
   const int my_turn = C::kTurnBarrier0 + cw, next_turn = C::kTurnBarrier0 + (cw + 1) % C::Consumers;
   if (cw == C::Consumers - 1) named_barrier_arrive(C::kTurnBarrier0, 256);
 
-  // With TMA stores (two Q buffers; with one, O does not pass through it:
-  // kEarlyQRelease), thread 0 of each consumer issues its warpgroup's
+  // Where a consumer stages its O for the stores: its 64 rows of the item's
+  // Q buffer (every Q K^T that read them has completed), or with one Q
+  // buffer (kEarlyQRelease: Q is released before the epilogue) of the
+  // item's last K/V stage, consumer 0 in its K tile and consumer 1 in its V
+  // tile, whose releases the steps withhold until the stores have read
+  // them. Both are 64-row slices of 128-byte-swizzled tiles, swizzled as Q
+  // was (the fragment writes are free of bank conflicts, the slices are TMA
+  // boxes): 16-byte chunk `chunk` of row r (0 .. 63) of the slice at
+  // rows0 + chunk_offset(block_elems, r, chunk), each 64-column block
+  // block_elems elements after the last.
+  auto chunk_offset = [](int block_elems, int r, int chunk) {
+    return (chunk / 8) * block_elems + r * 64 + ((chunk % 8) ^ (r % 8)) * 8;
+  };
+  using OTile = Sw128Tile<64, C::D>;  // a consumer's slice of a K/V stage
+  const int slice_row = warp * 16 + g;  // this thread's first accumulator row within its slice
+
+  // With TMA stores, thread 0 of each consumer issues its warpgroup's
   // stores, and the warpgroup releases their Q buffer once they have read
   // it, after the next item's first step (by then the read is long done,
-  // so thread 0 does not hold its warp). Every thread of the warpgroup
+  // so thread 0 does not hold its warp); a K/V stage at once (the
+  // producer's next loads wait for it). Every thread of the warpgroup
   // takes part (the other threads have no stores to wait for), so that no
   // branch of one thread sits between the wgmmas (ptxas then serializes
-  // them, C7520). stored_q: the buffer the last stores read, or -1.
+  // them, C7520). stored_q: the Q buffer the last stores read, or -1.
   const bool store_leader = tid % 128 == 0;
   int stored_q = -1;
   auto release_stored_q = [&] {
@@ -432,36 +458,53 @@ __global__ void __launch_bounds__(C::kThreads, 1) flash_fwd_tma_kernel(const __g
       stored_q = -1;
     }
   };
+  auto release_stage = [&](int st) {
+    mbarrier_arrive(&k_empty[st]);
+    mbarrier_arrive(&v_empty[st]);
+  };
 
-  // Epilogue of an item (its Q buffer: the q_item-th taken): normalize,
-  // write out (or the split's partial) and lse; then the Q buffer is free
-  // (q_released: it already is, kEarlyQRelease). An empty item (no visible
-  // key) comes with O zeroed, row_sum 0 and row_max -inf: O = 0 and
-  // lse = -inf.
+  // Epilogue of an item (its Q buffer: the q_item-th taken; with one Q
+  // buffer its last K/V stage `last_stage`, or -1 for an item without key
+  // tiles): normalize, write out (or the split's partial) and lse; then
+  // the Q buffer (with one, already released unless the item was empty) or
+  // the stage is free. An empty item (no visible key) comes with O zeroed,
+  // row_sum 0 and row_max -inf: O = 0 and lse = -inf.
   const int row_in_block = warp_row0 + g;  // this thread's first accumulator row
   auto write_item = [&](const ForwardBlock& f, std::uint32_t q_item, const float (&o)[C::DT][4],
-                        const float (&row_max)[2], const float (&row_sum)[2], float mult, bool q_released) {
-    T* const q_tile = sQ(q_item);
+                        const float (&row_max)[2], const float (&row_sum)[2], float mult, int last_stage) {
     const int qb = q_item % C::QBuffers;
     float inv_sum[2];
     finish_rows_m16(p, f, row_max, row_sum, mult, f.m0 + row_in_block, t4, inv_sum);
-    if (p.num_splits > 1 || C::kEarlyQRelease) {
+    const bool stage_in_kv = C::kEarlyQRelease && last_stage >= 0;
+    if (p.num_splits > 1 || (C::kEarlyQRelease && !stage_in_kv)) {
+      // Split partials are fp32 rows of their own; an empty item of a
+      // one-Q-buffer kernel has no stage to write through (rare: zeros).
       if (p.num_splits > 1)
         write_partial_m16<C::DC>(p, f, o, inv_sum, f.m0 + row_in_block, t4);
       else
         write_out_m16<T, C::DC>(p, f, o, inv_sum, f.m0 + row_in_block, t4);
-      if (!q_released) mbarrier_arrive(&q_empty[qb]);
+      if (stage_in_kv) release_stage(last_stage);
+      else mbarrier_arrive(&q_empty[qb]);
       return;
     }
-    // O goes through this warpgroup's own 64 rows of sQ (every GEMM that
-    // read them has completed), swizzled as Q was, so the fragment writes
-    // are free of bank conflicts and the rows are TMA boxes.
+    T* rows0;
+    int block_elems;
+    if (stage_in_kv) {
+      // The other consumer's reads of this tile done: its last S (K) or its
+      // drain (V), each signalled after its wait.
+      named_barrier_sync(cw == 0 ? C::kKReadBarrier : C::kVReadBarrier, 256);
+      rows0 = reinterpret_cast<T*>(stage0 + last_stage * C::kStageBytes + cw * C::KVTile::kBytes);
+      block_elems = OTile::kBlockBytes / 2;
+    } else {
+      rows0 = sQ(q_item) + cw * 64 * 64;
+      block_elems = C::QTile::kBlockBytes / 2;
+    }
 #pragma unroll
     for (int half = 0; half < 2; ++half) {
-      const int r = row_in_block + half * 8;
+      const int r = slice_row + half * 8;
 #pragma unroll
       for (int dt = 0; dt < C::DT; ++dt)
-        *reinterpret_cast<std::uint32_t*>(q_tile + C::QTile::offset(r, dt) + 2 * t4) =
+        *reinterpret_cast<std::uint32_t*>(rows0 + chunk_offset(block_elems, r, dt) + 2 * t4) =
             pack2<T>(o[dt][half * 2] * inv_sum[half], o[dt][half * 2 + 1] * inv_sum[half]);
     }
     if (tp.out_by_tma) {
@@ -473,15 +516,19 @@ __global__ void __launch_bounds__(C::kThreads, 1) flash_fwd_tma_kernel(const __g
 #pragma unroll
         for (int c = 0; c < C::QTile::kBlocks; ++c)
           if (c * 64 < p.head_dim)  // a narrower head dim: its blocks only (the map clips the rest)
-            tma_store_4d(&tp.out, q_tile + c * (C::QTile::kBlockBytes / 2) + cw * 64 * 64, c * 64,
-                         f.seq.q_start + f.m0 + cw * 64, f.h, f.b);
+            tma_store_4d(&tp.out, rows0 + c * block_elems, c * 64, f.seq.q_start + f.m0 + cw * 64, f.h, f.b);
         bulk_commit_group();
       }
-      stored_q = qb;
+      if (stage_in_kv) {
+        bulk_wait_group_read<0>();
+        release_stage(last_stage);
+      } else {
+        stored_q = qb;
+      }
       return;
     }
     // Else each warp stores its own 16 rows: whole row chunks, 16-byte
-    // reads of sQ free of bank conflicts.
+    // reads free of bank conflicts.
     __syncwarp();
     T* out_base = static_cast<T*>(p.out) + row_offset(p.out_strides, f.b, f.seq.q_start, 0, f.h);
     constexpr int kChunksPerRow = C::DC / 8;
@@ -491,11 +538,12 @@ __global__ void __launch_bounds__(C::kThreads, 1) flash_fwd_tma_kernel(const __g
       const int i = f.m0 + warp_row0 + r;
       if (i < f.seq.q_len && c * 8 < p.head_dim)  // a narrower head dim: its columns only
         *reinterpret_cast<uint4*>(out_base + static_cast<std::int64_t>(i) * p.out_strides.row + c * 8) =
-            *reinterpret_cast<const uint4*>(q_tile + C::QTile::offset(warp_row0 + r, c));
+            *reinterpret_cast<const uint4*>(rows0 + chunk_offset(block_elems, warp * 16 + r, c));
     }
     __syncwarp();
-    // This Q buffer (Q and the staged O) is free for a later item's Q.
-    mbarrier_arrive(&q_empty[qb]);
+    // The Q buffer (Q and the staged O) or the stage is free for later loads.
+    if (stage_in_kv) release_stage(last_stage);
+    else mbarrier_arrive(&q_empty[qb]);
   };
 
   ConsumerPipe<C> pipe{stage0, k_full, v_full, k_empty, v_empty, my_turn, next_turn};
@@ -519,7 +567,7 @@ __global__ void __launch_bounds__(C::kThreads, 1) flash_fwd_tma_kernel(const __g
       // reach the next item's first P V, and ptxas then serializes every
       // wgmma of the kernel (C7515).
       const float zeros[C::DT][4] = {};
-      write_item(f, q_item, zeros, row_max, row_sum, mult, false);
+      write_item(f, q_item, zeros, row_max, row_sum, mult, -1);
       continue;
     }
     const std::uint64_t q_desc = sw128_desc(sQ(q_item) + cw * 64 * 64, 16, 1024);
@@ -529,19 +577,26 @@ __global__ void __launch_bounds__(C::kThreads, 1) flash_fwd_tma_kernel(const __g
     if constexpr (C::kHalfFirst) {
       if (pipe.half_first(f, cw * 64, (f.t_hi - 1) * C::BN)) {
         pipe.template step<Transformed, C::NT / 2>(f, q_desc, 0, o, pa, row_max, row_sum, mult, f.m0 + row_in_block,
-                                                   t4);
+                                                   t4, n_tiles == 1);
         release_stored_q();
         j = 1;
       }
     }
     for (; j < n_tiles; ++j) {
-      pipe.template step<Transformed>(f, q_desc, j, o, pa, row_max, row_sum, mult, f.m0 + row_in_block, t4);
+      pipe.template step<Transformed>(f, q_desc, j, o, pa, row_max, row_sum, mult, f.m0 + row_in_block, t4,
+                                      j == n_tiles - 1);
       if (j == 0) release_stored_q();
     }
-    // Every Q K^T of the item has completed (each step waited for its S).
-    if constexpr (C::kEarlyQRelease) mbarrier_arrive(&q_empty[q_item % C::QBuffers]);
-    pipe.drain(o, pa, n_tiles);
-    write_item(f, q_item, o, row_max, row_sum, mult, C::kEarlyQRelease);
+    if constexpr (C::kEarlyQRelease) {
+      // Every Q K^T of the item has completed (each step waited for its S):
+      // the next item's Q may load under this one's drain and epilogue.
+      mbarrier_arrive(&q_empty[q_item % C::QBuffers]);
+      if (cw == 1 && p.num_splits == 1) named_barrier_arrive(C::kKReadBarrier, 256);
+    }
+    const int last_stage = pipe.drain(o, pa, n_tiles);
+    if constexpr (C::kEarlyQRelease)
+      if (cw == 0 && p.num_splits == 1) named_barrier_arrive(C::kVReadBarrier, 256);
+    write_item(f, q_item, o, row_max, row_sum, mult, C::kEarlyQRelease ? last_stage : -1);
   }
   // The last stores must have read shared memory before the CTA exits.
   release_stored_q();
