@@ -131,12 +131,13 @@ ForwardKernel forward_kernel(const Problem& problem, const DeviceInfo& info) {
 // Whether the TMA kernel's CTAs walk the work items themselves (one per SM),
 // so that the producer loads the next item's Q and K/V under the current
 // item's last GEMMs and epilogue: dense calls without a left window bound,
-// whose items cost the same or (causal, below kCausalWalkMaxKeys) a known
+// whose items cost the same or (causal, below kWalkMaxKeys) a known
 // number of key tiles, which the walk deals out in pairs of equal cost
 // (tile_order.hpp). Varlen, windowed and D = 192 items go to the hardware's
-// block scheduler, one CTA per item. (D = 256, one Q buffer, walks since its
-// Q is released before the epilogue, session 32; D = 192 was not measured
-// walked.)
+// block scheduler, one CTA per item, and D = 256's from kWalkMaxKeys keys.
+// (D = 256, one Q buffer, walks since session 32: its Q is released before
+// the epilogue, so the next item's loads run under it. D = 192 was not
+// measured walked.)
 // CUFLASH_TMA_PERSISTENT=1 walks every call's items that way, =0 none (read
 // once; for measuring the rule).
 int persistent_override() {
@@ -162,8 +163,11 @@ int deep_min_keys_override() {
 // leave a coarser tail than the hardware's heaviest-first grid (D=128: 16k
 // keys 561 against 584 TFLOP/s per item, 512-2k keys 4-11 % faster
 // walked); the three-consumer D=64 kernel gained nothing walked at any
-// length and lost 8 % at 2k (NOTES.md, "causal items walked").
-constexpr long long kCausalWalkMaxKeys = 8192;
+// length and lost 8 % at 2k (NOTES.md, "causal items walked"). D = 256
+// walks below it with or without a mask: +4-10 % at 512-1k, level at
+// 2k-4k, but 0.97 of one CTA per item at 16k keys without one (NOTES.md,
+// session 32).
+constexpr long long kWalkMaxKeys = 8192;
 
 sm90::TmaForwardLaunch tma_forward_launch(const Problem& problem, int consumers, const DeviceInfo& info) {
   sm90::TmaForwardLaunch launch;
@@ -174,15 +178,18 @@ sm90::TmaForwardLaunch tma_forward_launch(const Problem& problem, int consumers,
   launch.causal_walk = problem.window_right >= 0;
   const sm90::TmaFwdTile tile = tma_fwd_tile_for(problem);
   launch.few_items = consumers != tile.consumers;
+  const int kernel_dim = sm90::tma_head_dim(problem.head_dim);
+  const bool short_keys = problem.max_kv_len < kWalkMaxKeys;
   const bool walkable = problem.window_left < 0 && problem.layout != Layout::varlen &&
-                        (!launch.causal_walk || (problem.max_kv_len < kCausalWalkMaxKeys && consumers == 2));
+                        (!launch.causal_walk || (short_keys && consumers == 2)) &&
+                        (kernel_dim != 256 || short_keys) && kernel_dim != 192;
   // The deeper ring where the keys are long enough, for the kernels that
   // have one (plain scores, the kernel's full width). (It leaves D = 128 one
   // Q buffer, and the walk stays: measured so, NOTES.md session 22.)
   const int deep_min_keys = deep_min_keys_override() >= 0 ? deep_min_keys_override() : tile.deep_min_keys;
   launch.deep_ring = tile.deep_stages > 0 && problem.max_kv_len >= deep_min_keys && tma_plain_full_width(problem);
   const int forced = persistent_override();
-  if (forced == 0 || (forced < 0 && (!walkable || sm90::tma_head_dim(problem.head_dim) == 192))) return launch;
+  if (forced == 0 || (forced < 0 && !walkable)) return launch;
   launch.persistent_ctas = info.sm_count;
   return launch;
 }

@@ -120,9 +120,10 @@ TEST(ForwardPlan, WhichCallsWalk) {
   p = plan(causal_case(dense_case("causal_d64", 2048, 2048, 16, 16, 64, 2)), h100());
   EXPECT_EQ(p.kind, ForwardKind::tma);
   EXPECT_EQ(p.tma.persistent_ctas, 0);
-  // D = 256 (one Q buffer, released before the epilogue) walks, causal in
-  // pairs too; D = 192 and windows: one CTA per item.
+  // D = 256 (one Q buffer, released before the epilogue) walks below 8k
+  // keys, causal in pairs too; D = 192 and windows: one CTA per item.
   EXPECT_EQ(plan(dense_case("d256", 512, 512, 8, 8, 256, 2), h100()).tma.persistent_ctas, 132);
+  EXPECT_EQ(plan(dense_case("d256_long", 64, 8192, 2, 2, 256, 1), h100()).tma.persistent_ctas, 0);
   p = plan(causal_case(dense_case("causal_d256", 1024, 1024, 8, 8, 256, 2)), h100());
   EXPECT_EQ(p.tma.persistent_ctas, 132);
   EXPECT_TRUE(p.tma.causal_walk);

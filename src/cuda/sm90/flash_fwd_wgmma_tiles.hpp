@@ -46,9 +46,11 @@ constexpr WgmmaFwdTile wgmma_fwd_tile(int head_dim) {
 // The ring: two stages give a key tile's K and V about 1.5 tiles of lead,
 // and the consumers waited for K (ncu, session 22). At D = 128 a third
 // stage costs the second Q buffer: +5-8 % at 8k-16k keys, +3 % causal at
-// 2k-4k, 9 % slower at 512, where the next item's Q then waits for the
+// 2k-4k, 9 % slower at 512, where the next item's Q then waited for the
 // epilogue; so it is taken from `deep_min_keys` on (`deep_stages`; plain
-// scores at the kernel's full width only). D = 64's three consumers with
+// scores at the kernel's full width only). Since the one Q buffer is
+// released before the epilogue (session 32) the deep ring measured
+// 0.998-1.012 of two Q buffers at 512-1k keys: left from 2k. D = 64's three consumers with
 // four stages (two Q buffers still fit) measured within +-1.5 %: not taken.
 struct TmaFwdTile {
   int block_n;        // keys per tile; 0: no TMA kernel for this head dim
