@@ -84,7 +84,24 @@ bool tma_plain_full_width(const Problem& problem) {
 // (H200, NOTES.md session 31): 512 keys +9 % (none) / +11 % (causal) over
 // the cp.async kernel; 128 keys, one key tile with nothing for the producer
 // to run ahead of, -7 % / -2 %.
+// CUFLASH_TMA_CONSUMERS=n picks n consumer warpgroups wherever the tile
+// has that count (its own or few_items_consumers, the latter with plain
+// scores at full width), whatever the grid; other values are ignored (read
+// once; for measuring the rule, e.g. D = 64's two consumers on prefill
+// shapes, where 192-row blocks leave 11-12 % of the rows empty at 512 and
+// 1k queries).
+int consumers_override() {
+  static const int value = [] {
+    const char* v = std::getenv("CUFLASH_TMA_CONSUMERS");
+    return v == nullptr ? 0 : std::atoi(v);
+  }();
+  return value;
+}
+
 int tma_consumers(const Problem& problem, const sm90::TmaFwdTile& tma, const DeviceInfo& info) {
+  const int forced = consumers_override();
+  if (forced > 0 && forced == tma.few_items_consumers && tma_plain_full_width(problem)) return forced;
+  if (forced > 0 && forced == tma.consumers) return forced;
   if (tma.few_items_consumers > 0 && tma_plain_full_width(problem) && problem.max_kv_len > tma.block_n &&
       tma_items(problem, tma.few_items_consumers) <= info.sm_count)
     return tma.few_items_consumers;
