@@ -182,9 +182,10 @@ __device__ __forceinline__ void write_partial_m16(const ForwardParams& p, const 
 }
 
 // A warp's m16 x D tile of O, normalized, into out straight from the
-// accumulators (a 4-byte pair per thread and n8 block): for a kernel whose
-// shared memory has no room to stage O while the next item's Q loads (the
-// TMA forward with one Q buffer). Rows past the sequence and columns past
+// accumulators (a 4-byte pair per thread and n8 block, each store 8 rows:
+// far slower than staged rows, NOTES.md session 32): for the rare O that
+// has no K/V stage to be staged in (the TMA forward's items without key
+// tiles when it has one Q buffer). Rows past the sequence and columns past
 // the caller's head_dim (a multiple of 8) are not written.
 template <typename T, int D>
 __device__ __forceinline__ void write_out_m16(const ForwardParams& p, const ForwardBlock& f,

@@ -44,9 +44,8 @@ struct TmaForwardParams {
   ForwardParams p;
   CUtensorMap q, k, v;
   // out_by_tma: O leaves through TMA stores of 64-row boxes (dense, unsplit
-  // calls whose output can be mapped, two Q buffers); else every consumer
-  // thread stores row chunks itself (staged in its Q buffer, or with one Q
-  // buffer straight from its accumulators).
+  // calls whose output can be mapped); else every consumer thread stores
+  // row chunks of its staged rows itself.
   CUtensorMap out;
   bool out_by_tma = false;
   TileOrder order;  // the work items (query blocks of BM rows) and who takes which
@@ -105,7 +104,8 @@ struct TmaFwdConfig {
   // stores in the item's last K/V stage instead (each consumer's 64 rows in
   // one of its tiles), which the steps release only after the stores.
   static constexpr bool kEarlyQRelease = QBuffers == 1;
-  static_assert(!kEarlyQRelease || (Consumers == 2 && BN >= 64), "O staged in a stage: K for one consumer, V for the other");
+  static_assert(!kEarlyQRelease || (Consumers == 2 && BN >= 64),
+                "O staged in a stage: K for one consumer, V for the other");
   static constexpr int kStagesOffset = QBuffers * QTile::kBytes;
   static constexpr int kBarrierOffset = barrier_offset_with(QBuffers);
   static constexpr int kBarriers = barriers_with(QBuffers);
