@@ -91,10 +91,7 @@ bool tma_plain_full_width(const Problem& problem) {
 // shapes, where 192-row blocks leave 11-12 % of the rows empty at 512 and
 // 1k queries).
 int consumers_override() {
-  static const int value = [] {
-    const char* v = std::getenv("CUFLASH_TMA_CONSUMERS");
-    return v == nullptr ? 0 : std::atoi(v);
-  }();
+  static const int value = env_int("CUFLASH_TMA_CONSUMERS", 0);
   return value;
 }
 
@@ -168,10 +165,7 @@ int persistent_override() {
 // CUFLASH_TMA_DEEP_MIN_KEYS=n overrides the tile's deep_min_keys (read
 // once; for measuring the rule).
 int deep_min_keys_override() {
-  static const int value = [] {
-    const char* v = std::getenv("CUFLASH_TMA_DEEP_MIN_KEYS");
-    return v == nullptr ? -1 : std::atoi(v);
-  }();
+  static const int value = env_int("CUFLASH_TMA_DEEP_MIN_KEYS", -1);
   return value;
 }
 
@@ -227,10 +221,7 @@ constexpr long long kLongKeyTiles = 64;
 // CUFLASH_FORWARD_SPLITS=n > 0 fixes the split count (read once; for
 // measuring the rule; clamped like the rule's to what the keys allow).
 int splits_override() {
-  static const int value = [] {
-    const char* v = std::getenv("CUFLASH_FORWARD_SPLITS");
-    return v == nullptr ? 0 : std::atoi(v);
-  }();
+  static const int value = env_int("CUFLASH_FORWARD_SPLITS", 0);
   return value;
 }
 

@@ -50,8 +50,9 @@ constexpr WgmmaFwdTile wgmma_fwd_tile(int head_dim) {
 // epilogue; so it is taken from `deep_min_keys` on (`deep_stages`; plain
 // scores at the kernel's full width only). Since the one Q buffer is
 // released before the epilogue (session 32) the deep ring measured
-// 0.998-1.012 of two Q buffers at 512-1k keys: left from 2k. D = 64's three consumers with
-// four stages (two Q buffers still fit) measured within +-1.5 %: not taken.
+// 0.998-1.012 of two Q buffers at 512-1k keys: left from 2k. D = 64's
+// three consumers with four stages (two Q buffers still fit) measured
+// within +-1.5 %: not taken.
 struct TmaFwdTile {
   int block_n;        // keys per tile; 0: no TMA kernel for this head dim
   int consumers;      // consumer warpgroups of 64 query rows
