@@ -325,6 +325,10 @@ std::vector<CaseSpec> tma_cases() {
   add(causal(varlen_case("tma_d64_varlen_causal", {2100, 1, 0, 700, 2300}, {2100, 5, 0, 2200, 2300}, 2, 1, 64)));
   add(varlen_case("tma_d192_varlen", {300, 1, 129}, {500, 2049, 64}, 2, 2, 192));
   add(causal(varlen_case("tma_d256_varlen_causal", {257, 64, 3}, {300, 64, 1000}, 2, 1, 256)));
+  // A block whose second warpgroup has no rows (700 = 5 x 128 + 60) on a
+  // one-Q-buffer kernel with TMA stores: that warpgroup walks the item idle
+  // (pass_steps) while the other stages its O in the last K tile.
+  add(dense_case("tma_d256_q700_k900_idle_warpgroup", 700, 900, 2, 1, 256, 2));
   // Narrower head dims on the next TMA kernel up (its box columns past them zero-filled).
   add(dense_case("tma_narrow_d40_q700_k2100_gqa", 700, 2100, 6, 2, 40, 2));
   s = dense_case("tma_narrow_d80_q300_k1300_bhsd_padded_softcap", 300, 1300, 4, 2, 80, 2);

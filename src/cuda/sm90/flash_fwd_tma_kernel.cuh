@@ -253,6 +253,37 @@ struct ConsumerPipe {
     ++kv_count;
   }
 
+  // The n_tiles key tiles of an item in which this warpgroup has no rows
+  // (all past the sequence): no GEMM and no softmax, only what step() does
+  // for the ring, in its order: each tile's loads waited for (so that the
+  // releases count toward this use of the stage, not the one before), the
+  // GEMM turn taken and handed on, K and the pending V released. (The
+  // counter moves once, after the loop: moved per tile, ptxas took it out
+  // of the uniform registers for the whole kernel.)
+  __device__ __forceinline__ void pass_steps(int n_tiles) {
+    for (int j = 0; j < n_tiles; ++j) {
+      const std::uint32_t t = kv_count + j;
+      const int st = t % C::Stages, prev = (t + C::Stages - 1) % C::Stages;
+      mbarrier_wait(&k_full[st], (t / C::Stages) & 1);
+      if (j > 0) mbarrier_wait(&v_full[prev], ((t - 1) / C::Stages) & 1);
+      named_barrier_sync(my_turn, 256);
+      named_barrier_arrive(next_turn, 256);
+      if (!(C::kEarlyQRelease && j == n_tiles - 1)) mbarrier_arrive(&k_empty[st]);
+      if (j > 0) mbarrier_arrive(&v_empty[prev]);
+    }
+    kv_count += n_tiles;
+  }
+  // drain() for such an item.
+  __device__ __forceinline__ int pass_drain() {
+    const std::uint32_t t = kv_count - 1;
+    const int last = t % C::Stages;
+    mbarrier_wait(&v_full[last], (t / C::Stages) & 1);
+    named_barrier_sync(my_turn, 256);
+    named_barrier_arrive(next_turn, 256);
+    if constexpr (!C::kEarlyQRelease) mbarrier_arrive(&v_empty[last]);
+    return last;
+  }
+
   // The pending P V (of the item's n_tiles-th tile) alone, with no S to pair
   // it with, landed in o. Returns that tile's stage, whose V stays taken
   // with one Q buffer (O is staged there).
@@ -570,12 +601,41 @@ __global__ void __launch_bounds__(C::kThreads, 1) flash_fwd_tma_kernel(const __g
     const float mult = Transformed ? 1.0f : f.rules.scale_log2;
     row_max[0] = row_max[1] = -INFINITY;
     row_sum[0] = row_sum[1] = 0.0f;
-    if (n_tiles == 0) {
+    // After an item's last step, and after its drain: what the one-Q-buffer
+    // kernels signal there (kEarlyQRelease), by every consumer, idle or not.
+    auto after_last_step = [&] {
+      if constexpr (C::kEarlyQRelease) {
+        // Every Q K^T of the item has completed (each step waited for its
+        // S): the next item's Q may load under this one's drain and epilogue.
+        mbarrier_arrive(&q_empty[q_item % C::QBuffers]);
+        if (cw == 1 && p.num_splits == 1) named_barrier_arrive(C::kKReadBarrier, 256);
+      }
+    };
+    auto after_drain = [&] {
+      if constexpr (C::kEarlyQRelease)
+        if (cw == 0 && p.num_splits == 1) named_barrier_arrive(C::kVReadBarrier, 256);
+    };
+    // An item without key tiles, or one in which this warpgroup's rows all
+    // lie past the sequence (the last block of a length that is not a
+    // multiple of BM: at D = 64's 192 rows, 512 keys leave the third
+    // warpgroup of every third block empty): nothing to compute. The ring's
+    // protocol is kept (pass_steps), so the other warpgroups' turns and
+    // stages go on as before, and the epilogue writes zeros that no row
+    // takes, releasing what it would.
+    if (n_tiles == 0 || cw * 64 >= f.rows) {
+      int last_stage = -1;
+      if (n_tiles > 0) {
+        release_stored_q();
+        pipe.pass_steps(n_tiles);
+        after_last_step();
+        last_stage = pipe.pass_drain();
+        after_drain();
+      }
       // Zeros of their own, not O's registers: zeros written to O here
       // reach the next item's first P V, and ptxas then serializes every
       // wgmma of the kernel (C7515).
       const float zeros[C::DT][4] = {};
-      write_item(f, q_item, zeros, row_max, row_sum, mult, -1);
+      write_item(f, q_item, zeros, row_max, row_sum, mult, C::kEarlyQRelease ? last_stage : -1);
       continue;
     }
     const std::uint64_t q_desc = sw128_desc(sQ(q_item) + cw * 64 * 64, 16, 1024);
@@ -595,15 +655,9 @@ __global__ void __launch_bounds__(C::kThreads, 1) flash_fwd_tma_kernel(const __g
                                       j == n_tiles - 1);
       if (j == 0) release_stored_q();
     }
-    if constexpr (C::kEarlyQRelease) {
-      // Every Q K^T of the item has completed (each step waited for its S):
-      // the next item's Q may load under this one's drain and epilogue.
-      mbarrier_arrive(&q_empty[q_item % C::QBuffers]);
-      if (cw == 1 && p.num_splits == 1) named_barrier_arrive(C::kKReadBarrier, 256);
-    }
+    after_last_step();
     const int last_stage = pipe.drain(o, pa, n_tiles);
-    if constexpr (C::kEarlyQRelease)
-      if (cw == 0 && p.num_splits == 1) named_barrier_arrive(C::kVReadBarrier, 256);
+    after_drain();
     write_item(f, q_item, o, row_max, row_sum, mult, C::kEarlyQRelease ? last_stage : -1);
   }
   // The last stores must have read shared memory before the CTA exits.
