@@ -140,26 +140,38 @@ __device__ __forceinline__ std::int64_t partial_row0(const ForwardParams& p, con
          static_cast<std::int64_t>(p.max_q_len);
 }
 
-// The end of a warp's m16 tile of rows (row g of half 0 is i0): 1 / sum per
-// row into inv_sum, and the lse (natural log) written to p.lse, or to the
-// split's partial lse.
-__device__ __forceinline__ void finish_rows_m16(const ForwardParams& p, const ForwardBlock& f,
-                                                const float (&row_max)[2], const float (&row_sum)[2], float mult,
-                                                int i0, int t4, float (&inv_sum)[2]) {
+// The end of a warp's m16 tile of rows (row g of half 0 is i0), in two
+// parts: the rows' 1 / sum (inv_sum) and lse (natural log), then the lse
+// written to p.lse, or to the split's partial lse.
+__device__ __forceinline__ void row_totals_m16(const float (&row_max)[2], const float (&row_sum)[2], float mult,
+                                               float (&inv_sum)[2], float (&lse)[2]) {
 #pragma unroll
   for (int half = 0; half < 2; ++half) {
     const float l = online_softmax_row_total(row_sum[half]);
     inv_sum[half] = l > 0.0f ? 1.0f / l : 0.0f;
-    const float lse = l > 0.0f ? (row_max[half] * mult + __log2f(l)) * kLn2 : -INFINITY;
+    lse[half] = l > 0.0f ? (row_max[half] * mult + __log2f(l)) * kLn2 : -INFINITY;
+  }
+}
+__device__ __forceinline__ void write_lse_m16(const ForwardParams& p, const ForwardBlock& f, const float (&lse)[2],
+                                              int i0, int t4) {
+#pragma unroll
+  for (int half = 0; half < 2; ++half) {
     const int i = i0 + half * 8;
     if (i < f.seq.q_len && t4 == 0) {
       if (p.num_splits > 1) {
-        p.lse_partial[partial_row0(p, f) + i] = lse;
+        p.lse_partial[partial_row0(p, f) + i] = lse[half];
       } else if (p.lse != nullptr) {
-        p.lse[lse_offset(p, f.b, f.seq.q_start, i, f.h)] = lse;
+        p.lse[lse_offset(p, f.b, f.seq.q_start, i, f.h)] = lse[half];
       }
     }
   }
+}
+__device__ __forceinline__ void finish_rows_m16(const ForwardParams& p, const ForwardBlock& f,
+                                                const float (&row_max)[2], const float (&row_sum)[2], float mult,
+                                                int i0, int t4, float (&inv_sum)[2]) {
+  float lse[2];
+  row_totals_m16(row_max, row_sum, mult, inv_sum, lse);
+  write_lse_m16(p, f, lse, i0, t4);
 }
 
 // A warp's m16 x D tile of O, normalized, as this split's fp32 partial: rows

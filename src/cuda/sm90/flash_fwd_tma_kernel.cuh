@@ -497,8 +497,11 @@ __global__ void __launch_bounds__(C::kThreads, 1) flash_fwd_tma_kernel(const __g
   auto write_item = [&](const ForwardBlock& f, std::uint32_t q_item, const float (&o)[C::DT][4],
                         const float (&row_max)[2], const float (&row_sum)[2], float mult, int last_stage) {
     const int qb = q_item % C::QBuffers;
-    float inv_sum[2];
-    finish_rows_m16(p, f, row_max, row_sum, mult, f.m0 + row_in_block, t4, inv_sum);
+    // The lse is written after O's stores are issued: written before, its
+    // global stores sat in front of the fence that makes the staged O
+    // visible to the TMA unit (MEMBAR.ALL.CTA waits for them).
+    float inv_sum[2], lse[2];
+    row_totals_m16(row_max, row_sum, mult, inv_sum, lse);
     const bool stage_in_kv = C::kEarlyQRelease && last_stage >= 0;
     if (p.num_splits > 1 || (C::kEarlyQRelease && !stage_in_kv)) {
       // Split partials are fp32 rows of their own; an empty item of a
@@ -507,6 +510,7 @@ __global__ void __launch_bounds__(C::kThreads, 1) flash_fwd_tma_kernel(const __g
         write_partial_m16<C::DC>(p, f, o, inv_sum, f.m0 + row_in_block, t4);
       else
         write_out_m16<T, C::DC>(p, f, o, inv_sum, f.m0 + row_in_block, t4);
+      write_lse_m16(p, f, lse, f.m0 + row_in_block, t4);
       if (stage_in_kv) release_stage(last_stage);
       else mbarrier_arrive(&q_empty[qb]);
       return;
@@ -558,6 +562,7 @@ __global__ void __launch_bounds__(C::kThreads, 1) flash_fwd_tma_kernel(const __g
             tma_store_4d(&tp.out, staged_box(c), c * 64, f.seq.q_start + f.m0 + cw * 64, f.h, f.b);
         bulk_commit_group();
       }
+      write_lse_m16(p, f, lse, f.m0 + row_in_block, t4);
       if (stage_in_kv) {
         bulk_wait_group_read<0>();
         release_stage(last_stage);
@@ -580,6 +585,7 @@ __global__ void __launch_bounds__(C::kThreads, 1) flash_fwd_tma_kernel(const __g
             *reinterpret_cast<const uint4*>(staged(warp_row0 + r, c));
     }
     __syncwarp();
+    write_lse_m16(p, f, lse, f.m0 + row_in_block, t4);
     // The Q buffer (Q and the staged O) or the stage is free for later loads.
     if (stage_in_kv) release_stage(last_stage);
     else mbarrier_arrive(&q_empty[qb]);
