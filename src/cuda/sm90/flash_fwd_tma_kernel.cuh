@@ -29,6 +29,7 @@
 #include "common/score_mask.cuh"
 #include "common/tensor_core.cuh"
 #include "sm90/mbarrier.cuh"
+#include "sm90/step_timeline.cuh"
 #include "sm90/sw128_tile.hpp"
 #include "sm90/tile_order.hpp"
 #include "sm90/tma_load.cuh"
@@ -216,10 +217,12 @@ struct ConsumerPipe {
     const int st = t % C::Stages, prev = (t + C::Stages - 1) % C::Stages;
     mbarrier_wait(&k_full[st], (t / C::Stages) & 1);
     if (pending) mbarrier_wait(&v_full[prev], ((t - 1) / C::Stages) & 1);
+    CUFLASH_TIMELINE(kTlLoads);
 
     float s[NS][4];
     const std::uint64_t k_stage = desc_advance(k_desc, st * C::kStageBytes);  // (as in issue_pv)
     named_barrier_sync(my_turn, 256);
+    CUFLASH_TIMELINE(kTlTurn);
     wgmma_fence();
 #pragma unroll
     for (int ks = 0; ks < C::KQ; ++ks)
@@ -237,12 +240,14 @@ struct ConsumerPipe {
       wgmma_wait<0>();
     }
     fence_accumulators(s);
+    CUFLASH_TIMELINE(kTlS);
     if (!(C::kEarlyQRelease && last)) mbarrier_arrive(&k_empty[st]);  // K_j read
 
     float correction[2] = {1.0f, 1.0f};
     const bool masked = !f.rules.tile_unmasked(f.m0, f.rows, n0, NS * 8);
     online_softmax_m16<NS, Transformed, RunningMax::lagging>(s, row_max, row_sum, correction, f.rules, row, n0,
                                                              masked, t4, mult);
+    CUFLASH_TIMELINE(kTlSoftmax);
     // The pending P V done: its V stage, its A registers and O are free.
     wgmma_wait<0>();
     fence_accumulators(o);
@@ -251,6 +256,7 @@ struct ConsumerPipe {
     if constexpr (NS != C::NT) pv_half = true;
     if (pending) rescale_moved_rows_m16<C::DT>(o, correction);  // (at j = 0 O holds no P V yet)
     ++kv_count;
+    CUFLASH_TIMELINE(kTlStep);
   }
 
   // The n_tiles key tiles of an item in which this warpgroup has no rows
@@ -292,11 +298,13 @@ struct ConsumerPipe {
     const int last = t % C::Stages;
     mbarrier_wait(&v_full[last], (t / C::Stages) & 1);
     named_barrier_sync(my_turn, 256);
+    CUFLASH_TIMELINE(kTlDrainTurn);
     wgmma_fence();
     issue_pv(o, pa, last, n_tiles == 1);
     named_barrier_arrive(next_turn, 256);
     wgmma_wait<0>();
     fence_accumulators(o);
+    CUFLASH_TIMELINE(kTlDrain);
     if constexpr (!C::kEarlyQRelease) mbarrier_arrive(&v_empty[last]);
     return last;
   }
@@ -350,7 +358,9 @@ __global__ void __launch_bounds__(C::kThreads, 1) flash_fwd_tma_kernel(const __g
     }
     mbarrier_init_fence();
   }
+  CUFLASH_TIMELINE_INIT();
   __syncthreads();
+  CUFLASH_TIMELINE(kTlStart);
 
   // Varlen tensors are mapped as one batch of packed rows.
   const bool varlen = p.cu_seqlens_q != nullptr;
@@ -391,6 +401,7 @@ __global__ void __launch_bounds__(C::kThreads, 1) flash_fwd_tma_kernel(const __g
           tma_load_4d(sQ(items) + c * (C::QTile::kBlockBytes / 2), &tp.q, &q_full[qb], c * 64,
                       f.seq.q_start + f.m0, f.h, batch_coord);
       }
+      CUFLASH_TIMELINE(kTlLoadQ);
       for (int j = 0; j < n_tiles; ++j, ++kv_count) {
         const int st = kv_count % C::Stages;
         const std::uint32_t phase = (kv_count / C::Stages) & 1;
@@ -410,6 +421,9 @@ __global__ void __launch_bounds__(C::kThreads, 1) flash_fwd_tma_kernel(const __g
           for (int c = 0; c < C::KVTile::kBlocks; ++c)
             tma_load_4d(sK(st) + c * (C::KVTile::kBlockBytes / 2), &tp.k, &k_full[st], c * 64, key0, f.hk,
                         batch_coord);
+        }
+        CUFLASH_TIMELINE(kTlLoadK);
+        if (leader) {
           mbarrier_wait(&v_empty[st], phase ^ 1);
           std::uint64_t* v_bar = tail ? v_landed : &v_full[st];
           mbarrier_arrive_expect_tx(v_bar, C::KVTile::kBytes);
@@ -417,6 +431,7 @@ __global__ void __launch_bounds__(C::kThreads, 1) flash_fwd_tma_kernel(const __g
           for (int c = 0; c < C::KVTile::kBlocks; ++c)
             tma_load_4d(sV(st) + c * (C::KVTile::kBlockBytes / 2), &tp.v, v_bar, c * 64, key0, f.hk, batch_coord);
         }
+        CUFLASH_TIMELINE(kTlLoadV);
         if (tail) {
           mbarrier_wait(v_landed, tails & 1);
           ++tails;
@@ -436,6 +451,7 @@ __global__ void __launch_bounds__(C::kThreads, 1) flash_fwd_tma_kernel(const __g
       slots[qb].publish_end();
       mbarrier_arrive(&q_full[qb]);
     }
+    CUFLASH_TIMELINE(kTlEnd);
     return;
   }
 
@@ -602,6 +618,7 @@ __global__ void __launch_bounds__(C::kThreads, 1) flash_fwd_tma_kernel(const __g
     mbarrier_wait(&q_full[q_item % C::QBuffers], q_phase(q_item));
     const WorkItemSlot slot = slots[q_item % C::QBuffers].read();
     if (slot.end) break;
+    CUFLASH_TIMELINE(kTlItem);
     const ForwardBlock f = slot.block(p);
     const int n_tiles = max(f.t_hi - f.t_lo, 0);
     const float mult = Transformed ? 1.0f : f.rules.scale_log2;
@@ -642,6 +659,7 @@ __global__ void __launch_bounds__(C::kThreads, 1) flash_fwd_tma_kernel(const __g
       // wgmma of the kernel (C7515).
       const float zeros[C::DT][4] = {};
       write_item(f, q_item, zeros, row_max, row_sum, mult, C::kEarlyQRelease ? last_stage : -1);
+      CUFLASH_TIMELINE(kTlIdle);
       continue;
     }
     const std::uint64_t q_desc = sw128_desc(sQ(q_item) + cw * 64 * 64, 16, 1024);
@@ -665,7 +683,9 @@ __global__ void __launch_bounds__(C::kThreads, 1) flash_fwd_tma_kernel(const __g
     const int last_stage = pipe.drain(o, pa, n_tiles);
     after_drain();
     write_item(f, q_item, o, row_max, row_sum, mult, C::kEarlyQRelease ? last_stage : -1);
+    CUFLASH_TIMELINE(kTlEpilogue);
   }
+  CUFLASH_TIMELINE(kTlEnd);
   // The last stores must have read shared memory before the CTA exits.
   release_stored_q();
   if (cw == 0) named_barrier_sync(C::kTurnBarrier0, 256);

@@ -34,6 +34,7 @@ Status launch_tma_config(const ForwardParams& p, const TmaForwardLaunch& launch,
   auto kernel = flash_fwd_tma_kernel<C, Transformed>;
   CUFLASH_TRY(allow_dynamic_smem(kernel, C::kSmemBytes, "flash_fwd_tma_kernel"));
   kernel<<<ctas, C::kThreads, C::kSmemBytes, stream>>>(tp);
+  CUFLASH_TIMELINE_DUMP(stream, C::D, C::Consumers, C::Stages, ctas, tp.order.items);
   return launch_status("flash_fwd_tma_kernel");
 }
 

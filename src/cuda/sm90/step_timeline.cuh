@@ -1,0 +1,99 @@
+// A debugging timeline of the TMA forward (not built by default): with
+// CUFLASH_STEP_TIMELINE defined, thread 0 of each warpgroup of the first
+// kTimelineCtas CTAs writes (event, clock64) pairs at the phases of its
+// walk (producer: each load issued; consumer: item taken, tile's loads
+// landed, GEMM turn, S done, softmax done, step end, drain, epilogue) into
+// a device buffer, which the launch copies to $CUFLASH_TIMELINE_OUT after
+// the $CUFLASH_TIMELINE_AT-th launch (bench/step_timeline.py reads it).
+// Without the define the stamps compile to nothing.
+#pragma once
+
+#ifdef CUFLASH_STEP_TIMELINE
+#include <cuda_runtime_api.h>
+
+#include <cstdint>
+#include <cstdio>
+#include <cstdlib>
+#include <string>
+
+namespace cuflash::detail::sm90 {
+
+enum TimelineEvent : unsigned {
+  kTlStart = 1,   // after the prologue's __syncthreads
+  kTlItem,        // consumer: an item's Q landed and its slot read
+  kTlLoads,       // consumer: a tile's K (and pending V) landed
+  kTlTurn,        // consumer: its GEMM turn taken
+  kTlS,           // consumer: S of the tile complete
+  kTlSoftmax,     // consumer: the tile's softmax done
+  kTlStep,        // consumer: the step's end (pending P V done, O rescaled)
+  kTlDrainTurn,   // consumer: the drain's turn taken
+  kTlDrain,       // consumer: the drain's P V complete
+  kTlEpilogue,    // consumer: the epilogue's end
+  kTlIdle,        // consumer: an item walked idle (no rows)
+  kTlLoadQ,       // producer: Q's load issued
+  kTlLoadK,       // producer: a K tile's load issued
+  kTlLoadV,       // producer: a V tile's load issued
+  kTlEnd,         // the warpgroup's walk is over
+};
+
+constexpr int kTimelineCtas = 4, kTimelineWarpgroups = 4, kTimelineEntries = 8192;
+// One buffer per translation unit (internal linkage: each instantiation
+// file's launches dump their own).
+namespace {
+__device__ unsigned long long g_step_timeline[kTimelineCtas][kTimelineWarpgroups][kTimelineEntries];
+
+// After the $CUFLASH_TIMELINE_AT-th launch (default 20) of this file's
+// kernels: the buffer, behind a header of 8 ints (magic, D, consumers,
+// stages, CTAs, items, kTimelineCtas x kTimelineWarpgroups, entries), into
+// $CUFLASH_TIMELINE_OUT-d<D>-c<consumers>-s<stages>.bin.
+void timeline_dump(cudaStream_t stream, int d, int consumers, int stages, int ctas, int items) {
+  static int launches = 0;
+  const char* out = std::getenv("CUFLASH_TIMELINE_OUT");
+  const char* at = std::getenv("CUFLASH_TIMELINE_AT");
+  if (out == nullptr || ++launches != (at != nullptr ? std::atoi(at) : 20)) return;
+  static unsigned long long host[kTimelineCtas][kTimelineWarpgroups][kTimelineEntries];
+  if (cudaStreamSynchronize(stream) != cudaSuccess ||
+      cudaMemcpyFromSymbol(host, g_step_timeline, sizeof(host)) != cudaSuccess)
+    return;
+  const std::string path = std::string(out) + "-d" + std::to_string(d) + "-c" + std::to_string(consumers) + "-s" +
+                           std::to_string(stages) + ".bin";
+  if (std::FILE* f = std::fopen(path.c_str(), "wb")) {
+    const int header[8] = {0x544c3031, d, consumers, stages, ctas, items, kTimelineCtas * kTimelineWarpgroups,
+                           kTimelineEntries};
+    std::fwrite(header, sizeof(header), 1, f);
+    std::fwrite(host, sizeof(host), 1, f);
+    std::fclose(f);
+  }
+}
+}  // namespace
+
+__device__ __forceinline__ unsigned* timeline_counts() {
+  __shared__ unsigned counts[kTimelineWarpgroups];
+  return counts;
+}
+__device__ __forceinline__ void timeline_init() {
+  if (threadIdx.x < kTimelineWarpgroups) timeline_counts()[threadIdx.x] = 0;
+}
+// Every thread calls it (no branch between wgmmas); thread 0 of a
+// warpgroup writes.
+__device__ __forceinline__ void timeline_stamp(unsigned event) {
+  const unsigned wg = threadIdx.x / 128;
+  const unsigned long long now = clock64();
+  if (threadIdx.x % 128 == 0 && blockIdx.x < kTimelineCtas && wg < kTimelineWarpgroups) {
+    const unsigned n = timeline_counts()[wg];
+    if (n < kTimelineEntries)
+      g_step_timeline[blockIdx.x][wg][n] = (static_cast<unsigned long long>(event) << 56) | (now & ((1ull << 56) - 1));
+    timeline_counts()[wg] = n + 1;
+  }
+}
+
+}  // namespace cuflash::detail::sm90
+
+#define CUFLASH_TIMELINE_INIT() ::cuflash::detail::sm90::timeline_init()
+#define CUFLASH_TIMELINE_DUMP(...) ::cuflash::detail::sm90::timeline_dump(__VA_ARGS__)
+#define CUFLASH_TIMELINE(event) ::cuflash::detail::sm90::timeline_stamp(::cuflash::detail::sm90::event)
+#else
+#define CUFLASH_TIMELINE_INIT() ((void)0)
+#define CUFLASH_TIMELINE_DUMP(...) ((void)0)
+#define CUFLASH_TIMELINE(event) ((void)0)
+#endif
