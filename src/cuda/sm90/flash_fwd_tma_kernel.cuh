@@ -400,8 +400,8 @@ __global__ void __launch_bounds__(C::kThreads, 1) flash_fwd_tma_kernel(const __g
         for (int c = 0; c < C::QTile::kBlocks; ++c)
           tma_load_4d(sQ(items) + c * (C::QTile::kBlockBytes / 2), &tp.q, &q_full[qb], c * 64,
                       f.seq.q_start + f.m0, f.h, batch_coord);
+        CUFLASH_TIMELINE(kTlLoadQ);
       }
-      CUFLASH_TIMELINE(kTlLoadQ);
       for (int j = 0; j < n_tiles; ++j, ++kv_count) {
         const int st = kv_count % C::Stages;
         const std::uint32_t phase = (kv_count / C::Stages) & 1;
@@ -421,17 +421,15 @@ __global__ void __launch_bounds__(C::kThreads, 1) flash_fwd_tma_kernel(const __g
           for (int c = 0; c < C::KVTile::kBlocks; ++c)
             tma_load_4d(sK(st) + c * (C::KVTile::kBlockBytes / 2), &tp.k, &k_full[st], c * 64, key0, f.hk,
                         batch_coord);
-        }
-        CUFLASH_TIMELINE(kTlLoadK);
-        if (leader) {
+          CUFLASH_TIMELINE(kTlLoadK);
           mbarrier_wait(&v_empty[st], phase ^ 1);
           std::uint64_t* v_bar = tail ? v_landed : &v_full[st];
           mbarrier_arrive_expect_tx(v_bar, C::KVTile::kBytes);
 #pragma unroll
           for (int c = 0; c < C::KVTile::kBlocks; ++c)
             tma_load_4d(sV(st) + c * (C::KVTile::kBlockBytes / 2), &tp.v, v_bar, c * 64, key0, f.hk, batch_coord);
+          CUFLASH_TIMELINE(kTlLoadV);
         }
-        CUFLASH_TIMELINE(kTlLoadV);
         if (tail) {
           mbarrier_wait(v_landed, tails & 1);
           ++tails;
@@ -518,6 +516,7 @@ __global__ void __launch_bounds__(C::kThreads, 1) flash_fwd_tma_kernel(const __g
     // visible to the TMA unit (MEMBAR.ALL.CTA waits for them).
     float inv_sum[2], lse[2];
     row_totals_m16(row_max, row_sum, mult, inv_sum, lse);
+    CUFLASH_TIMELINE(kTlRows);
     const bool stage_in_kv = C::kEarlyQRelease && last_stage >= 0;
     if (p.num_splits > 1 || (C::kEarlyQRelease && !stage_in_kv)) {
       // Split partials are fp32 rows of their own; an empty item of a
@@ -566,10 +565,12 @@ __global__ void __launch_bounds__(C::kThreads, 1) flash_fwd_tma_kernel(const __g
         *reinterpret_cast<std::uint32_t*>(staged(r, dt) + 2 * t4) =
             pack2<T>(o[dt][half * 2] * inv_sum[half], o[dt][half * 2 + 1] * inv_sum[half]);
     }
+    CUFLASH_TIMELINE(kTlStaged);
     if (tp.out_by_tma) {
       // The writes visible to the TMA unit, then every writer past them.
       fence_proxy_async_shared();
       named_barrier_sync(C::kStagedBarrier0 + cw, 128);
+      CUFLASH_TIMELINE(kTlStagedAll);
       release_stored_q();  // (an earlier item's, when this one had no step)
       if (store_leader) {
 #pragma unroll

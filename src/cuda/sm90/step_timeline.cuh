@@ -34,6 +34,9 @@ enum TimelineEvent : unsigned {
   kTlLoadK,       // producer: a K tile's load issued
   kTlLoadV,       // producer: a V tile's load issued
   kTlEnd,         // the warpgroup's walk is over
+  kTlRows,        // consumer epilogue: the rows' sums, 1 / sum and lse computed
+  kTlStaged,      // consumer epilogue: its O fragments written to shared memory
+  kTlStagedAll,   // consumer epilogue: the warpgroup's writes fenced and synced
 };
 
 constexpr int kTimelineCtas = 4, kTimelineWarpgroups = 4, kTimelineEntries = 8192;
@@ -74,8 +77,9 @@ __device__ __forceinline__ unsigned* timeline_counts() {
 __device__ __forceinline__ void timeline_init() {
   if (threadIdx.x < kTimelineWarpgroups) timeline_counts()[threadIdx.x] = 0;
 }
-// Every thread calls it (no branch between wgmmas); thread 0 of a
-// warpgroup writes.
+// Every thread of a consumer warpgroup calls it (a branch of its own
+// between the wgmmas would serialize them, C7520); thread 0 of a
+// warpgroup writes. The producer's leader calls it alone.
 __device__ __forceinline__ void timeline_stamp(unsigned event) {
   const unsigned wg = threadIdx.x / 128;
   const unsigned long long now = clock64();

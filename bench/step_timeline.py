@@ -1,0 +1,110 @@
+#!/usr/bin/env python3
+"""Reads the TMA forward's step timeline (a build with -DCUFLASH_STEP_TIMELINE=ON;
+src/cuda/sm90/step_timeline.cuh) and prints, per consumer warpgroup, the
+median clocks of each phase of a step (first, middle and last key tile of an
+item), of the item's end (drain turn, drain, epilogue) and per item.
+
+    CUFLASH_TIMELINE_OUT=/tmp/tl/d64 CUFLASH_TIMELINE_AT=20 cuflash bench --backend cuda ... --reps 30
+    python3 bench/step_timeline.py /tmp/tl/d64-d64-c3-s2.bin
+
+Step phases, each from the previous stamp: loads (the tile's K and pending V
+landed), turn (the GEMM turn taken), S (S = Q K^T complete), softmax, tail
+(the pending P V waited for, O rescaled). Items walked idle and each CTA's
+first and last items are left out. The stamps themselves cost (the timed
+kernel ran ~35 % slower in session 34): read the phases against each other,
+not as the plain kernel's clocks.
+"""
+import collections
+import statistics
+import struct
+import sys
+
+EVENTS = {1: "start", 2: "item", 3: "loads", 4: "turn", 5: "S", 6: "softmax", 7: "step", 8: "drain_turn",
+          9: "drain", 10: "epilogue", 11: "idle", 12: "load_q", 13: "load_k", 14: "load_v", 15: "end",
+          16: "rows", 17: "staged", 18: "staged_all"}
+STEP_PHASES = ("loads", "turn", "S", "softmax", "tail")
+# The item's end: the drain's turn and P V, then the epilogue's phases (rows:
+# sums and lse; staged: O written to shared memory; staged_all: fenced and
+# the warpgroup synced; epilogue: the store issued, the buffer handed on).
+END_PHASES = ("drain_turn", "drain", "rows", "staged", "staged_all", "epilogue")
+CTAS = 4  # kTimelineCtas
+WARPGROUPS = 4  # kTimelineWarpgroups
+
+
+def read(path):
+    data = open(path, "rb").read()
+    header = struct.unpack("8i", data[:32])
+    if header[0] != 0x544C3031:
+        sys.exit(f"{path}: not a step timeline")
+    entries = header[7]
+    words = struct.unpack(f"{header[6] * entries}Q", data[32:32 + 8 * header[6] * entries])
+    rows = [words[r * entries:(r + 1) * entries] for r in range(header[6])]
+    meta = dict(zip(("d", "consumers", "stages", "ctas", "items"), header[1:6]))
+    return meta, rows
+
+
+def consumer_items(row):
+    """The row's items: lists of (event name, clock), each from its `item` stamp."""
+    items = []
+    for word in row:
+        if word == 0:
+            break
+        event, clock = EVENTS.get(word >> 56, "?"), word & ((1 << 56) - 1)
+        if event == "item":
+            items.append([])
+        if items:
+            items[-1].append((event, clock))
+    return items
+
+
+def phases(items):
+    out = collections.defaultdict(list)
+    for item, following in zip(items[1:-1], items[2:]):
+        if any(e == "idle" for e, _ in item):
+            continue
+        start = prev = item[0][1]
+        steps = []
+        i = 1
+        while i < len(item):
+            event, clock = item[i]
+            if event == "loads" and i + 4 < len(item):
+                clocks = [clock] + [c for _, c in item[i + 1:i + 5]]
+                steps.append([clocks[0] - prev] + [b - a for a, b in zip(clocks, clocks[1:])])
+                prev = clocks[-1]
+                i += 5
+                continue
+            if event in END_PHASES:
+                out[("end", event)].append(clock - prev)
+                prev = clock
+            i += 1
+        for j, step in enumerate(steps):
+            where = "first" if j == 0 else "last" if j == len(steps) - 1 else "mid"
+            for name, value in zip(STEP_PHASES, step):
+                out[(where, name)].append(value)
+        out[("item", "clocks")].append(prev - start)
+        out[("item", "steps")].append(len(steps))
+        out[("item", "to_next")].append(following[0][1] - prev)
+    return out
+
+
+def main():
+    for path in sys.argv[1:]:
+        meta, rows = read(path)
+        print(f"{path}: D {meta['d']}, {meta['consumers']} consumers, {meta['stages']} stages, "
+              f"{meta['ctas']} CTAs, {meta['items']} items")
+        for wg in range(1, meta["consumers"] + 1):
+            merged = collections.defaultdict(list)
+            for cta in range(min(CTAS, meta["ctas"])):
+                for key, values in phases(consumer_items(rows[cta * WARPGROUPS + wg])).items():
+                    merged[key].extend(values)
+            parts = []
+            for where, names in (("first", STEP_PHASES), ("mid", STEP_PHASES), ("last", STEP_PHASES),
+                                 ("end", END_PHASES), ("item", ("clocks", "to_next", "steps"))):
+                shown = [f"{n} {statistics.median(merged[(where, n)]):.0f}" for n in names if merged[(where, n)]]
+                if shown:
+                    parts.append(f"{where}: " + ", ".join(shown))
+            print(f"  consumer {wg - 1}: " + " | ".join(parts))
+
+
+if __name__ == "__main__":
+    main()
