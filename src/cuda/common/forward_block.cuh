@@ -143,13 +143,17 @@ __device__ __forceinline__ std::int64_t partial_row0(const ForwardParams& p, con
 // The end of a warp's m16 tile of rows (row g of half 0 is i0), in two
 // parts: the rows' 1 / sum (inv_sum) and lse (natural log), then the lse
 // written to p.lse, or to the split's partial lse.
+// A row's total is 0 (no visible key) or at least 1 (the exponential of
+// the running max's own score), never denormal: the hardware reciprocal and
+// log2 take it without the precise forms' slow-path branches, which
+// serialized the two halves' chains at an item's end (NOTES.md, session 34).
 __device__ __forceinline__ void row_totals_m16(const float (&row_max)[2], const float (&row_sum)[2], float mult,
                                                float (&inv_sum)[2], float (&lse)[2]) {
+  const float l[2] = {online_softmax_row_total(row_sum[0]), online_softmax_row_total(row_sum[1])};
 #pragma unroll
   for (int half = 0; half < 2; ++half) {
-    const float l = online_softmax_row_total(row_sum[half]);
-    inv_sum[half] = l > 0.0f ? 1.0f / l : 0.0f;
-    lse[half] = l > 0.0f ? (row_max[half] * mult + __log2f(l)) * kLn2 : -INFINITY;
+    inv_sum[half] = l[half] > 0.0f ? sm80::fast_rcp(l[half]) : 0.0f;
+    lse[half] = l[half] > 0.0f ? (row_max[half] * mult + sm80::fast_log2(l[half])) * kLn2 : -INFINITY;
   }
 }
 __device__ __forceinline__ void write_lse_m16(const ForwardParams& p, const ForwardBlock& f, const float (&lse)[2],
