@@ -44,7 +44,15 @@ build() {  # <sha> <name> <targets...>
   echo "ab-prebuild: .abbin/$name.tar.xz ($(du -h ".abbin/$name.tar.xz" | cut -f1)): $(cat ".abbin/$name.label")"
 }
 change_name=${AB_CHANGE_NAME:-change}
-if [ -f .abbin/base.tar.xz ] && [ "$(cut -d' ' -f1 .abbin/base.label 2>/dev/null)" = "$(git rev-parse --short "$base_sha")" ]; then
+# The packed base serves while it was built from BASE_REF's commit or from
+# one that differs from it in documentation only (docs/, *.md): a notes
+# commit between two prebuilds does not cost a base build.
+packed=$(cut -d' ' -f1 .abbin/base.label 2>/dev/null || true)
+same_code() {
+  [ -n "$packed" ] && git rev-parse -q --verify "$packed^{commit}" >/dev/null &&
+    git diff --quiet "$packed" "$base_sha" -- . ':(exclude)docs' ':(exclude)*.md'
+}
+if [ -f .abbin/base.tar.xz ] && same_code; then
   echo "ab-prebuild: base already packed: $(cat .abbin/base.label)"
 else
   build "$base_sha" base cuflash_cli
