@@ -9,7 +9,8 @@
 # --tests also packs the change's cuflash_gpu_tests (AB_GTEST_FILTER there).
 # AB_CHANGE_NAME=change2 packs the change as .abbin/change2.tar.xz (several
 # changes against one base, timed in one device call); the base is not
-# built again when .abbin/base.label already names BASE_REF's commit.
+# built again when .abbin/base.label names BASE_REF's commit or one that
+# differs from it in documentation only.
 # One clone and one build directory in $AB_PREBUILD_DIR (default
 # /tmp/cuflash-ab): the base is built first, then the change on top of it,
 # so only what the change touches compiles again (2 cores: ~7 min for a
