@@ -62,12 +62,22 @@
 #   CUFLASH_SANITIZE_TIMEOUT seconds per sanitizer run, default 300 (the tools run
 #                            side by side, so this bounds the step)
 #   CUFLASH_BUILD_DIR        build directory, default build-gpu
+#   CUFLASH_GPU_CHECK_WITHOUT_CUDNN  1: build without .deps/cudnn-frontend (no cuDNN backend,
+#                            its tests skip); else a `build` step without it stops at once
 # GoogleTest: the system's if installed, else the sources carried in .deps/googletest;
 # the cuDNN backend: the frontend headers carried in .deps/cudnn-frontend and
 # PyTorch's cuDNN (cmake/cudnn.cmake finds /opt/torch/.venv's wheel first)
 # (scripts/stage-gpu-deps.sh puts both in .deps/; pass carry [".deps"]).
 set -uo pipefail
 cd "$(dirname "$0")/.."
+# A build without the cuDNN frontend's headers has no cuDNN backend, and
+# every cuDNN test then skips: said before any device time goes into it
+# (CUFLASH_GPU_CHECK_WITHOUT_CUDNN=1 builds without it on purpose).
+if [[ " ${CUFLASH_GPU_CHECK_STEPS:-build} " == *" build "* ]] && [ ! -d .deps/cudnn-frontend/include ] &&
+   [ "${CUFLASH_GPU_CHECK_WITHOUT_CUDNN:-0}" != 1 ]; then
+  echo "gpu-check: no .deps/cudnn-frontend here: carry [\".deps\"] (scripts/fetch-cudnn-frontend.sh fills it), or set CUFLASH_GPU_CHECK_WITHOUT_CUDNN=1" >&2
+  exit 2
+fi
 build=${CUFLASH_BUILD_DIR:-build-gpu}
 logs=$build/logs
 rm -rf "$logs"
