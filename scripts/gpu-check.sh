@@ -70,10 +70,12 @@
 # (scripts/stage-gpu-deps.sh puts both in .deps/; pass carry [".deps"]).
 set -uo pipefail
 cd "$(dirname "$0")/.."
+steps=" ${CUFLASH_GPU_CHECK_STEPS:-build shards sm80fwd sm80bwd tma memcheck racecheck synccheck initcheck run} "
+wants() { [[ $steps == *" $1 "* ]]; }
 # A build without the cuDNN frontend's headers has no cuDNN backend, and
 # every cuDNN test then skips: said before any device time goes into it
 # (CUFLASH_GPU_CHECK_WITHOUT_CUDNN=1 builds without it on purpose).
-if [[ " ${CUFLASH_GPU_CHECK_STEPS:-build} " == *" build "* ]] && [ ! -d .deps/cudnn-frontend/include ] &&
+if wants build && [ ! -d .deps/cudnn-frontend/include ] &&
    [ "${CUFLASH_GPU_CHECK_WITHOUT_CUDNN:-0}" != 1 ]; then
   echo "gpu-check: no .deps/cudnn-frontend here: carry [\".deps\"] (scripts/fetch-cudnn-frontend.sh fills it), or set CUFLASH_GPU_CHECK_WITHOUT_CUDNN=1" >&2
   exit 2
@@ -83,14 +85,12 @@ logs=$build/logs
 rm -rf "$logs"
 mkdir -p "$logs"
 summary=$logs/gpu-check-summary.md
-steps=" ${CUFLASH_GPU_CHECK_STEPS:-build shards sm80fwd sm80bwd tma memcheck racecheck synccheck initcheck run} "
 sanitize_filter=${CUFLASH_SANITIZE_FILTER:-'Sanitize*:*MergeStatesGpu*:HopperTma/*'}
 racecheck_filter=${CUFLASH_RACECHECK_FILTER:-"$sanitize_filter-*Cudnn*"}
 export PATH=/usr/local/cuda/bin:$PATH
 gtest_args=()
 [ -d .deps/googletest ] && gtest_args=(-DCUFLASH_GTEST_SOURCE="$PWD/.deps/googletest")
 
-wants() { [[ $steps == *" $1 "* ]]; }
 say() { echo "$*" >>"$summary"; }
 now() { date +%s; }
 status_all=0
