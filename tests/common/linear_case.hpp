@@ -69,9 +69,14 @@ struct LinearCase {
     dq = HostTensor(spec.dtype, shape(spec.heads_q, spec.key_dim), layout);
     dk = HostTensor(spec.dtype, shape(spec.heads_kv, spec.key_dim), layout);
     dv = HostTensor(spec.dtype, shape(spec.heads_kv, spec.value_dim), layout);
-    // With identity features the normalizer φq·z has no sign of its own: positive
-    // means keep it away from 0, where the output is ill-conditioned.
-    const double mean = spec.normalize && spec.map == FeatureMap::identity ? 1.0 : 0.0;
+    // The normalizer φq·z is ill-conditioned near 0: with identity features it
+    // has no sign of its own, and with relu a query and a key sum that share
+    // one small positive feature make it tiny (an f32 dk off by 2e-4 of its
+    // scale, seed 21243023, about once in 40 runs of the matrix). Positive
+    // means keep it away from 0; relu still meets negative inputs (2 % of
+    // them) and the all-negative query has a test of its own (HandWorkedValues).
+    const double mean =
+        spec.normalize && (spec.map == FeatureMap::identity || spec.map == FeatureMap::relu) ? 1.0 : 0.0;
     const double stddev = mean > 0.0 ? 0.5 : 1.0;
     q.fill_normal(engine, stddev, mean);
     k.fill_normal(engine, stddev, mean);
