@@ -5,6 +5,15 @@ instructions and stall samples per opcode, to compare two kernels.
 
     python3 bench/sass_profile.py ours-sass.csv [theirs-sass.csv]
     python3 bench/sass_profile.py --stall wait ours-sass.csv [theirs-sass.csv]
+    python3 bench/sass_profile.py --listing [--stall wait] ours-sass.csv
+
+--listing prints one kernel's main loop instruction by instruction, in
+address order, with its samples (and those of REASON): the instructions
+executed as often as most of the hot ones (the loop's count, found as the
+most common count among those executed at least 1 % as often as the top
+one, within 5 %), so that an outlier (a producer's spin loop) does not
+hide the consumers' step (session 36: where the MUFU waited, between
+which instructions the dependent chains run).
 
 With --stall REASON (a `stall_*` column without its prefix: wait, barrier,
 long_sb, math, ...) the samples column counts that reason alone, which says
@@ -40,11 +49,45 @@ def load(path):
     return per_op, stalls
 
 
+def listing(path, only):
+    with open(path, newline="") as f:
+        rows = list(csv.reader(f))
+    header_at = next(i for i, r in enumerate(rows) if r and r[0] == "Address")
+    header = rows[header_at]
+    col = {name: i for i, name in enumerate(header)}
+    if only is not None and only not in col:
+        sys.exit(f"sass_profile: no column {only} in {path}")
+    body = [r for r in rows[header_at + 1:] if len(r) >= len(header)]
+    executed = [int(float(r[col["Instructions Executed"]] or 0)) for r in body]
+    top = max(executed, default=0)
+    hot = collections.Counter(e for e in executed if e >= top / 100 and e > 0)
+    if not hot:
+        sys.exit(f"sass_profile: no executed instructions in {path}")
+    loop_count = hot.most_common(1)[0][0]
+    in_loop = [(r, e) for r, e in zip(body, executed) if abs(e - loop_count) <= loop_count / 20]
+    total = sum(int(float(r[col["Warp Stall Sampling (All Samples)"]] or 0)) for r, _ in in_loop)
+    print(f"{len(in_loop)} instructions executed ~{loop_count:,} times; {total:,} samples")
+    print(f"{'samples':>8}{only[6:] if only else '':>8}  source")
+    for r, _ in in_loop:
+        samples = int(float(r[col["Warp Stall Sampling (All Samples)"]] or 0))
+        reason = f"{int(float(r[col[only]] or 0)):>8}" if only else " " * 8
+        print(f"{samples:>8}{reason}  {r[col['Source']].strip()}")
+
+
 def main():
     args = sys.argv[1:]
+    if not args or args[0] in ("-h", "--help"):
+        sys.exit(__doc__)
+    show_listing = args[:1] == ["--listing"]
+    if show_listing:
+        args = args[1:]
     only = None
     if args[:1] == ["--stall"]:
         only, args = "stall_" + args[1], args[2:]
+    if show_listing:
+        for p in args:
+            listing(p, only)
+        return
     tables = [load(p) for p in args]
     if only is not None:
         missing = [p for p, (_, stalls) in zip(args, tables) if only not in stalls]
