@@ -569,7 +569,7 @@ TEST_P(LinearGpuStep, StepsEqualTheChunkedForward) {
     const Status status = linear_attention_step(step, full.options(Backend::cuda));
     ASSERT_TRUE(status.ok()) << status.to_string();
     row.fetch();
-    // (The chunked forward's fp32 result: none of its zeros is structural.)
+    // (The chunked forward's result, a computation of its own, not the oracle: none of its zeros is structural.)
     const std::vector<double> full_row = slice_rows(full.out, t, 1).to_doubles();
     const ErrorStats st = compare_zeros_where(out, full_row, std::vector<bool>(full_row.size(), false));
     ASSERT_LE(st.rel_l2, tol) << "token " << t << ": " << st.describe();
