@@ -25,17 +25,21 @@ import csv
 import sys
 
 
-def load(path):
+def read_source_page(path):
+    """The page's column index by name and its instruction rows."""
     with open(path, newline="") as f:
         rows = list(csv.reader(f))
     header_at = next(i for i, r in enumerate(rows) if r and r[0] == "Address")
     header = rows[header_at]
     col = {name: i for i, name in enumerate(header)}
-    stalls = [h for h in header if h.startswith("stall_") and "Not Issued" not in h]
+    return col, [r for r in rows[header_at + 1:] if len(r) >= len(header)]
+
+
+def load(path):
+    col, body = read_source_page(path)
+    stalls = [h for h in col if h.startswith("stall_") and "Not Issued" not in h]
     per_op = collections.defaultdict(lambda: collections.Counter())
-    for r in rows[header_at + 1:]:
-        if len(r) < len(header):
-            continue
+    for r in body:
         words = r[col["Source"]].split()
         if words and words[0].startswith("@"):
             words = words[1:]
@@ -50,14 +54,9 @@ def load(path):
 
 
 def listing(path, only):
-    with open(path, newline="") as f:
-        rows = list(csv.reader(f))
-    header_at = next(i for i, r in enumerate(rows) if r and r[0] == "Address")
-    header = rows[header_at]
-    col = {name: i for i, name in enumerate(header)}
+    col, body = read_source_page(path)
     if only is not None and only not in col:
         sys.exit(f"sass_profile: no column {only} in {path}")
-    body = [r for r in rows[header_at + 1:] if len(r) >= len(header)]
     executed = [int(float(r[col["Instructions Executed"]] or 0)) for r in body]
     top = max(executed, default=0)
     hot = collections.Counter(e for e in executed if e >= top / 100 and e > 0)
