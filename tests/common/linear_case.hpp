@@ -4,6 +4,8 @@
 // options and argument views the entry points and the float64 oracle take.
 #pragma once
 
+#include <algorithm>
+#include <cmath>
 #include <cstdint>
 #include <optional>
 #include <random>
@@ -166,6 +168,31 @@ using LinearMatrixParam = std::tuple<FeatureMap, bool, bool, bool, DType>;
 inline int matrix_index(const LinearMatrixParam& param) {
   const auto& [map, normalize, causal, varlen, dtype] = param;
   return ((static_cast<int>(map) * 2 + normalize) * 2 + causal) * 3 + static_cast<int>(dtype);
+}
+
+// The checks of both backends' linear tests against a reference.
+// `scale`: the size of the quantities `got` is computed from. A gradient that is
+// nearly 0 by cancellation (a normalized row is a weighted average, so its q
+// and k gradients vanish where every weight falls on one value) is held to an
+// error that small against its neighbours' size instead of its own.
+// exact_zeros: a 0 of the reference must be matched exactly (the float64
+// oracle's zeros are structural); not against another computation (the fp32
+// CPU reference, the chaining tests), where a sum can round to 0 in one order
+// and not in another (a relu dq of 0 in one call, 3e-8 in two halves).
+inline void expect_close(const HostTensor& got, const std::vector<double>& ref, double tol, const std::string& what,
+                         double scale = 0.0, bool exact_zeros = true) {
+  const ErrorStats st = compare_zeros_where(got, ref, std::vector<bool>(ref.size(), exact_zeros));
+  if (st.mismatches == 0 && st.max_abs <= tol * scale) return;
+  EXPECT_LE(st.rel_l2, tol) << what << ": " << st.describe();
+  EXPECT_LE(st.max_abs, 10 * tol * std::max(1.0, st.ref_max_abs)) << what << ": " << st.describe();
+}
+
+// The largest finite |value|.
+inline double max_abs(const std::vector<double>& values) {
+  double largest = 0.0;
+  for (double x : values)
+    if (std::isfinite(x)) largest = std::max(largest, std::abs(x));
+  return largest;
 }
 
 }  // namespace cuflash::test

@@ -110,24 +110,6 @@ double tolerance(DType dtype) {
   }
 }
 
-double max_abs(const std::vector<double>& values) {
-  double largest = 0.0;
-  for (double x : values)
-    if (std::isfinite(x)) largest = std::max(largest, std::abs(x));
-  return largest;
-}
-
-// exact_zeros: a 0 of the reference must be matched exactly (the float64
-// oracle's zeros are structural); not against the fp32 CPU reference, where a
-// sum can round to 0 by chance.
-void expect_close(const HostTensor& got, const std::vector<double>& ref, double tol, const std::string& what,
-                  double scale = 0.0, bool exact_zeros = true) {
-  const ErrorStats st = compare_zeros_where(got, ref, std::vector<bool>(ref.size(), exact_zeros));
-  if (st.mismatches == 0 && st.max_abs <= tol * scale) return;
-  EXPECT_LE(st.rel_l2, tol) << what << ": " << st.describe();
-  EXPECT_LE(st.max_abs, 10 * tol * std::max(1.0, st.ref_max_abs)) << what << ": " << st.describe();
-}
-
 void expect_forward_close(const LinearCase& c, const oracle::LinearForwardResult& ref, bool exact_zeros = true) {
   expect_close(c.out, ref.out, tolerance(c.spec.dtype), "out", 0.0, exact_zeros);
   // The state sums fp32 products of the inputs (φk rounded to the dtype on the tensor-core path).
