@@ -30,52 +30,93 @@ namespace cuflash::detail {
 enum class RunningMax { exact, lagging };
 constexpr float kMaxLagLog2 = 8.0f;
 
-// One key tile's step: the row's max over the quad's values, then each
-// value x becomes exp2(x * mult - max * mult) in place and the sum grows by
-// them, where max is the running max (raised as `Max` says; from -inf
-// always). Returns the factor O accumulated so far (and the old sum,
-// already scaled here) must be scaled by: exp2 of the old max minus the
-// new, 0 on the first tile (old max -inf) and exactly 1 while the max
-// stays. A row whose values are all -inf so far keeps max -inf and
-// exponentiates against 0, so its values stay 0 (ex2 of -inf is +0).
-// value(nt, e): the thread's e-th (0, 1) value of n8 block nt, as a
-// reference.
-template <int NT, RunningMax Max, class Value>
-__device__ __forceinline__ float online_softmax_row_step(Value&& value, float& row_max, float& row_sum, float mult) {
+// The hook of online_softmax_rows_step that does nothing.
+struct NoMidway {
+  template <int Rows>
+  __device__ __forceinline__ void operator()(const float (&)[Rows]) const {}
+};
+
+// One key tile's step for `Rows` rows at once: each row's max over the
+// quad's values, then each value x becomes exp2(x * mult - max * mult) in
+// place and the row's sum grows by them, where max is the running max
+// (raised as `Max` says; from -inf always). correction[r]: the factor O
+// accumulated so far (and the old sum, already scaled here) must be scaled
+// by: exp2 of the old max minus the new, 0 on the first tile (old max -inf)
+// and exactly 1 while the max stays. A row whose values are all -inf so far
+// keeps max -inf and exponentiates against 0, so its values stay 0 (ex2 of
+// -inf is +0). value(r, nt, e): row r's e-th (0, 1) value of n8 block nt,
+// as a reference. midway(partial sums): called once the first NT / 2 blocks'
+// exponentials are summed (a caller's scheduling hook, wgmma_wait_pin.cuh).
+// With several rows their chains interleave (the maxima, the shuffles, the
+// exponentials block by block), so one row's latency hides under the
+// other's work; each row's arithmetic is in the same order as alone, so the
+// results are bitwise those of Rows = 1.
+template <int NT, int Rows, RunningMax Max, class Value, class Midway = NoMidway>
+__device__ __forceinline__ void online_softmax_rows_step(Value&& value, float (&row_max)[Rows], float (&row_sum)[Rows],
+                                                         float (&correction)[Rows], float mult,
+                                                         Midway&& midway = {}) {
   // The max in kChains interleaved chains, not one: every exponential
   // waits for it, and one chain of NT dependent FMNMX (ptxas does not
   // reassociate them) sat between the scores and the first MUFU. (A full
   // tree holds NT partial maxima at once, which cost the register-bound
   // kernels spills.) A max is exact in any order: bitwise the chain's.
   constexpr int kChains = NT < 4 ? NT : 4;
-  float part[kChains];
-#pragma unroll
-  for (int nt = 0; nt < NT; ++nt) {
-    const float pair = fmaxf(value(nt, 0), value(nt, 1));
-    part[nt % kChains] = nt < kChains ? pair : fmaxf(part[nt % kChains], pair);
-  }
-#pragma unroll
-  for (int c = 1; c < kChains; ++c) part[0] = fmaxf(part[0], part[c]);
-  float mx = fmaxf(row_max, part[0]);
-  mx = fmaxf(mx, __shfl_xor_sync(0xffffffffu, mx, 1));
-  mx = fmaxf(mx, __shfl_xor_sync(0xffffffffu, mx, 2));
-  // (A difference that is not a number raises, as `exact` does.)
-  const bool keep = Max == RunningMax::lagging && row_max != -INFINITY && (mx - row_max) * mult <= kMaxLagLog2;
-  const float new_max = keep ? row_max : mx;
-  const float m_scaled = new_max == -INFINITY ? 0.0f : new_max * mult;
-  const float correction = keep ? 1.0f : sm80::fast_exp2(row_max * mult - m_scaled);
-  row_max = new_max;
-  float sum = 0.0f;
+  float part[Rows][kChains];
 #pragma unroll
   for (int nt = 0; nt < NT; ++nt)
 #pragma unroll
-    for (int e = 0; e < 2; ++e) {
-      float& x = value(nt, e);
-      x = sm80::fast_exp2(fmaf(x, mult, -m_scaled));
-      sum += x;
+    for (int r = 0; r < Rows; ++r) {
+      const float pair = fmaxf(value(r, nt, 0), value(r, nt, 1));
+      part[r][nt % kChains] = nt < kChains ? pair : fmaxf(part[r][nt % kChains], pair);
     }
-  row_sum = row_sum * correction + sum;
-  return correction;
+  float mx[Rows];
+#pragma unroll
+  for (int r = 0; r < Rows; ++r) {
+#pragma unroll
+    for (int c = 1; c < kChains; ++c) part[r][0] = fmaxf(part[r][0], part[r][c]);
+    mx[r] = fmaxf(row_max[r], part[r][0]);
+  }
+#pragma unroll
+  for (int lane_mask = 1; lane_mask <= 2; lane_mask *= 2)
+#pragma unroll
+    for (int r = 0; r < Rows; ++r) mx[r] = fmaxf(mx[r], __shfl_xor_sync(0xffffffffu, mx[r], lane_mask));
+  float m_scaled[Rows], sum[Rows];
+#pragma unroll
+  for (int r = 0; r < Rows; ++r) {
+    // (A difference that is not a number raises, as `exact` does.) `&`, not
+    // `&&`: the short circuit became two branches per row.
+    const bool keep = (Max == RunningMax::lagging) & (row_max[r] != -INFINITY) &
+                      ((mx[r] - row_max[r]) * mult <= kMaxLagLog2);
+    const float new_max = keep ? row_max[r] : mx[r];
+    m_scaled[r] = new_max == -INFINITY ? 0.0f : new_max * mult;
+    correction[r] = keep ? 1.0f : sm80::fast_exp2(row_max[r] * mult - m_scaled[r]);
+    row_max[r] = new_max;
+    sum[r] = 0.0f;
+  }
+#pragma unroll
+  for (int nt = 0; nt < NT; ++nt) {
+#pragma unroll
+    for (int r = 0; r < Rows; ++r)
+#pragma unroll
+      for (int e = 0; e < 2; ++e) {
+        float& x = value(r, nt, e);
+        x = sm80::fast_exp2(fmaf(x, mult, -m_scaled[r]));
+        sum[r] += x;
+      }
+    if (nt == NT / 2 - 1) midway(sum);
+  }
+#pragma unroll
+  for (int r = 0; r < Rows; ++r) row_sum[r] = row_sum[r] * correction[r] + sum[r];
+}
+
+// The step of one row: returns its correction.
+template <int NT, RunningMax Max, class Value>
+__device__ __forceinline__ float online_softmax_row_step(Value&& value, float& row_max, float& row_sum, float mult) {
+  float correction[1];
+  online_softmax_rows_step<NT, 1, Max>([&](int, int nt, int e) -> float& { return value(nt, e); },
+                                       reinterpret_cast<float(&)[1]>(row_max), reinterpret_cast<float(&)[1]>(row_sum),
+                                       correction, mult);
+  return correction[0];
 }
 
 // The row's whole sum: the thread's part added over its quad.

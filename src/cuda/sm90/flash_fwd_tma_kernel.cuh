@@ -36,6 +36,7 @@
 #include "sm90/tma_store.cuh"
 #include "sm90/warpgroup.cuh"
 #include "sm90/wgmma.cuh"
+#include "sm90/wgmma_wait_pin.cuh"
 #include "sm90/work_item_slot.cuh"
 
 namespace cuflash::detail::sm90 {
@@ -245,8 +246,13 @@ struct ConsumerPipe {
 
     float correction[2] = {1.0f, 1.0f};
     const bool masked = !f.rules.tile_unmasked(f.m0, f.rows, n0, NS * 8);
-    online_softmax_m16<NS, Transformed, RunningMax::lagging>(s, row_max, row_sum, correction, f.rules, row, n0,
-                                                             masked, t4, mult);
+    // Both rows' chains interleaved, with a floor for the P V's wait after
+    // half of the exponentials (wgmma_wait_pin.cuh): without it ptxas hoists
+    // the wait below to the top of the block after the mask's branch, and
+    // none of the exponentials would run under the P V.
+    online_softmax_m16_rows_together<NS, Transformed, RunningMax::lagging>(
+        s, row_max, row_sum, correction, f.rules, row, n0, masked, t4, mult,
+        [&](const float (&partial_sums)[2]) { wgmma_wait_floor(partial_sums, f.rules.scale_log2, k_full); });
     CUFLASH_TIMELINE(kTlSoftmax);
     // The pending P V done: its V stage, its A registers and O are free.
     wgmma_wait<0>();
