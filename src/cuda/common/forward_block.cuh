@@ -63,32 +63,27 @@ __device__ __forceinline__ ForwardBlock forward_block(const ForwardParams& p) {
   return forward_block_at<BM, BN>(p, gridDim.x, blockIdx.x, blockIdx.y, blockIdx.z);
 }
 
-// Rows Half0 .. Half0 + Halves - 1 (0: g, 1: g + 8) of a warp's m16 x (8 NT)
-// tile of scores s, whose key 0 is n0 and whose row g is i0, as (masked,
-// transformed) base-2 logits. Several rows are done in one pass behind one
-// branch.
-template <int NT, bool Transformed, int Half0, int Halves>
-__device__ __forceinline__ void logits_rows_m16(float (&s)[NT][4], const ScoreRules& rules, int i0, int n0, bool masked,
-                                                int t4) {
+// Row `half` (0: g, 1: g + 8) of a warp's m16 x (8 NT) tile of scores s,
+// whose key 0 is n0, as (masked, transformed) base-2 logits of row i.
+// (One row per call: a form taking several rows with per-row arrays of the
+// bounds changed the row-by-row kernels' code, the sm80 dropout forward's
+// spills 0 -> 92 bytes.)
+template <int NT, bool Transformed>
+__device__ __forceinline__ void logits_row_m16(float (&s)[NT][4], int half, const ScoreRules& rules, int i, int n0,
+                                               bool masked, int t4) {
   if (Transformed || masked) {
     // Visible keys of row i are [lo, hi): two compares per score.
-    int lo[Halves], hi[Halves];
-#pragma unroll
-    for (int h = 0; h < Halves; ++h) {
-      lo[h] = 0, hi[h] = rules.k_len;
-      if (masked) rules.row_keys(i0 + (Half0 + h) * 8, &lo[h], &hi[h]);
-    }
+    int lo = 0, hi = rules.k_len;
+    if (masked) rules.row_keys(i, &lo, &hi);
 #pragma unroll
     for (int nt = 0; nt < NT; ++nt)
 #pragma unroll
-      for (int h = 0; h < Halves; ++h)
-#pragma unroll
-        for (int e = 0; e < 2; ++e) {
-          const int j = n0 + nt * 8 + 2 * t4 + e;
-          float& x = s[nt][(Half0 + h) * 2 + e];
-          if constexpr (Transformed) x = rules.logit2(x, i0 + (Half0 + h) * 8, j);
-          if (j < lo[h] || j >= hi[h]) x = -INFINITY;
-        }
+      for (int e = 0; e < 2; ++e) {
+        const int j = n0 + nt * 8 + 2 * t4 + e;
+        float& x = s[nt][half * 2 + e];
+        if constexpr (Transformed) x = rules.logit2(x, i, j);
+        if (j < lo || j >= hi) x = -INFINITY;
+      }
   }
 }
 
@@ -105,10 +100,7 @@ __device__ __forceinline__ void online_softmax_m16(float (&s)[NT][4], float (&ro
                                                    bool masked, int t4, float mult) {
 #pragma unroll
   for (int half = 0; half < 2; ++half) {
-    if (half == 0)
-      logits_rows_m16<NT, Transformed, 0, 1>(s, rules, i0, n0, masked, t4);
-    else
-      logits_rows_m16<NT, Transformed, 1, 1>(s, rules, i0, n0, masked, t4);
+    logits_row_m16<NT, Transformed>(s, half, rules, i0 + half * 8, n0, masked, t4);
     correction[half] = online_softmax_row_step<NT, Max>(
         [&](int nt, int e) -> float& { return s[nt][half * 2 + e]; }, row_max[half], row_sum[half], mult);
   }
@@ -123,7 +115,13 @@ __device__ __forceinline__ void online_softmax_m16_rows_together(float (&s)[NT][
                                                                  float (&row_sum)[2], float (&correction)[2],
                                                                  const ScoreRules& rules, int i0, int n0,
                                                                  bool masked, int t4, float mult, Midway&& midway) {
-  logits_rows_m16<NT, Transformed, 0, 2>(s, rules, i0, n0, masked, t4);
+  // Both rows behind one branch: with a branch each, ptxas laid the step
+  // out as two blocks, and the D = 64 kernel's loop took ~35 more
+  // instructions.
+  if (Transformed || masked) {
+    logits_row_m16<NT, Transformed>(s, 0, rules, i0, n0, masked, t4);
+    logits_row_m16<NT, Transformed>(s, 1, rules, i0 + 8, n0, masked, t4);
+  }
   online_softmax_rows_step<NT, 2, Max>([&](int half, int nt, int e) -> float& { return s[nt][half * 2 + e]; },
                                        row_max, row_sum, correction, mult, midway);
 }

@@ -81,6 +81,12 @@ struct TmaFwdConfig {
   // code took its spills from 60 / 100 to 112 / 184 bytes and the calls
   // without a mask 1-2 % slower at 512-2k keys (NOTES.md, session 30).
   static constexpr bool kHalfFirst = BN % 32 == 0 && Consumers == 2;
+  // The online softmax's two rows together (online_softmax_m16_rows_together,
+  // the P V's wait held below half the exponentials) or row by row. Together
+  // at D = 64, which the exponentials' issue bounds: +2-5 % from 512 keys
+  // (H200, session 37); level at D = 128 and 256 (0.98-1.01), which keep the
+  // row-by-row form.
+  static constexpr bool kRowsTogether = D == 64;
   using QTile = Sw128Tile<BM, D>;
   using KVTile = Sw128Tile<BN, D>;
   static constexpr int kStageBytes = 2 * KVTile::kBytes;  // K, then V
@@ -247,13 +253,18 @@ struct ConsumerPipe {
 
     float correction[2] = {1.0f, 1.0f};
     const bool masked = !f.rules.tile_unmasked(f.m0, f.rows, n0, NS * 8);
-    // Both rows' chains interleaved, with a floor for the P V's wait after
-    // half of the exponentials (wgmma_wait_pin.cuh): without it ptxas hoists
-    // the wait below to the top of the block after the mask's branch, and
-    // none of the exponentials would run under the P V.
-    online_softmax_m16_rows_together<NS, Transformed, RunningMax::lagging>(
-        s, row_max, row_sum, correction, f.rules, row, n0, masked, t4, mult,
-        [&](const float (&partial_sums)[2]) { wgmma_wait_floor(partial_sums, f.rules.scale_log2, k_full); });
+    // kRowsTogether: both rows' chains interleaved, with a floor for the
+    // P V's wait after half of the exponentials (wgmma_wait_pin.cuh):
+    // without it ptxas hoists the wait below to the top of the block after
+    // the mask's branch, and none of the exponentials would run under the
+    // P V.
+    if constexpr (C::kRowsTogether)
+      online_softmax_m16_rows_together<NS, Transformed, RunningMax::lagging>(
+          s, row_max, row_sum, correction, f.rules, row, n0, masked, t4, mult,
+          [&](const float (&partial_sums)[2]) { wgmma_wait_floor(partial_sums, f.rules.scale_log2, k_full); });
+    else
+      online_softmax_m16<NS, Transformed, RunningMax::lagging>(s, row_max, row_sum, correction, f.rules, row, n0,
+                                                               masked, t4, mult);
     CUFLASH_TIMELINE(kTlSoftmax);
     // The pending P V done: its V stage, its A registers and O are free.
     wgmma_wait<0>();
