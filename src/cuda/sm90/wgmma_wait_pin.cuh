@@ -1,9 +1,9 @@
 // A floor for a later wgmma.wait_group: ptxas hoists a wait to the top of
 // its basic block, ahead of independent work that the source placed before
 // it (the TMA forward's exponentials, which should run under the pending
-// P V). A shared-memory store stays above the wait (the wait orders the
-// async proxy's accesses against it), so a store that needs some values
-// holds the work producing them above the wait too. The store never
+// P V). ptxas does not move a shared-memory store across the wait (seen in
+// the SASS; the wgmmas read shared memory), so a store that needs some
+// values holds the work producing them above the wait too. The store never
 // happens: it is predicated on `key`'s bits being the all-ones NaN pattern,
 // which the caller picks from a value validated finite (the call's scale),
 // so ptxas cannot prove the predicate false. Cost: one compare and one
