@@ -87,6 +87,12 @@ struct TmaFwdConfig {
   // (H200, session 37); level at D = 128 and 256 (0.98-1.01), which keep the
   // row-by-row form.
   static constexpr bool kRowsTogether = D == 64;
+  // An item's first step peeled off the tile loop (its P V, V wait and
+  // release, and rescale are absent), so that the loop's step has none of
+  // the branches on j == 0: D = 64 / 128 without softcap or ALiBi. (At
+  // D = 256, and in the transformed kernels, the second copy of the step
+  // doubled the spills: D = 256 156 / 228 -> 264 / 444 bytes.)
+  static constexpr bool kPeelFirst = D <= 128;
   using QTile = Sw128Tile<BM, D>;
   using KVTile = Sw128Tile<BN, D>;
   static constexpr int kStageBytes = 2 * KVTile::kBytes;  // K, then V
@@ -145,6 +151,10 @@ struct TmaFwdConfig {
 // epilogue then sits on the consumer's own chain.) An item's first P V
 // overwrites O (wgmma without accumulation), so O needs no zeros between
 // items.
+// Which key tiles of an item a ConsumerPipe::step call may be: any (its
+// pending P V decided by j > 0), the first (none pending) or a later one.
+enum class StepTile { any, first, later };
+
 template <class C>
 struct ConsumerPipe {
   using T = typename C::Element;
@@ -213,13 +223,14 @@ struct ConsumerPipe {
   // (within the sequence); t4: its column quad. last: the item's last tile,
   // whose K stays taken with one Q buffer (O is staged there).
   // NS: the n8 column blocks of S walked (C::NT, or C::NT / 2 for a
-  // half-width first tile, half_first).
-  template <bool Transformed, int NS = C::NT>
+  // half-width first tile, half_first). Tile: which tiles the call may be
+  // (StepTile), so that a peeled loop's steps carry no branch on j == 0.
+  template <bool Transformed, StepTile Tile = StepTile::any, int NS = C::NT>
   __device__ __forceinline__ void step(const ForwardBlock& f, std::uint64_t q_desc, int j, float (&o)[C::DT][4],
                                        std::uint32_t (&pa)[C::KP][4], float (&row_max)[2], float (&row_sum)[2],
                                        float mult, int row, int t4, bool last) {
     static_assert(NS == C::NT || NS * 2 == C::NT);
-    const bool pending = j > 0;
+    const bool pending = Tile == StepTile::any ? j > 0 : Tile == StepTile::later;
     const int n0 = (f.t_hi - 1 - j) * C::BN;
     const std::uint32_t t = kv_count;
     const int st = t % C::Stages, prev = (t + C::Stages - 1) % C::Stages;
@@ -706,16 +717,29 @@ __global__ void __launch_bounds__(C::kThreads, 1) flash_fwd_tma_kernel(const __g
     int j = 0;
     if constexpr (C::kHalfFirst) {
       if (pipe.half_first(f, cw * 64, (f.t_hi - 1) * C::BN)) {
-        pipe.template step<Transformed, C::NT / 2>(f, q_desc, 0, o, pa, row_max, row_sum, mult, f.m0 + row_in_block,
-                                                   t4, n_tiles == 1);
+        pipe.template step<Transformed, StepTile::first, C::NT / 2>(f, q_desc, 0, o, pa, row_max, row_sum, mult,
+                                                                    f.m0 + row_in_block, t4, n_tiles == 1);
         release_stored_q();
         j = 1;
       }
     }
-    for (; j < n_tiles; ++j) {
-      pipe.template step<Transformed>(f, q_desc, j, o, pa, row_max, row_sum, mult, f.m0 + row_in_block, t4,
-                                      j == n_tiles - 1);
-      if (j == 0) release_stored_q();
+    if constexpr (C::kPeelFirst && !Transformed) {
+      // The first tile's step on its own, the loop's without a branch on it.
+      if (j == 0) {
+        pipe.template step<Transformed, StepTile::first>(f, q_desc, 0, o, pa, row_max, row_sum, mult,
+                                                         f.m0 + row_in_block, t4, n_tiles == 1);
+        release_stored_q();
+        j = 1;
+      }
+      for (; j < n_tiles; ++j)
+        pipe.template step<Transformed, StepTile::later>(f, q_desc, j, o, pa, row_max, row_sum, mult,
+                                                         f.m0 + row_in_block, t4, j == n_tiles - 1);
+    } else {
+      for (; j < n_tiles; ++j) {
+        pipe.template step<Transformed>(f, q_desc, j, o, pa, row_max, row_sum, mult, f.m0 + row_in_block, t4,
+                                        j == n_tiles - 1);
+        if (j == 0) release_stored_q();
+      }
     }
     after_last_step();
     const int last_stage = pipe.drain(o, pa, n_tiles);
