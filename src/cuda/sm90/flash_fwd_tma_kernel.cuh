@@ -89,7 +89,7 @@ struct TmaFwdConfig {
   static constexpr bool kRowsTogether = D == 64;
   // An item's first step peeled off the tile loop (its P V, V wait and
   // release, and rescale are absent), so that the loop's step has none of
-  // the branches on j == 0: D = 64 / 128 without softcap or ALiBi. (At
+  // the branches on j == 0: D = 64 / 128, plain scores only. (At
   // D = 256, and in the transformed kernels, the second copy of the step
   // doubled the spills: D = 256 156 / 228 -> 264 / 444 bytes.) Measured
   // (H200, session 38): D = 64 +1.2-2.7 % on the TMA kernel's points,
