@@ -3,7 +3,8 @@
 # kernel and one of PyTorch's FlashAttention-2 kernel on the same shape, with
 # the sections that explain a gap (throughput, warp stalls, instruction mix,
 # launch resources, hottest stall sites). Writes <tag>-{cuflash,torch}.txt to
-# $OUT (or docs/perf).
+# $OUT (or docs/perf). ncu runs with --clock-control none: the card's clocks
+# stay as found (the device notes ask it).
 #   bench/profile_kernels.sh <tag> <pass fwd|fwdbwd> <head_dim> <seqlen> <causal 0|1> <cuflash kernel regex> <torch kernel regex>
 # Expects build-bench/bin/cuflash (bench/prefill.sh builds it; CUFLASH_BIN
 # names another, e.g. gpu-check's /root/build/bin/cuflash). TORCH_SDPA
@@ -25,10 +26,10 @@ sections=(--section SpeedOfLight --section LaunchStats --section Occupancy --sec
           --section InstructionStats --section ComputeWorkloadAnalysis --section MemoryWorkloadAnalysis
           --section SchedulerStats --section SourceCounters)
 mask=none; [ "$causal" = 1 ] && mask=causal
-ncu --kernel-name "regex:$ours" --launch-skip 3 --launch-count 1 "${sections[@]}" -f -o "/tmp/$tag-cuflash" \
+ncu --clock-control none --kernel-name "regex:$ours" --launch-skip 3 --launch-count 1 "${sections[@]}" -f -o "/tmp/$tag-cuflash" \
   "${CUFLASH_BIN:-build-bench/bin/cuflash}" bench --backend cuda --pass "$pass" --head-dim "$head_dim" --seqlen "$seqlen" \
   --heads "$heads" --batch "$batch" --mask "$mask" --reps 3 --warmup-ms 0 --min-reps 1 >"/tmp/$tag-cuflash.log" 2>&1 || true
-ncu --kernel-name "regex:$theirs" --launch-skip 3 --launch-count 1 "${sections[@]}" -f -o "/tmp/$tag-torch" \
+ncu --clock-control none --kernel-name "regex:$theirs" --launch-skip 3 --launch-count 1 "${sections[@]}" -f -o "/tmp/$tag-torch" \
   python3 - "$pass" "$head_dim" "$seqlen" "$heads" "$batch" "$causal" "${TORCH_SDPA:-FLASH_ATTENTION}" >"/tmp/$tag-torch.log" 2>&1 <<'PY' || true
 import contextlib, sys, torch
 from torch.nn.attention import SDPBackend, sdpa_kernel
