@@ -119,6 +119,32 @@ struct ScoreRules {
     if (window_left >= 0 && key0 < row0 + rows - 1 + offset - window_left) return false;
     return true;
   }
+  // Keys [lo, hi) that every row of [row0, row0 + rows) sees (lo >= hi:
+  // none): tile_unmasked's rule as a range, so that a kernel can find once
+  // per block the tiles that need no mask test (for key0 >= 0,
+  // tile_unmasked(row0, rows, key0, keys) is lo <= key0 && key0 + keys <= hi;
+  // tile_unmasked keeps its own form, in which the k_first test vanishes
+  // where k_first is the constant 0).
+  CUFLASH_HOST_DEVICE void unmasked_keys(int row0, int rows, int* lo, int* hi) const {
+    *lo = k_first;
+    *hi = k_len;
+    if (window_left >= 0) *lo = larger(*lo, row0 + rows - 1 + offset - window_left);
+    if (window_right >= 0) *hi = smaller(*hi, row0 + offset + window_right + 1);
+  }
+  // For tiles of tile_keys keys walked down from tile t_hi - 1 (step j
+  // holds keys [(t_hi - 1 - j) tile_keys, (t_hi - j) tile_keys)): the steps
+  // [*j_lo, *j_hi) whose tile every row of [row0, row0 + rows) sees whole
+  // (none when *j_lo >= *j_hi).
+  CUFLASH_HOST_DEVICE void unmasked_steps_down(int row0, int rows, int t_hi, int tile_keys, int* j_lo,
+                                               int* j_hi) const {
+    int lo, hi;
+    unmasked_keys(row0, rows, &lo, &hi);
+    // The tile starts at or after lo: t_hi - 1 - j >= ceil(lo / tile_keys);
+    // it ends at or before hi: t_hi - j <= floor(hi / tile_keys). (Tiles
+    // start at key 0 or later, so a negative bound is 0.)
+    *j_lo = t_hi - larger(hi, 0) / tile_keys;
+    *j_hi = t_hi - (larger(lo, 0) + tile_keys - 1) / tile_keys;
+  }
 
  private:
   // (The device's min/max: the kernels' index arithmetic compiles as it did

@@ -101,6 +101,39 @@ TEST(ScoreRules, TilesAndKeyRangesHoldTheRowsKeys) {
   EXPECT_GT(unmasked_tiles, 0);  // the check above is not vacuous
 }
 
+// unmasked_keys is tile_unmasked as a range, and unmasked_steps_down picks
+// exactly the unmasked tiles of a walk down from tile t_hi - 1, for every
+// tile size, block of rows and end tile (the TMA forward skips the mask
+// test on those steps).
+TEST(ScoreRules, UnmaskedRangesAreTheUnmaskedTiles) {
+  int unmasked_steps = 0, masked_steps = 0;
+  for (const Sequence& s : sequences()) {
+    const ScoreRules r = rules_of(s);
+    for (int row0 = 0; row0 < s.q_len; ++row0)
+      for (int rows = 1; row0 + rows <= s.q_len; ++rows) {
+        int lo = 0, hi = 0;
+        r.unmasked_keys(row0, rows, &lo, &hi);
+        for (int key0 = 0; key0 < s.k_len + 3; ++key0)
+          for (int keys = 1; keys <= s.k_len + 3; ++keys)
+            EXPECT_EQ(r.tile_unmasked(row0, rows, key0, keys), lo <= key0 && key0 + keys <= hi)
+                << "rows " << row0 << "+" << rows << " keys " << key0 << "+" << keys;
+        for (int tile_keys = 1; tile_keys <= 4; ++tile_keys)
+          for (int t_hi = 0; t_hi * tile_keys <= s.k_len + 2 * tile_keys; ++t_hi) {
+            int j_lo = 0, j_hi = 0;
+            r.unmasked_steps_down(row0, rows, t_hi, tile_keys, &j_lo, &j_hi);
+            for (int j = 0; j < t_hi; ++j) {
+              const bool unmasked = r.tile_unmasked(row0, rows, (t_hi - 1 - j) * tile_keys, tile_keys);
+              (unmasked ? unmasked_steps : masked_steps) += 1;
+              EXPECT_EQ(j >= j_lo && j < j_hi, unmasked) << "rows " << row0 << "+" << rows << " tile_keys "
+                                                         << tile_keys << " t_hi " << t_hi << " step " << j;
+            }
+          }
+      }
+  }
+  EXPECT_GT(unmasked_steps, 0);  // both kinds of step occur
+  EXPECT_GT(masked_steps, 0);
+}
+
 // A tile the rules call hidden is seen by no row (the kernels skip its
 // GEMMs); and a tile no row sees that lies wholly on one side of the
 // visible band is called hidden (the rule is not so loose that it never fires).

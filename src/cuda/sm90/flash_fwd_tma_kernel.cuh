@@ -227,7 +227,10 @@ struct ConsumerPipe {
   // NS: the n8 column blocks of S walked (C::NT, or C::NT / 2 for a
   // half-width first tile, half_first). Tile: which tiles the call may be
   // (StepTile), so that a peeled loop's steps carry no branch on j == 0.
-  template <bool Transformed, StepTile Tile = StepTile::any, int NS = C::NT>
+  // Unmasked: the caller knows the tile needs no mask (unmasked_steps_down),
+  // so the step does not test it: the test's ~25 uniform instructions sat
+  // between S's wait and the row max, on the step's chain.
+  template <bool Transformed, StepTile Tile = StepTile::any, int NS = C::NT, bool Unmasked = false>
   __device__ __forceinline__ void step(const ForwardBlock& f, std::uint64_t q_desc, int j, float (&o)[C::DT][4],
                                        std::uint32_t (&pa)[C::KP][4], float (&row_max)[2], float (&row_sum)[2],
                                        float mult, int row, int t4, bool last) {
@@ -265,7 +268,7 @@ struct ConsumerPipe {
     if (!(C::kEarlyQRelease && last)) mbarrier_arrive(&k_empty[st]);  // K_j read
 
     float correction[2] = {1.0f, 1.0f};
-    const bool masked = !f.rules.tile_unmasked(f.m0, f.rows, n0, NS * 8);
+    const bool masked = !Unmasked && !f.rules.tile_unmasked(f.m0, f.rows, n0, NS * 8);
     // kRowsTogether: both rows' chains interleaved, with a floor for the
     // P V's wait after half of the exponentials (wgmma_wait_pin.cuh):
     // without it ptxas hoists the wait below to the top of the block after
@@ -733,9 +736,18 @@ __global__ void __launch_bounds__(C::kThreads, 1) flash_fwd_tma_kernel(const __g
         release_stored_q();
         j = 1;
       }
-      for (; j < n_tiles; ++j)
-        pipe.template step<Transformed, StepTile::later>(f, q_desc, j, o, pa, row_max, row_sum, mult,
-                                                         f.m0 + row_in_block, t4, j == n_tiles - 1);
+      // The steps whose tile every row of the block sees whole skip the
+      // mask test (without a mask: all but a partial last tile).
+      int unmasked_lo, unmasked_hi;
+      f.rules.unmasked_steps_down(f.m0, f.rows, f.t_hi, C::BN, &unmasked_lo, &unmasked_hi);
+      for (; j < n_tiles; ++j) {
+        if (j >= unmasked_lo && j < unmasked_hi)
+          pipe.template step<Transformed, StepTile::later, C::NT, true>(f, q_desc, j, o, pa, row_max, row_sum, mult,
+                                                                        f.m0 + row_in_block, t4, j == n_tiles - 1);
+        else
+          pipe.template step<Transformed, StepTile::later>(f, q_desc, j, o, pa, row_max, row_sum, mult,
+                                                           f.m0 + row_in_block, t4, j == n_tiles - 1);
+      }
     } else {
       for (; j < n_tiles; ++j) {
         pipe.template step<Transformed>(f, q_desc, j, o, pa, row_max, row_sum, mult, f.m0 + row_in_block, t4,
