@@ -84,8 +84,10 @@ struct TmaFwdConfig {
   // The online softmax's two rows together (online_softmax_m16_rows_together,
   // the P V's wait held below half the exponentials) or row by row. Together
   // at D = 64, which the exponentials' issue bounds: +2-5 % from 512 keys
-  // (H200, session 37); level at D = 128 and 256 (0.98-1.01), which keep the
-  // row-by-row form.
+  // (H200, session 37); at D = 128 since the peel (kPeelFirst), after which
+  // ptxas put the row-by-row form's P V wait before every exponential
+  // (ncu: 6.8 % of the step's stall samples there): +2-4 % from 1k keys
+  // (session 39). D = 256 keeps the row-by-row form (level, session 37).
   static constexpr bool kRowsTogether = D <= 128;
   // An item's first step peeled off the tile loop (its P V, V wait and
   // release, and rescale are absent), so that the loop's step has none of
