@@ -6,6 +6,11 @@ item), of the item's end (drain turn, drain, epilogue) and per item.
 
     CUFLASH_TIMELINE_OUT=/tmp/tl/d64 CUFLASH_TIMELINE_AT=20 cuflash bench --backend cuda ... --reps 30
     python3 bench/step_timeline.py /tmp/tl/d64-d64-c3-s2.bin
+    python3 bench/step_timeline.py --raw /tmp/tl/d128-d128-c2-s2.bin
+
+--raw prints every stamp of each recorded CTA's warpgroups instead, in clocks
+from that CTA's first stamp: for walks of one item per CTA (small grids),
+whose only item is both the first and the last that the medians leave out.
 
 Step phases, each from the previous stamp: loads (the tile's K and pending V
 landed), turn (the GEMM turn taken), S (S = Q K^T complete), softmax, tail
@@ -87,11 +92,30 @@ def phases(items):
     return out
 
 
+def raw(meta, rows):
+    """Each recorded CTA's stamps, per warpgroup, from the CTA's first."""
+    for cta in range(min(CTAS, meta["ctas"])):
+        stamps = [[(EVENTS.get(w >> 56, "?"), w & ((1 << 56) - 1)) for w in rows[cta * WARPGROUPS + wg] if w]
+                  for wg in range(meta["consumers"] + 1)]
+        clocks = [c for wg in stamps for _, c in wg]
+        if not clocks:
+            continue
+        origin = min(clocks)
+        print(f"  CTA {cta}:")
+        for wg, row in enumerate(stamps):
+            who = "producer" if wg == 0 else f"consumer {wg - 1}"
+            print(f"    {who}: " + ", ".join(f"{e} {c - origin}" for e, c in row))
+
+
 def main():
-    for path in sys.argv[1:]:
+    show_raw = "--raw" in sys.argv[1:]
+    for path in [a for a in sys.argv[1:] if a != "--raw"]:
         meta, rows = read(path)
         print(f"{path}: D {meta['d']}, {meta['consumers']} consumers, {meta['stages']} stages, "
               f"{meta['ctas']} CTAs, {meta['items']} items")
+        if show_raw:
+            raw(meta, rows)
+            continue
         for wg in range(1, meta["consumers"] + 1):
             merged = collections.defaultdict(list)
             for cta in range(min(CTAS, meta["ctas"])):

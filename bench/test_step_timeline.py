@@ -1,0 +1,82 @@
+#!/usr/bin/env python3
+"""Tests of bench/step_timeline.py that need no GPU: a timeline file written
+here in the layout sm90/step_timeline.cuh dumps (a header of 8 ints, then
+kTimelineCtas x kTimelineWarpgroups rows of (event << 56 | clock) words),
+read back in the per-stamp form (--raw) and as the medians of the phases.
+
+    python3 -m unittest discover -s bench -p 'test_*.py'
+"""
+
+from __future__ import annotations
+
+import contextlib
+import io
+import os
+import struct
+import sys
+import tempfile
+import unittest
+
+HERE = os.path.dirname(os.path.abspath(__file__))
+sys.path.insert(0, HERE)
+import step_timeline  # noqa: E402
+
+EVENT = {name: code for code, name in step_timeline.EVENTS.items()}
+
+
+def write_timeline(path, stamps, entries=16):
+    """stamps: {(cta, warpgroup): [(event name, clock), ...]}."""
+    rows = step_timeline.CTAS * step_timeline.WARPGROUPS
+    header = struct.pack("8i", 0x544C3031, 128, 2, 2, 16, 16, rows, entries)
+    words = [[0] * entries for _ in range(rows)]
+    for (cta, wg), row in stamps.items():
+        for k, (event, clock) in enumerate(row):
+            words[cta * step_timeline.WARPGROUPS + wg][k] = EVENT[event] << 56 | clock
+    with open(path, "wb") as f:
+        f.write(header + b"".join(struct.pack(f"{entries}Q", *w) for w in words))
+
+
+class StepTimelineTest(unittest.TestCase):
+    def run_main(self, *args):
+        out = io.StringIO()
+        argv = sys.argv
+        sys.argv = ["step_timeline.py", *args]
+        try:
+            with contextlib.redirect_stdout(out):
+                step_timeline.main()
+        finally:
+            sys.argv = argv
+        return out.getvalue()
+
+    def test_raw_prints_each_stamp_from_the_ctas_first(self):
+        with tempfile.TemporaryDirectory() as tmp:
+            path = os.path.join(tmp, "t.bin")
+            write_timeline(path, {(0, 0): [("start", 1000), ("load_q", 1100)],
+                                  (0, 1): [("start", 1005), ("item", 3000), ("epilogue", 9000)],
+                                  (1, 2): [("start", 50), ("item", 80)]})
+            text = self.run_main("--raw", path)
+        self.assertIn("CTA 0:", text)
+        self.assertIn("producer: start 0, load_q 100", text)
+        self.assertIn("consumer 0: start 5, item 2000, epilogue 8000", text)
+        self.assertIn("CTA 1:", text)
+        self.assertIn("consumer 1: start 0, item 30", text)
+
+    def test_medians_skip_the_first_and_last_items(self):
+        # Four items of one step each on consumer 0: the middle two count.
+        row, clock = [], 0
+        for length in (100, 200, 300, 400):
+            row.append(("item", clock))
+            for event in ("loads", "turn", "S", "softmax", "step"):
+                clock += length // 5
+                row.append((event, clock))
+            clock += 10
+        with tempfile.TemporaryDirectory() as tmp:
+            path = os.path.join(tmp, "t.bin")
+            write_timeline(path, {(0, 1): row}, entries=32)
+            text = self.run_main(path)
+        self.assertIn("consumer 0:", text)
+        self.assertIn("clocks 250", text)  # the median of the items of 200 and 300 clocks
+
+
+if __name__ == "__main__":
+    unittest.main()
