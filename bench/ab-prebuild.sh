@@ -10,7 +10,10 @@
 # AB_CHANGE_NAME=change2 packs the change as .abbin/change2.tar.xz (several
 # changes against one base, timed in one device call); the base is not
 # built again when .abbin/base.label names BASE_REF's commit or one that
-# differs from it in documentation only.
+# differs from it in documentation only. AB_CMAKE_ARGS adds CMake arguments
+# to both builds, e.g. the step timeline's (-DCUFLASH_STEP_TIMELINE=ON, with
+# AB_CHANGE_NAME=timeline, which ab-prebuilt.sh does not time, and an
+# AB_PREBUILD_DIR of its own, so that the A/B builds' objects stay).
 # One clone and one build directory in $AB_PREBUILD_DIR (default
 # /tmp/cuflash-ab): the base is built first, then the change on top of it,
 # so only what the change touches compiles again (2 cores: ~7 min for a
@@ -32,7 +35,7 @@ build() {  # <sha> <name> <targets...>
   shift 2
   git -C "$dir" checkout -q --detach "$sha"
   cmake -S "$dir" -B "$dir/build" -G Ninja -DCMAKE_BUILD_TYPE=Release -DCMAKE_CUDA_ARCHITECTURES=90a-real \
-    -DCUFLASH_ENABLE_CUDNN=OFF -DCUFLASH_ENABLE_NCCL=OFF -DCUFLASH_BUILD_TESTS="$tests" >/dev/null
+    -DCUFLASH_ENABLE_CUDNN=OFF -DCUFLASH_ENABLE_NCCL=OFF -DCUFLASH_BUILD_TESTS="$tests" ${AB_CMAKE_ARGS:-} >/dev/null
   echo "ab-prebuild: building $name ($(git rev-parse --short "$sha"))"
   cmake --build "$dir/build" -j "$(nproc)" --target "$@" >"$dir/build-$name.log" 2>&1 ||
     { tail -30 "$dir/build-$name.log"; exit 1; }
