@@ -101,10 +101,11 @@ TEST(ScoreRules, TilesAndKeyRangesHoldTheRowsKeys) {
   EXPECT_GT(unmasked_tiles, 0);  // the check above is not vacuous
 }
 
-// unmasked_keys is tile_unmasked as a range, and unmasked_steps_down picks
-// exactly the unmasked tiles of a walk down from tile t_hi - 1, for every
-// tile size, block of rows and end tile (the TMA forward skips the mask
-// test on those steps).
+// A tile is called unmasked exactly when every row of the block sees every
+// key of it (docs/semantics.md's mask), and unmasked_keys is that rule as a
+// range; unmasked_steps_down picks exactly the unmasked tiles of a walk
+// down from tile t_hi - 1, for every tile size, block of rows and end tile
+// (the TMA forward skips the mask test on those steps).
 TEST(ScoreRules, UnmaskedRangesAreTheUnmaskedTiles) {
   int unmasked_steps = 0, masked_steps = 0;
   for (const Sequence& s : sequences()) {
@@ -114,9 +115,15 @@ TEST(ScoreRules, UnmaskedRangesAreTheUnmaskedTiles) {
         int lo = 0, hi = 0;
         r.unmasked_keys(row0, rows, &lo, &hi);
         for (int key0 = 0; key0 < s.k_len + 3; ++key0)
-          for (int keys = 1; keys <= s.k_len + 3; ++keys)
-            EXPECT_EQ(r.tile_unmasked(row0, rows, key0, keys), lo <= key0 && key0 + keys <= hi)
+          for (int keys = 1; keys <= s.k_len + 3; ++keys) {
+            bool all_seen = true;
+            for (int i = row0; i < row0 + rows; ++i)
+              for (int j = key0; j < key0 + keys; ++j) all_seen &= sees(s, i, j);
+            EXPECT_EQ(r.tile_unmasked(row0, rows, key0, keys), all_seen)
                 << "rows " << row0 << "+" << rows << " keys " << key0 << "+" << keys;
+            EXPECT_EQ(lo <= key0 && key0 + keys <= hi, all_seen)
+                << "rows " << row0 << "+" << rows << " keys " << key0 << "+" << keys;
+          }
         for (int tile_keys = 1; tile_keys <= 4; ++tile_keys)
           for (int t_hi = 0; t_hi * tile_keys <= s.k_len + 2 * tile_keys; ++t_hi) {
             int j_lo = 0, j_hi = 0;
