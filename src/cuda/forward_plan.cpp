@@ -110,8 +110,17 @@ int tma_consumers(const Problem& problem, const sm90::TmaFwdTile& tma, const Dev
 // few_items_consumers; below, only without a right bound and on a grid of
 // at least one wave (with fewer items each CTA's own latency decides, and
 // the cp.async kernel's smaller blocks, two per SM, won).
+// CUFLASH_TMA_MIN_KEYS=n overrides the tiles' min_keys (read once; for
+// measuring the rule: D = 64's causal calls below 2k keys, which the TMA
+// kernel lost at session 26, before the step's later changes).
+int min_keys_override() {
+  static const int value = env_int("CUFLASH_TMA_MIN_KEYS", -1);
+  return value;
+}
+
 bool tma_wins(const Problem& problem, const sm90::TmaFwdTile& tma, int consumers, const DeviceInfo& info) {
-  if (problem.max_kv_len >= tma.min_keys || consumers != tma.consumers) return true;
+  const int min_keys = min_keys_override() >= 0 ? min_keys_override() : tma.min_keys;
+  if (problem.max_kv_len >= min_keys || consumers != tma.consumers) return true;
   return problem.window_right < 0 && tma_items(problem, tma.consumers) >= info.sm_count;
 }
 
