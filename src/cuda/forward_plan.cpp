@@ -105,11 +105,6 @@ int tma_consumers(const Problem& problem, const sm90::TmaFwdTile& tma, const Dev
   return tma.consumers;
 }
 
-// Whether the TMA kernel of `tma` (a head dim it has), run with `consumers`,
-// beats the cp.async one: from the tile's min_keys on, and with its
-// few_items_consumers; below, only without a right bound and on a grid of
-// at least one wave (with fewer items each CTA's own latency decides, and
-// the cp.async kernel's smaller blocks, two per SM, won).
 // CUFLASH_TMA_MIN_KEYS=n overrides the tiles' min_keys (read once; for
 // measuring the rule: D = 64's causal calls below 2k keys, which the TMA
 // kernel lost at session 26, before the step's later changes).
@@ -118,6 +113,11 @@ int min_keys_override() {
   return value;
 }
 
+// Whether the TMA kernel of `tma` (a head dim it has), run with `consumers`,
+// beats the cp.async one: from the tile's min_keys on, and with its
+// few_items_consumers; below, only without a right bound and on a grid of
+// at least one wave (with fewer items each CTA's own latency decides, and
+// the cp.async kernel's smaller blocks, two per SM, won).
 bool tma_wins(const Problem& problem, const sm90::TmaFwdTile& tma, int consumers, const DeviceInfo& info) {
   const int min_keys = min_keys_override() >= 0 ? min_keys_override() : tma.min_keys;
   if (problem.max_kv_len >= min_keys || consumers != tma.consumers) return true;
