@@ -25,6 +25,7 @@
 #include <cstdint>
 
 #include "common/attention_params.hpp"
+#include "common/bool_switch.cuh"
 #include "common/forward_block.cuh"
 #include "common/score_mask.cuh"
 #include "common/tensor_core.cuh"
@@ -742,14 +743,11 @@ __global__ void __launch_bounds__(C::kThreads, 1) flash_fwd_tma_kernel(const __g
       // mask test (without a mask: all but a partial last tile).
       int unmasked_lo, unmasked_hi;
       f.rules.unmasked_steps_down(f.m0, f.rows, f.t_hi, C::BN, &unmasked_lo, &unmasked_hi);
-      for (; j < n_tiles; ++j) {
-        if (j >= unmasked_lo && j < unmasked_hi)
-          pipe.template step<Transformed, StepTile::later, C::NT, true>(f, q_desc, j, o, pa, row_max, row_sum, mult,
-                                                                        f.m0 + row_in_block, t4, j == n_tiles - 1);
-        else
-          pipe.template step<Transformed, StepTile::later>(f, q_desc, j, o, pa, row_max, row_sum, mult,
-                                                           f.m0 + row_in_block, t4, j == n_tiles - 1);
-      }
+      for (; j < n_tiles; ++j)
+        bool_switch(j >= unmasked_lo && j < unmasked_hi, [&](auto unmasked) {
+          pipe.template step<Transformed, StepTile::later, C::NT, decltype(unmasked)::value>(
+              f, q_desc, j, o, pa, row_max, row_sum, mult, f.m0 + row_in_block, t4, j == n_tiles - 1);
+        });
     } else {
       for (; j < n_tiles; ++j) {
         pipe.template step<Transformed>(f, q_desc, j, o, pa, row_max, row_sum, mult, f.m0 + row_in_block, t4,
