@@ -6,10 +6,17 @@ median reported), and small command-line and report helpers.
 A Python call can take longer to launch than to run (SDPA's forward+backward
 of a small problem: 150-300 µs of host time for 30-50 µs on the GPU). Events
 around such a call time the host: the GPU reaches the start event and waits
-for the call's kernels. So each timed call is queued behind a spin kernel
-(torch.cuda._sleep) long enough to cover its launch, and the events time
-the GPU alone. (`cuflash bench`'s calls launch in 10-30 µs, under the
-L2 flush's GPU time before each.)"""
+for the call's kernels. So a timed call is queued behind a spin kernel
+(torch.cuda._sleep) where the host would otherwise fall behind: before the
+first, and before each whose launch takes longer than the GPU's time on the
+one before (queue_lead_spin_us). A call the GPU takes longer to run than the
+host to launch needs none: the host stays ahead, and the calls run back to
+back as `cuflash bench`'s do (its calls launch in 10-30 µs, each behind a
+host-function gate). The GPU must not rest more between one backend's calls
+than another's: at the power cap (H200: 690 W in long forward+backward
+calls) a rest raises the clock of the calls after it (NOTES.md, session 41:
+a spin of twice the host time before every call ran SDPA's cuDNN at
+1.90-1.94 GHz where `cuflash bench` ran back to back at 1.80)."""
 
 from __future__ import annotations
 
@@ -65,26 +72,26 @@ class TorchTimer:
             stop.synchronize()
             warm_ms += start.elapsed_time(stop)
             warm_calls += 1
-        reps = min(max(math.ceil(args.rep_ms / max(warm_ms / warm_calls, 1e-3)), args.min_reps), args.max_reps)
-        # The spin before each timed call: twice a rep's host time in the
-        # warm-up (its launch, the flush's and the events'), so that the call
-        # is queued before the GPU gets to it.
+        call_us = warm_ms / warm_calls * 1e3  # (a host-bound call's includes its launch: an overestimate)
+        reps = min(max(math.ceil(args.rep_ms * 1e3 / max(call_us, 1.0)), args.min_reps), args.max_reps)
+        # One rep's host time (its launch, the flush's and the events'), for the spins.
         host_start = time.perf_counter()
         before()
         self.flush_buffer.zero_()
         start.record()
         call()
         stop.record()
-        spin_us = 2.0 * (time.perf_counter() - host_start) * 1e6 + 10.0
-        spin_cycles = int(spin_us * self.spin_cycles_per_us)
+        rep_host_us = (time.perf_counter() - host_start) * 1e6
         stop.synchronize()
+        spins = [queue_lead_spin_us(rep_host_us, call_us, first=i == 0) for i in range(reps)]
         starts = [torch.cuda.Event(enable_timing=True) for _ in range(reps)]
         stops = [torch.cuda.Event(enable_timing=True) for _ in range(reps)]
         host = []
         for i in range(reps):
             before()
             self.flush_buffer.zero_()
-            torch.cuda._sleep(spin_cycles)
+            if spins[i] > 0:
+                torch.cuda._sleep(int(spins[i] * self.spin_cycles_per_us))
             starts[i].record()
             launch = time.perf_counter()
             call()
@@ -92,6 +99,15 @@ class TorchTimer:
             stops[i].record()
         torch.cuda.synchronize()
         return median(a.elapsed_time(b) for a, b in zip(starts, stops)), reps, median(host)
+
+
+def queue_lead_spin_us(rep_host_us: float, call_us: float, first: bool) -> float:
+    """How long the GPU spins before a timed call so that the call is queued
+    before the GPU reaches it: the first call gets twice a rep's host time (+20
+    µs); a later one the part of that which the GPU's time on the call before
+    does not already give the host (none when the GPU takes the longer)."""
+    lead_us = 2.0 * rep_host_us + 20.0
+    return lead_us if first else max(0.0, lead_us - call_us)
 
 
 def write_report(out: str, meta: dict, rows: list, markdown) -> None:
