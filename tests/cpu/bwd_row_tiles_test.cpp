@@ -62,6 +62,14 @@ void check_tile_order() {
           EXPECT_EQ(Order::index(16 * w + g + 8, col), at + 2);
           EXPECT_EQ(Order::index(16 * w + g + 8, col + 1), at + 3);
         }
+  // quad() inverts index() four floats at a time.
+  for (int q = 0; q < Order::kFloats / 4; ++q) {
+    const auto at = Order::quad(q);
+    ASSERT_EQ(Order::index(at.row, at.col), 4 * q) << "quad " << q;
+    ASSERT_EQ(Order::index(at.row, at.col + 1), 4 * q + 1) << "quad " << q;
+    ASSERT_EQ(Order::index(at.row + 8, at.col), 4 * q + 2) << "quad " << q;
+    ASSERT_EQ(Order::index(at.row + 8, at.col + 1), 4 * q + 3) << "quad " << q;
+  }
 }
 
 TEST(BwdRowTiles, DqTileOrderIsAPermutationOfWarpLines) {

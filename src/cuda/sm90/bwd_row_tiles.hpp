@@ -18,7 +18,7 @@
 // the rows [16 w, 16 w + 16), lane l its four floats of each n8 column
 // block), so that each warp stores whole 512-byte lines to shared memory
 // without bank conflicts and the tile leaves in one piece; the conversion to
-// dq reads it back by index().
+// dq reads it back in that order (quad()).
 #pragma once
 
 #include <cstdint>
@@ -50,6 +50,18 @@ struct DqTileOrder {
     const int c = col / kColsPerConsumer, i = (col % kColsPerConsumer) / 8;
     const int w = row / 16, g = row % 8, half = (row % 16) / 8, t = (col % 8) / 2;
     return block(c, w, i) + (g * 4 + t) * 4 + half * 2 + col % 2;
+  }
+  // The inverse, four floats at a time: floats 4 q .. 4 q + 3 (one lane's
+  // fragment of an n8 block) are the elements (row, col), (row, col + 1),
+  // (row + 8, col), (row + 8, col + 1). The conversion to dq reads the tile
+  // in this order, so that each warp reads whole 512-byte lines.
+  struct Quad {
+    int row, col;
+  };
+  CUFLASH_HOST_DEVICE static constexpr Quad quad(int q) {
+    const int lane = q % 32, blk = q / 32;  // a block is 32 lanes' four floats
+    const int i = blk % kBlocks, w = blk / kBlocks % 4, c = blk / kBlocks / 4;
+    return {16 * w + lane / 4, c * kColsPerConsumer + 8 * i + 2 * (lane % 4)};
   }
 };
 
