@@ -46,11 +46,7 @@ class TileOrderWalk : public ::testing::TestWithParam<WalkShape> {};
 
 TEST_P(TileOrderWalk, EveryItemOnce) {
   const WalkShape w = GetParam();
-  TileOrder order;
-  order.m_blocks = w.m_blocks;
-  order.heads = w.heads;
-  order.items = w.m_blocks * w.heads * w.z;
-  order.paired = w.paired;
+  const TileOrder order = TileOrder::make(w.m_blocks, w.heads, w.m_blocks * w.heads * w.z, w.paired);
   const std::vector<int> seen = visits(order, w.ctas);
   for (int i = 0; i < order.items; ++i) EXPECT_EQ(seen[i], 1) << "item " << i;
 }
@@ -76,11 +72,7 @@ INSTANTIATE_TEST_SUITE_P(
 // pair index rotating with the head spreads the half-cost middle blocks.
 TEST(TileOrderCost, PairsBalanceCausalBlocks) {
   for (const int m : {4, 11, 16, 128}) {
-    TileOrder order;
-    order.m_blocks = m;
-    order.heads = 16;
-    order.items = m * 16 * 4;
-    order.paired = true;
+    const TileOrder order = TileOrder::make(m, 16, m * 16 * 4, true);
     const int ctas = 132;
     std::vector<std::vector<int>> per_cta;
     const std::vector<int> seen = visits(order, ctas, &per_cta);
@@ -96,6 +88,38 @@ TEST(TileOrderCost, PairsBalanceCausalBlocks) {
     EXPECT_EQ(total, static_cast<long long>(m) * (m + 1) / 2 * 16 * 4);
     EXPECT_LE(hi - lo, 2LL * (m + 1)) << "m = " << m;
   }
+}
+
+// The walk's coordinates through FastDivisor are the plain divisions' (the
+// order the rules above were measured with).
+TEST(TileOrderWalkDivisions, SameAsPlainDivision) {
+  for (const bool paired : {false, true})
+    for (const int m : {1, 2, 3, 7, 16, 33, 128, 255})
+      for (const int heads : {1, 3, 16, 40})
+        for (const int z : {1, 2, 5}) {
+          const TileOrder order = TileOrder::make(m, heads, m * heads * z, paired);
+          for (const int ctas : {1, 7, 132})
+            for (int cta = 0; cta < ctas; ++cta)
+              for (int n = 0; n < 2 * order.items / ctas + 4; ++n) {
+                const TileOrder::Item it = order.item(n, cta, ctas);
+                if (!paired) {
+                  const int position = cta + n * ctas;
+                  ASSERT_EQ(it.more, position < order.items);
+                  ASSERT_EQ(it.x, position % m);
+                  ASSERT_EQ(it.y, position / m % heads);
+                  ASSERT_EQ(it.z, position / (m * heads));
+                  continue;
+                }
+                const int pairs = (m + 1) / 2, unit = cta + (n >> 1) * ctas;
+                const int k = (unit % pairs + unit / pairs) % pairs;
+                const int x = n & 1 ? m - 1 - k : k;
+                ASSERT_EQ(it.more, unit < pairs * (order.items / m));
+                ASSERT_EQ(it.exists, !((n & 1) && x == k));
+                ASSERT_EQ(it.x, x);
+                ASSERT_EQ(it.y, unit / pairs % heads);
+                ASSERT_EQ(it.z, unit / (pairs * heads));
+              }
+        }
 }
 
 }  // namespace

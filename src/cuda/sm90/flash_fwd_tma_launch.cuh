@@ -26,11 +26,10 @@ Status launch_tma_config(const ForwardParams& p, const TmaForwardLaunch& launch,
   // Each consumer warpgroup stores its own 64 rows.
   tp.out_by_tma = launch.out_by_tma;
   if (tp.out_by_tma) CUFLASH_TRY(encode_head_rows_map(&tp.out, launch.out, 64, "out"));
-  tp.order.m_blocks = (p.max_q_len + C::BM - 1) / C::BM;
-  tp.order.heads = p.heads_q;
-  tp.order.items = tp.order.m_blocks * p.heads_q * p.batch * p.num_splits;
-  const int ctas = launch.persistent_ctas > 0 ? std::min(tp.order.items, launch.persistent_ctas) : tp.order.items;
-  tp.order.paired = launch.causal_walk && ctas < tp.order.items;
+  const int m_blocks = (p.max_q_len + C::BM - 1) / C::BM;
+  const int items = m_blocks * p.heads_q * p.batch * p.num_splits;
+  const int ctas = launch.persistent_ctas > 0 ? std::min(items, launch.persistent_ctas) : items;
+  tp.order = TileOrder::make(m_blocks, p.heads_q, items, launch.causal_walk && ctas < items);
   auto kernel = flash_fwd_tma_kernel<C, Transformed>;
   CUFLASH_TRY(allow_dynamic_smem(kernel, C::kSmemBytes, "flash_fwd_tma_kernel"));
   kernel<<<ctas, C::kThreads, C::kSmemBytes, stream>>>(tp);

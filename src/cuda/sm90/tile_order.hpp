@@ -19,8 +19,13 @@
 //
 // Plain C++ (constexpr, which device code calls under
 // --expt-relaxed-constexpr), so tests/cpu/tile_order_test.cpp checks that
-// every walk takes each item exactly once.
+// every walk takes each item exactly once. Its divisions are by counts fixed
+// per launch, so they go through FastDivisor: each CTA role computes an
+// item's coordinates per item, and a run-time division's dependent chain
+// was ~20 instructions of the producer's way to its first load.
 #pragma once
+
+#include "common/fast_divisor.hpp"
 
 namespace cuflash::detail::sm90 {
 
@@ -29,6 +34,23 @@ struct TileOrder {
   int heads = 0;
   int items = 0;  // m_blocks x heads x (batch x splits)
   bool paired = false;
+  int pairs = 0;       // (m_blocks + 1) / 2
+  int pair_units = 0;  // pairs x heads x (batch x splits): what a paired walk deals out
+  FastDivisor by_m_blocks, by_heads, by_pairs;
+
+  static constexpr TileOrder make(int m_blocks, int heads, int items, bool paired) {
+    TileOrder order;
+    order.m_blocks = m_blocks;
+    order.heads = heads;
+    order.items = items;
+    order.paired = paired;
+    order.pairs = (m_blocks + 1) / 2;
+    order.pair_units = m_blocks > 0 ? order.pairs * (items / m_blocks) : 0;
+    order.by_m_blocks = FastDivisor(static_cast<unsigned>(m_blocks > 0 ? m_blocks : 1));
+    order.by_heads = FastDivisor(static_cast<unsigned>(heads > 0 ? heads : 1));
+    order.by_pairs = FastDivisor(static_cast<unsigned>(order.pairs > 0 ? order.pairs : 1));
+    return order;
+  }
 
   // Grid coordinates of an item: x counts query blocks from the heaviest
   // (forward_block_at reverses it), y is the head, z the batch x split
@@ -44,18 +66,20 @@ struct TileOrder {
   constexpr Item item(int n, int cta, int ctas) const {
     if (!paired) {
       const int position = cta + n * ctas;
-      return {position < items, true, position % m_blocks, (position / m_blocks) % heads,
-              position / (m_blocks * heads)};
+      const int head_major = by_m_blocks.div(position);  // position / m_blocks
+      const int z = by_heads.div(head_major);
+      return {position < items, true, position - head_major * m_blocks, head_major - z * heads, z};
     }
-    const int pairs = (m_blocks + 1) / 2;
     const int unit = cta + (n >> 1) * ctas;  // (pair k, head, batch x split)
+    const int head_major = by_pairs.div(unit);  // unit / pairs
     // k rotates with the head: with k = unit % pairs, a CTA count that is a
     // multiple of `pairs` gave every CTA the same k, and an odd head's
     // middle block (half a pair's cost) to the same CTAs in every round.
-    const int k = (unit % pairs + unit / pairs) % pairs, second = n & 1;
+    const int rotated = unit - head_major * pairs + head_major;
+    const int k = rotated - by_pairs.div(rotated) * pairs, second = n & 1;
     const int x = second ? m_blocks - 1 - k : k;
-    return {unit < pairs * (items / m_blocks), !(second && x == k), x, (unit / pairs) % heads,
-            unit / (pairs * heads)};
+    const int z = by_heads.div(head_major);
+    return {unit < pair_units, !(second && x == k), x, head_major - z * heads, z};
   }
 };
 
