@@ -10,6 +10,7 @@
 #include <cstdint>
 
 #include "common/attention_params.hpp"
+#include "common/fast_divisor.hpp"
 #include "common/online_softmax.cuh"
 #include "common/score_mask.cuh"
 #include "common/tensor_core.cuh"
@@ -26,23 +27,37 @@ struct ForwardBlock {
   ScoreRules rules;
 };
 
+// The launch's divisors of a block's coordinates: z = b x splits + split,
+// and a query head's kv head h / group. Built on the host from the params,
+// so that a block's prologue runs no run-time integer division (each is a
+// ~20-instruction dependent chain, and the TMA producer computes a block
+// per work item on its way to the item's first load).
+struct ForwardBlockDivisors {
+  FastDivisor by_splits, by_group;
+
+  static ForwardBlockDivisors of(const ForwardParams& p) {
+    return {FastDivisor(static_cast<std::uint32_t>(p.num_splits)), FastDivisor(static_cast<std::uint32_t>(p.group))};
+  }
+};
+
 // The block of grid position (x, y, z) of a (m_blocks, heads, batch x
 // splits) grid; a persistent kernel walks these positions itself.
 template <int BM, int BN>
-__device__ __forceinline__ ForwardBlock forward_block_at(const ForwardParams& p, int m_blocks, int x, int y, int z) {
+__device__ __forceinline__ ForwardBlock forward_block_at(const ForwardParams& p, const ForwardBlockDivisors& d,
+                                                         int m_blocks, int x, int y, int z) {
   ForwardBlock f;
   // Heaviest causal blocks (the last query rows) are scheduled first.
   const int m_block = m_blocks - 1 - x;
   f.h = y;
-  f.b = z / p.num_splits;
-  f.split = z % p.num_splits;
+  f.b = d.by_splits.div(z);
+  f.split = z - f.b * d.by_splits.value();
   f.seq = seq_bounds(p, f.b);
   f.m0 = m_block * BM;
   // No early return: one straight path keeps the caller's register
   // allocation what it was with this code inline (an early return here cost
   // the sm80 D=128 kernel 70 more bytes of spills).
   f.active = f.m0 < f.seq.q_len;
-  f.hk = f.h / p.group;
+  f.hk = d.by_group.div(f.h);
   f.rules = score_rules(p, f.seq, f.b, f.h);
   f.rows = min(BM, f.seq.q_len - f.m0);
   int key_lo, key_hi;
@@ -59,8 +74,8 @@ __device__ __forceinline__ ForwardBlock forward_block_at(const ForwardParams& p,
 }
 
 template <int BM, int BN>
-__device__ __forceinline__ ForwardBlock forward_block(const ForwardParams& p) {
-  return forward_block_at<BM, BN>(p, gridDim.x, blockIdx.x, blockIdx.y, blockIdx.z);
+__device__ __forceinline__ ForwardBlock forward_block(const ForwardParams& p, const ForwardBlockDivisors& d) {
+  return forward_block_at<BM, BN>(p, d, gridDim.x, blockIdx.x, blockIdx.y, blockIdx.z);
 }
 
 // Row `half` (0: g, 1: g + 8) of a warp's m16 x (8 NT) tile of scores s,

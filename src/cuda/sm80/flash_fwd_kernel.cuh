@@ -100,14 +100,15 @@ __device__ __forceinline__ bool columns_used(int col0, int head_dim) {
 // the GEMM steps over columns past it are skipped (instantiated for the
 // plain kernel only; the others compute on the zero columns).
 template <class C, bool Transformed, bool Dropout = false, bool Narrow = false>
-__global__ void __launch_bounds__(C::kThreads, C::MinBlocks) flash_fwd_kernel(const ForwardParams p) {
+__global__ void __launch_bounds__(C::kThreads, C::MinBlocks)
+    flash_fwd_kernel(const ForwardParams p, const ForwardBlockDivisors divisors) {
   using T = typename C::Element;
   extern __shared__ __align__(16) unsigned char smem_raw[];
   T* sQ = reinterpret_cast<T*>(smem_raw);
   T* sK = sQ + C::BM * C::kRow;
   T* sV = sK + C::BN * C::kRow;
 
-  const ForwardBlock f = forward_block<C::BM, C::BN>(p);
+  const ForwardBlock f = forward_block<C::BM, C::BN>(p, divisors);
   if (!f.active) return;
   const SeqBounds& seq = f.seq;
   const ScoreRules& rules = f.rules;

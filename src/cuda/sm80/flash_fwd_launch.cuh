@@ -22,7 +22,7 @@ Status launch_flash_fwd(const ForwardParams& p, cudaStream_t stream) {
                                      : flash_fwd_kernel<C, false>;
   CUFLASH_TRY(allow_dynamic_smem(kernel, C::kSmemBytes, "flash_fwd_kernel"));
   const dim3 grid((p.max_q_len + C::BM - 1) / C::BM, p.heads_q, p.batch * p.num_splits);
-  kernel<<<grid, C::kThreads, C::kSmemBytes, stream>>>(p);
+  kernel<<<grid, C::kThreads, C::kSmemBytes, stream>>>(p, ForwardBlockDivisors::of(p));
   return launch_status("flash_fwd_kernel");
 }
 

@@ -53,6 +53,7 @@ struct TmaForwardParams {
   CUtensorMap out;
   bool out_by_tma = false;
   TileOrder order;  // the work items (query blocks of BM rows) and who takes which
+  ForwardBlockDivisors divisors;  // of p: an item's batch, split and kv head
 };
 
 // D: the kernel's head dim (shared-memory tiles, TMA boxes); DC: the columns
@@ -422,7 +423,7 @@ __global__ void __launch_bounds__(C::kThreads, 1) flash_fwd_tma_kernel(const __g
       const TileOrder::Item it = tp.order.item(n, blockIdx.x, gridDim.x);
       if (!it.more) break;
       if (!it.exists) continue;
-      const ForwardBlock f = forward_block_at<C::BM, C::BN>(p, tp.order.m_blocks, it.x, it.y, it.z);
+      const ForwardBlock f = forward_block_at<C::BM, C::BN>(p, tp.divisors, tp.order.m_blocks, it.x, it.y, it.z);
       if (!f.active) continue;
       const int batch_coord = varlen ? 0 : f.b;
       const int n_tiles = max(f.t_hi - f.t_lo, 0);

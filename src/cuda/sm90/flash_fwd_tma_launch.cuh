@@ -29,6 +29,7 @@ Status launch_tma_config(const ForwardParams& p, const TmaForwardLaunch& launch,
   const int m_blocks = (p.max_q_len + C::BM - 1) / C::BM;
   const int items = m_blocks * p.heads_q * p.batch * p.num_splits;
   const int ctas = launch.persistent_ctas > 0 ? std::min(items, launch.persistent_ctas) : items;
+  tp.divisors = ForwardBlockDivisors::of(p);
   tp.order = TileOrder::make(m_blocks, p.heads_q, items, launch.causal_walk && ctas < items);
   auto kernel = flash_fwd_tma_kernel<C, Transformed>;
   CUFLASH_TRY(allow_dynamic_smem(kernel, C::kSmemBytes, "flash_fwd_tma_kernel"));

@@ -80,7 +80,8 @@ __device__ __forceinline__ void load_sw128_tile(typename C::Element* smem, const
 // Transformed: softcap or ALiBi is on (every score goes through
 // ScoreRules::logit2), a separate instantiation as on sm80.
 template <class C, bool Transformed>
-__global__ void __launch_bounds__(C::kThreads, C::MinBlocks) flash_fwd_wgmma_kernel(const ForwardParams p) {
+__global__ void __launch_bounds__(C::kThreads, C::MinBlocks)
+    flash_fwd_wgmma_kernel(const ForwardParams p, const ForwardBlockDivisors divisors) {
 #if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900 && defined(__CUDA_ARCH_FEAT_SM90_ALL)
   using T = typename C::Element;
   using sm80::cp_async_commit;
@@ -96,7 +97,7 @@ __global__ void __launch_bounds__(C::kThreads, C::MinBlocks) flash_fwd_wgmma_ker
   auto sK = [&](int st) { return reinterpret_cast<T*>(stage0 + st * kStageBytes); };
   auto sV = [&](int st) { return reinterpret_cast<T*>(stage0 + st * kStageBytes + C::KVTile::kBytes); };
 
-  const ForwardBlock f = forward_block<C::BM, C::BN>(p);
+  const ForwardBlock f = forward_block<C::BM, C::BN>(p, divisors);
   if (!f.active) return;
   const SeqBounds& seq = f.seq;
   const ScoreRules& rules = f.rules;
