@@ -7,7 +7,7 @@ sourced; otherwise that line says it failed). On the GPU machine:
 
     python3 bench/peer_kernels.py <head_dim> <seqlen> <causal 0|1>
 """
-import json, sys, os, tempfile, torch
+import json, os, sys, tempfile, torch
 from torch.nn.attention import SDPBackend, sdpa_kernel
 d, s, causal = int(sys.argv[1]), int(sys.argv[2]), sys.argv[3] == "1"
 h, b = 2048 // d, 16384 // s
@@ -27,10 +27,15 @@ for which in ("cudnn", "fa4"):
         torch.cuda.synchronize()
         with torch.profiler.profile(activities=[torch.profiler.ProfilerActivity.CUDA]) as prof:
             run(which); torch.cuda.synchronize()
-        path = tempfile.mktemp(suffix=".json"); prof.export_chrome_trace(path)
-        for e in json.load(open(path))["traceEvents"]:
+        with tempfile.TemporaryDirectory() as tmp:
+            path = os.path.join(tmp, "trace.json")
+            prof.export_chrome_trace(path)
+            events = json.load(open(path))["traceEvents"]
+        for e in events:
             if e.get("cat") == "kernel":
                 a = e.get("args", {})
-                print(f"{which} d{d} s{s} c{int(causal)} {e['dur']:8.1f}us grid {a.get('grid')} block {a.get('block')} regs {a.get('registers per thread')} smem {a.get('shared memory')} {e['name'][:150]}")
+                print(f"{which} d{d} s{s} c{int(causal)} {e['dur']:8.1f}us grid {a.get('grid')} "
+                      f"block {a.get('block')} regs {a.get('registers per thread')} "
+                      f"smem {a.get('shared memory')} {e['name'][:150]}")
     except Exception as ex:
         print(which, "failed", ex)
