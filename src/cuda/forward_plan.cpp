@@ -78,49 +78,61 @@ bool tma_plain_full_width(const Problem& problem) {
          sm90::tma_columns(problem.head_dim) == sm90::tma_head_dim(problem.head_dim);
 }
 
-// The consumer warpgroups the TMA kernel runs a problem with: the tile's,
-// or its few_items_consumers where that leaves at most one item per SM and
-// the keys span more than one tile. Measured at D = 64, B = 1, H = 16
-// (H200, NOTES.md session 31): 512 keys +9 % (none) / +11 % (causal) over
-// the cp.async kernel; 128 keys, one key tile with nothing for the producer
-// to run ahead of, -7 % / -2 %.
-// CUFLASH_TMA_CONSUMERS=n picks n consumer warpgroups wherever the tile
-// has that count (its own or few_items_consumers, the latter with plain
-// scores at full width), whatever the grid; other values are ignored (read
-// once; for measuring the rule, e.g. D = 64's two consumers on prefill
-// shapes, where 192-row blocks leave 11-12 % of the rows empty at 512 and
-// 1k queries).
-int consumers_override() {
-  static const int value = env_int("CUFLASH_TMA_CONSUMERS", 0);
-  return value;
-}
-
-int tma_consumers(const Problem& problem, const sm90::TmaFwdTile& tma, const DeviceInfo& info) {
-  const int forced = consumers_override();
-  if (forced > 0 && forced == tma.few_items_consumers && tma_plain_full_width(problem)) return forced;
-  if (forced > 0 && forced == tma.consumers) return forced;
-  if (tma.few_items_consumers > 0 && tma_plain_full_width(problem) && problem.max_kv_len > tma.block_n &&
-      tma_items(problem, tma.few_items_consumers) <= info.sm_count)
-    return tma.few_items_consumers;
-  return tma.consumers;
-}
-
 // CUFLASH_TMA_MIN_KEYS=n overrides the tiles' min_keys (read once; for
-// measuring the rule: D = 64's causal calls below 2k keys, which the TMA
-// kernel lost at session 26, before the step's later changes).
+// measuring the rules below).
 int min_keys_override() {
   static const int value = env_int("CUFLASH_TMA_MIN_KEYS", -1);
   return value;
 }
 
+int tma_min_keys(const sm90::TmaFwdTile& tma) {
+  return min_keys_override() >= 0 ? min_keys_override() : tma.min_keys;
+}
+
+// CUFLASH_TMA_CONSUMERS=n picks n consumer warpgroups wherever the tile
+// has that count (its own or few_items_consumers, the latter with plain
+// scores at full width), whatever the grid; other values are ignored (read
+// once; for measuring the rules below).
+int consumers_override() {
+  static const int value = env_int("CUFLASH_TMA_CONSUMERS", 0);
+  return value;
+}
+
+// The consumer warpgroups the TMA kernel runs a problem with: the tile's,
+// or its few_items_consumers (plain scores at full width, keys over more
+// than one tile) where
+// - that leaves at most one item per SM. Measured at D = 64, B = 1, H = 16
+//   (H200, NOTES.md session 31): 512 keys +9 % (none) / +11 % (causal) over
+//   the cp.async kernel; 128 keys, one key tile with nothing for the
+//   producer to run ahead of, -7 % / -2 %;
+// - the call is dense and causal (a right bound, no left one) below
+//   min_keys, where the tile's own count loses to the cp.async kernel: its
+//   items are then walked in pairs (tma_forward_launch). Measured at D = 64
+//   on the sweep's causal shapes (H200, NOTES.md session 42): 512 / 1k keys
+//   +4.8 / +7.6 % over the cp.async kernel (three consumers: -18 / -9 %;
+//   at session 26 two consumers had lost too, before the walk and the
+//   step's later changes); at 2k, where three consumers take over, level.
+//   (Varlen and windowed calls, not walked, were not measured.)
+int tma_consumers(const Problem& problem, const sm90::TmaFwdTile& tma, const DeviceInfo& info) {
+  const int forced = consumers_override();
+  if (forced > 0 && forced == tma.few_items_consumers && tma_plain_full_width(problem)) return forced;
+  if (forced > 0 && forced == tma.consumers) return forced;
+  if (tma.few_items_consumers == 0 || !tma_plain_full_width(problem) || problem.max_kv_len <= tma.block_n)
+    return tma.consumers;
+  const bool few_items = tma_items(problem, tma.few_items_consumers) <= info.sm_count;
+  const bool short_causal = problem.layout != Layout::varlen && problem.window_right >= 0 &&
+                            problem.window_left < 0 && problem.max_kv_len < tma_min_keys(tma);
+  return few_items || short_causal ? tma.few_items_consumers : tma.consumers;
+}
+
 // Whether the TMA kernel of `tma` (a head dim it has), run with `consumers`,
 // beats the cp.async one: from the tile's min_keys on, and with its
-// few_items_consumers; below, only without a right bound and on a grid of
-// at least one wave (with fewer items each CTA's own latency decides, and
-// the cp.async kernel's smaller blocks, two per SM, won).
+// few_items_consumers; below, with the tile's own count, only without a
+// right bound and on a grid of at least one wave (with fewer items each
+// CTA's own latency decides, and the cp.async kernel's smaller blocks, two
+// per SM, won).
 bool tma_wins(const Problem& problem, const sm90::TmaFwdTile& tma, int consumers, const DeviceInfo& info) {
-  const int min_keys = min_keys_override() >= 0 ? min_keys_override() : tma.min_keys;
-  if (problem.max_kv_len >= min_keys || consumers != tma.consumers) return true;
+  if (problem.max_kv_len >= tma_min_keys(tma) || consumers != tma.consumers) return true;
   return problem.window_right < 0 && tma_items(problem, tma.consumers) >= info.sm_count;
 }
 

@@ -64,20 +64,34 @@ TEST(ForwardPlan, HopperHeadDimsAndKeys) {
   const ForwardPlan d128 = plan(dense_case("d128", 512, 512, 16, 16, 128, 2), h100());
   EXPECT_EQ(d128.kind, ForwardKind::tma);
   EXPECT_EQ(d128.tile.block_m, 128);
-  // D = 64 takes TMA from 2048 keys; below, without a mask when its grid
-  // (192-row blocks x heads x batch) fills the SMs once, and on a grid of
-  // at most one 128-row block per SM (with two consumers) over more than
-  // 128 keys, else the cp.async wgmma kernel, as causal calls on larger
-  // grids do.
+  // D = 64 takes TMA from 2048 keys with three consumers; below, without a
+  // mask when its grid (192-row blocks x heads x batch) fills the SMs once,
+  // and with two consumers on a grid of at most one 128-row block per SM
+  // over more than 128 keys and on dense causal calls, else the cp.async
+  // wgmma kernel.
   EXPECT_EQ(plan(dense_case("d64_short", 512, 512, 8, 8, 64, 6), h100()).kind, ForwardKind::tma);  // 144 items
   EXPECT_EQ(plan(dense_case("d64_short_small_grid", 512, 512, 8, 8, 64, 5), h100()).kind,
             ForwardKind::wgmma);  // 120 items of 192 rows, 160 of 128
-  EXPECT_EQ(plan(causal_case(dense_case("d64_short_causal", 512, 512, 8, 8, 64, 5)), h100()).kind,
+  const ForwardPlan short_causal = plan(causal_case(dense_case("d64_short_causal", 512, 512, 8, 8, 64, 5)), h100());
+  EXPECT_EQ(short_causal.kind, ForwardKind::tma);
+  EXPECT_EQ(short_causal.tile.block_m, 128);
+  EXPECT_TRUE(short_causal.tma.causal_walk);
+  EXPECT_EQ(short_causal.tma.persistent_ctas, 132);
+  const ForwardPlan causal_2047 = plan(causal_case(dense_case("d64_causal", 2048, 2047, 8, 8, 64, 2)), h100());
+  EXPECT_EQ(causal_2047.kind, ForwardKind::tma);
+  EXPECT_EQ(causal_2047.tile.block_m, 128);
+  const ForwardPlan long_causal = plan(causal_case(dense_case("d64_long_causal", 256, 2048, 8, 8, 64, 1)), h100());
+  EXPECT_EQ(long_causal.kind, ForwardKind::tma);
+  EXPECT_EQ(long_causal.tile.block_m, 192);
+  // Softcap (no two-consumer instantiation) and windows (not measured) stay
+  // on the cp.async kernel below 2048 keys.
+  EXPECT_EQ(plan(causal_case(dense_case("d64_short_causal_softcap", 512, 512, 8, 8, 64, 5)), h100(),
+                 [](Problem& p) { p.softcap = 30.0f; }).kind,
             ForwardKind::wgmma);
-  EXPECT_EQ(plan(causal_case(dense_case("d64_causal", 2048, 2047, 8, 8, 64, 2)), h100()).kind,
-            ForwardKind::wgmma);  // 256 items of 128 rows
-  EXPECT_EQ(plan(causal_case(dense_case("d64_long_causal", 256, 2048, 8, 8, 64, 1)), h100()).kind,
-            ForwardKind::tma);
+  CaseSpec windowed = dense_case("d64_short_window", 512, 512, 8, 8, 64, 5);
+  windowed.options.window_left = 100;
+  windowed.options.window_right = 0;
+  EXPECT_EQ(plan(windowed, h100()).kind, ForwardKind::wgmma);
   // One sequence of 16 heads: 64 items of 128 rows, two consumers.
   const ForwardPlan few = plan(causal_case(dense_case("d64_few_items", 512, 512, 16, 16, 64, 1)), h100());
   EXPECT_EQ(few.kind, ForwardKind::tma);

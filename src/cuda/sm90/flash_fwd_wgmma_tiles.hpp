@@ -38,7 +38,9 @@ constexpr WgmmaFwdTile wgmma_fwd_tile(int head_dim) {
 // one wave (H200, session 26: TMA 0.75 / 0.80 of it at 512 / 1k causal and
 // 1.03 / 1.04 without a mask on full grids; B = 1, H = 16 took 9.6 / 15.4 us
 // on TMA against 9.0 / 15.0 on the cp.async kernel at 128 / 512 keys; two
-// consumers were slower everywhere, 0.84-0.96); D = 192 takes 64-key tiles
+// consumers were slower everywhere, 0.84-0.96; session 42 on the H200:
+// two consumers, walked in pairs, now beat it on dense causal calls, +4.8 /
+// +7.6 % at 512 / 1k keys, so forward_plan.cpp gives them those); D = 192 takes 64-key tiles
 // and D = 256 80-key ones (O already holds 96-128 registers per thread; at D = 256
 // 80 keys measured +5-9 % over 64 at 4k-16k keys, -3-5 % at 512 where 7
 // tiles cover 560 keys). 176-key tiles at D = 128 (one Q buffer then)
