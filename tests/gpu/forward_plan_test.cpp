@@ -150,6 +150,24 @@ TEST(ForwardPlan, DeepRingForLongKeys) {
   EXPECT_FALSE(plan(dense_case("d256_long", 256, 4096, 4, 4, 256, 1), h100()).tma.deep_ring);
 }
 
+// D = 256 takes 64-key tiles below 1024 keys, with plain scores at the
+// kernel's full width only; the other head dims keep their tiles.
+TEST(ForwardPlan, ShortTilesForShortKeys) {
+  if (!tma_plannable()) GTEST_SKIP() << "no sm_90a kernels in this build";
+  const ForwardPlan short_keys = plan(causal_case(dense_case("d256_short", 512, 512, 4, 4, 256, 2)), h100());
+  EXPECT_EQ(short_keys.kind, ForwardKind::tma);
+  EXPECT_TRUE(short_keys.tma.short_tiles);
+  EXPECT_EQ(short_keys.tile.block_n, 64);
+  const ForwardPlan keys_1k = plan(dense_case("d256_1k", 1024, 1024, 4, 4, 256, 2), h100());
+  EXPECT_FALSE(keys_1k.tma.short_tiles);
+  EXPECT_EQ(keys_1k.tile.block_n, 80);
+  CaseSpec capped = dense_case("d256_softcap", 512, 512, 4, 4, 256, 2);
+  capped.options.softcap = 10.0f;
+  EXPECT_FALSE(plan(capped, h100()).tma.short_tiles);
+  EXPECT_FALSE(plan(dense_case("d224_short", 512, 512, 4, 4, 224, 2), h100()).tma.short_tiles);
+  EXPECT_FALSE(plan(dense_case("d128_short", 512, 512, 4, 4, 128, 2), h100()).tma.short_tiles);
+}
+
 // The launch encodes the tensors the plan checked: they describe the views.
 TEST(ForwardPlan, TmaTensorsDescribeTheViews) {
   if (!tma_plannable()) GTEST_SKIP() << "no sm_90a kernels in this build";
