@@ -125,6 +125,28 @@ int tma_consumers(const Problem& problem, const sm90::TmaFwdTile& tma, const Dev
   return few_items || short_causal ? tma.few_items_consumers : tma.consumers;
 }
 
+// CUFLASH_TMA_SHORT_MAX_KEYS=n overrides the tiles' short_max_keys (read
+// once; for measuring the rule).
+int short_max_keys_override() {
+  static const int value = env_int("CUFLASH_TMA_SHORT_MAX_KEYS", -1);
+  return value;
+}
+
+// Whether the TMA kernel runs a problem with its tile's short_block_n key
+// tiles: causal calls (a right bound) below short_max_keys, plain scores at
+// the kernel's full width (the instantiations there are). D = 256: 64-key
+// tiles below 1024 keys. Measured when the 80-key tiles came (H100,
+// NOTES.md "TMA forward: 80-key tiles at D = 256"), 80 against 64 keys:
+// 512 keys -3.2 % (none) / -4.5 % (causal), 1k +1.3 / +0.3 %, 4k +4.7 /
+// +7.9 %; measured again with the rule (H200, session 43): causal 512
+// +7.3 %, 1k +0.2 %, but without a mask 512 -0.5 %, so calls without a
+// right bound keep the 80-key tiles.
+bool tma_short_tiles(const Problem& problem, const sm90::TmaFwdTile& tma) {
+  const int max_keys = short_max_keys_override() >= 0 ? short_max_keys_override() : tma.short_max_keys;
+  return tma.short_block_n > 0 && problem.window_right >= 0 && problem.max_kv_len < max_keys &&
+         tma_plain_full_width(problem);
+}
+
 // Whether the TMA kernel of `tma` (a head dim it has), run with `consumers`,
 // beats the cp.async one: from the tile's min_keys on, and with its
 // few_items_consumers; below, with the tile's own count, only without a
@@ -149,7 +171,8 @@ ForwardKernel forward_kernel(const Problem& problem, const DeviceInfo& info) {
   if (tma.block_n > 0 && sm90_tma_enabled() && tma_wins(problem, tma, consumers, info) &&
       tma_maps_fit(problem, info)) {
     k.kind = ForwardKind::tma;
-    k.tile = {64 * consumers, tma.block_n, 4 * (consumers + 1), false, 1};
+    k.tile = {64 * consumers, tma_short_tiles(problem, tma) ? tma.short_block_n : tma.block_n, 4 * (consumers + 1),
+              false, 1};
     k.tma_consumers = consumers;
     return k;
   }
@@ -210,6 +233,7 @@ sm90::TmaForwardLaunch tma_forward_launch(const Problem& problem, int consumers,
   launch.causal_walk = problem.window_right >= 0;
   const sm90::TmaFwdTile tile = tma_fwd_tile_for(problem);
   launch.few_items = consumers != tile.consumers;
+  launch.short_tiles = tma_short_tiles(problem, tile);
   const int kernel_dim = sm90::tma_head_dim(problem.head_dim);
   const bool short_keys = problem.max_kv_len < kWalkMaxKeys;
   const bool walkable = problem.window_left < 0 && problem.layout != Layout::varlen &&

@@ -80,7 +80,7 @@ TEST(ForwardPlan, HopperHeadDimsAndKeys) {
   const ForwardPlan causal_2047 = plan(causal_case(dense_case("d64_causal", 2048, 2047, 8, 8, 64, 2)), h100());
   EXPECT_EQ(causal_2047.kind, ForwardKind::tma);
   EXPECT_EQ(causal_2047.tile.block_m, 128);
-  const ForwardPlan long_causal = plan(causal_case(dense_case("d64_long_causal", 256, 2048, 8, 8, 64, 1)), h100());
+  const ForwardPlan long_causal = plan(causal_case(dense_case("d64_long_causal", 2048, 2048, 8, 8, 64, 2)), h100());
   EXPECT_EQ(long_causal.kind, ForwardKind::tma);
   EXPECT_EQ(long_causal.tile.block_m, 192);
   // Softcap (no two-consumer instantiation) and windows (not measured) stay
@@ -162,6 +162,30 @@ TEST(ForwardPlan, DeepRingForLongKeys) {
   EXPECT_FALSE(d96.tma.deep_ring);
   EXPECT_FALSE(plan(dense_case("d64_long", 256, 4096, 4, 4, 64, 1), h100()).tma.deep_ring);
   EXPECT_FALSE(plan(dense_case("d256_long", 256, 4096, 4, 4, 256, 1), h100()).tma.deep_ring);
+}
+
+// D = 256 takes 64-key tiles below 1024 keys, with plain scores at the
+// kernel's full width only; the other head dims keep their tiles.
+TEST(ForwardPlan, ShortTilesForShortKeys) {
+  if (!tma_plannable()) GTEST_SKIP() << "no sm_90a kernels in this build";
+  const ForwardPlan short_keys = plan(causal_case(dense_case("d256_short", 512, 512, 4, 4, 256, 2)), h100());
+  EXPECT_EQ(short_keys.kind, ForwardKind::tma);
+  EXPECT_TRUE(short_keys.tma.short_tiles);
+  EXPECT_EQ(short_keys.tile.block_n, 64);
+  // Without a mask the 80-key tiles measured level with the 64-key ones.
+  const ForwardPlan unmasked = plan(dense_case("d256_short_unmasked", 512, 512, 4, 4, 256, 2), h100());
+  EXPECT_FALSE(unmasked.tma.short_tiles);
+  EXPECT_EQ(unmasked.tile.block_n, 80);
+  const ForwardPlan keys_1k = plan(causal_case(dense_case("d256_1k", 1024, 1024, 4, 4, 256, 2)), h100());
+  EXPECT_FALSE(keys_1k.tma.short_tiles);
+  EXPECT_EQ(keys_1k.tile.block_n, 80);
+  CaseSpec capped = causal_case(dense_case("d256_softcap", 512, 512, 4, 4, 256, 2));
+  capped.options.softcap = 10.0f;
+  EXPECT_FALSE(plan(capped, h100()).tma.short_tiles);
+  // D = 224 runs on the D = 256 kernel at its full width (TMA fills the
+  // columns past 224 with zeros), so it takes that kernel's short tiles.
+  EXPECT_TRUE(plan(causal_case(dense_case("d224_short", 512, 512, 4, 4, 224, 2)), h100()).tma.short_tiles);
+  EXPECT_FALSE(plan(causal_case(dense_case("d128_short", 512, 512, 4, 4, 128, 2)), h100()).tma.short_tiles);
 }
 
 // The launch encodes the tensors the plan checked: they describe the views.

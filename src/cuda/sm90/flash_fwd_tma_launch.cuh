@@ -53,6 +53,10 @@ Status launch_flash_fwd_tma(const ForwardParams& p, const TmaForwardLaunch& laun
     static_assert(tile.few_items_consumers == CT::Consumers, "few_items_consumers: the two-consumer config");
     if (launch.few_items) return launch_tma_config<CT, false>(p, launch, stream);
   }
+  if constexpr (tile.short_block_n > 0 && DC == D) {
+    using CS = TmaFwdConfig<T, D, tile.short_block_n, tile.consumers, tile.stages, DC>;
+    if (launch.short_tiles) return launch_tma_config<CS, false>(p, launch, stream);
+  }
   if constexpr (tile.deep_stages > 0 && DC == D) {
     using CD = TmaFwdConfig<T, D, tile.block_n, tile.consumers, tile.deep_stages, DC>;
     if (launch.deep_ring) return launch_tma_config<CD, false>(p, launch, stream);

@@ -15,6 +15,7 @@ namespace cuflash::detail::sm90 {
 // out_by_tma: O leaves through TMA stores (dense, unsplit, mappable output).
 // deep_ring: the tile's deep_stages ring (flash_fwd_wgmma_tiles.hpp).
 // few_items: the tile's few_items_consumers instead of its consumers.
+// short_tiles: the tile's short_block_n key tiles instead of its block_n.
 struct TmaForwardLaunch {
   HeadRowsTensor q, k, v, out;
   int persistent_ctas = 0;
@@ -22,6 +23,7 @@ struct TmaForwardLaunch {
   bool out_by_tma = false;
   bool deep_ring = false;
   bool few_items = false;
+  bool short_tiles = false;
 };
 
 }  // namespace cuflash::detail::sm90

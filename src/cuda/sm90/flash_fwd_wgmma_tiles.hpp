@@ -70,6 +70,13 @@ struct TmaFwdTile {
   // at B = 1, H = 16: it issued 1.46x cuDNN's instructions there, most of
   // them addressing that TMA does not need; NOTES.md, session 31).
   int few_items_consumers = 0;
+  // 0, or narrower key tiles for calls under short_max_keys keys (plain
+  // scores, the kernel's full width; forward_plan.cpp): where a wide tile's
+  // last one is mostly past the keys (D = 256's 80-key tiles cover 512
+  // keys with 560) and its causal diagonal is split unevenly, at lengths
+  // where those tiles are a large share of the walk.
+  int short_block_n = 0;
+  int short_max_keys = 0;
 };
 
 constexpr TmaFwdTile tma_fwd_tile(int head_dim) {
@@ -77,7 +84,7 @@ constexpr TmaFwdTile tma_fwd_tile(int head_dim) {
     case 64: return {128, 3, 2, 2048, 0, 0, 2};
     case 128: return {128, 2, 2, 0, 3, 2048};
     case 192: return {64, 2, 2, 0, 0, 0};
-    case 256: return {80, 2, 2, 0, 0, 0};
+    case 256: return {80, 2, 2, 0, 0, 0, 0, 64, 1024};
     default: return {0, 0, 0, 0, 0, 0};
   }
 }
