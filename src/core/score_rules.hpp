@@ -13,6 +13,7 @@
 #pragma once
 
 #include <cmath>
+#include <cstdint>
 
 #include "host_device.hpp"
 
@@ -40,6 +41,21 @@ struct ScoreRules {
   CUFLASH_HOST_DEVICE void row_keys(int i, int* lo, int* hi) const {
     *lo = window_left >= 0 ? larger(k_first, i + offset - window_left) : k_first;
     *hi = window_right >= 0 ? smaller(k_len, i + offset + window_right + 1) : k_len;
+  }
+  // Rows [lo, hi) of [0, q_len) that see key j (lo >= hi: none):
+  // visible's rule as a range over the rows, with the sequence's rows, for a
+  // kernel that holds S^T (keys along its rows: the backward), where each
+  // score is then two compares against its key's bounds instead of
+  // visible's tests. (64-bit: j - offset - window spans up to 2^31 for the
+  // lengths validate() allows; the result is clamped to [0, q_len].)
+  CUFLASH_HOST_DEVICE void key_rows(int j, int q_len, int* lo, int* hi) const {
+    const std::int64_t aligned = static_cast<std::int64_t>(j) - offset;  // the row key j is aligned with
+    std::int64_t l = 0, h = q_len;
+    if (window_right >= 0 && aligned - window_right > l) l = aligned - window_right;
+    if (window_left >= 0 && aligned + window_left + 1 < h) h = aligned + window_left + 1;
+    if (j >= k_len || (k_first != 0 && j < k_first)) h = 0;
+    *lo = static_cast<int>(l < q_len ? l : q_len);
+    *hi = static_cast<int>(h > 0 ? h : 0);
   }
   // Base-2 logit of a raw dot product (only needed when `transformed`).
   CUFLASH_HOST_DEVICE float logit2(float dot, int i, int j) const { return logit2(dot, i, j, alibi_log2); }

@@ -76,6 +76,50 @@ TEST(ScoreRules, RowKeysAreTheVisibleKeys) {
   }
 }
 
+// The rows that see a key (the backward's per-key form of the mask) are
+// the rows whose visible keys hold it, for keys past the sequence too (a
+// tile's last rows).
+TEST(ScoreRules, KeyRowsAreTheRowsThatSeeTheKey) {
+  for (const Sequence& s : sequences()) {
+    const ScoreRules r = rules_of(s);
+    for (int j = 0; j < s.k_len + 3; ++j) {  // (keys are never negative, as for visible())
+      int lo = -7, hi = -7;
+      r.key_rows(j, s.q_len, &lo, &hi);
+      EXPECT_GE(lo, 0);
+      EXPECT_LE(lo, s.q_len);
+      EXPECT_GE(hi, 0);
+      EXPECT_LE(hi, s.q_len);
+      for (int i = -2; i < s.q_len + 3; ++i) {
+        const bool expected = i >= 0 && i < s.q_len && sees(s, i, j);
+        EXPECT_EQ(i >= lo && i < hi, expected) << "row " << i << " key " << j << " [" << lo << ", " << hi
+                                               << ") window " << s.window_left << "," << s.window_right
+                                               << " offset " << s.offset << " k_first " << s.k_first;
+      }
+    }
+  }
+}
+
+// Key rows at the extremes validate() allows (lengths and |offset| up to
+// 2^30): no overflow of j - offset - window.
+TEST(ScoreRules, KeyRowsAtTheLimits) {
+  const int big = 1 << 30;
+  const Sequence far_offset{big, big, 0, -big, -1, 0};  // causal, keys aligned far below the rows
+  const ScoreRules r = rules_of(far_offset);
+  int lo = 0, hi = 0;
+  r.key_rows(big - 1, big, &lo, &hi);
+  EXPECT_EQ(lo, big);  // row big - 1 + big would see it: past the rows
+  EXPECT_EQ(hi, big);
+  r.key_rows(0, big, &lo, &hi);
+  EXPECT_EQ(lo, big);
+  const Sequence near_offset{big, big, 0, big - 1, 0, -1};  // window_left 0: key j seen by row j - offset only
+  const ScoreRules n = rules_of(near_offset);
+  n.key_rows(0, big, &lo, &hi);
+  EXPECT_GE(lo, hi);  // row -(big - 1): none
+  n.key_rows(big - 1, big, &lo, &hi);
+  EXPECT_EQ(lo, 0);
+  EXPECT_EQ(hi, 1);
+}
+
 // A tile the rules call unmasked is seen whole by every row; the key range
 // of a block of rows holds every key one of them sees.
 TEST(ScoreRules, TilesAndKeyRangesHoldTheRowsKeys) {

@@ -283,13 +283,30 @@ __global__ void __launch_bounds__(C::kThreads, 1) flash_bwd_tma_kernel(const __g
         // bool_switch.cuh; softcap / ALiBi's registers allow one copy.)
         std::uint32_t pa[C::KS][4];
         bool_switch<!Transformed>(masked, [&](auto masked_tile) {
+          // The rows that see each of this thread's two keys, relative to
+          // its first query column (m0 + 2 t4): score (i, e) is seen when
+          // 8 i + (e & 1) lies in its key's range, two compares against
+          // constants (ScoreRules::key_rows; visible()'s tests per score
+          // compiled to ~14 instructions and a branch each).
+          // (The transformed kernels keep visible()'s test: with their one
+          // copy of this code the ranges stayed live, spills 64 / 68 -> 128 /
+          // 140 bytes at D = 64.)
+          int seen_lo[2] = {0, 0}, seen_hi[2] = {0, 0};
+          if (!Transformed && masked_tile) {
+#pragma unroll
+            for (int kk = 0; kk < 2; ++kk) {
+              rules.key_rows(n0 + key_row + 8 * kk, seq.q_len, &seen_lo[kk], &seen_hi[kk]);
+              seen_lo[kk] -= m0 + 2 * t4;
+              seen_hi[kk] -= m0 + 2 * t4;
+            }
+          }
 #pragma unroll
           for (int i = 0; i < C::NS; ++i) {
             [[maybe_unused]] float grad[4] = {1.0f, 1.0f, 1.0f, 1.0f};
 #pragma unroll
             for (int e = 0; e < 4; ++e) {
-              const int qi = m0 + 8 * i + 2 * t4 + (e & 1);
-              const int key = n0 + key_row + 8 * (e >> 1);
+              [[maybe_unused]] const int qi = m0 + 8 * i + 2 * t4 + (e & 1);
+              [[maybe_unused]] const int key = n0 + key_row + 8 * (e >> 1);
               const float2 row_lse2 =
                   kLsePrefetch == C::NS ? lse2[i % kLsePrefetch]
                                         : *reinterpret_cast<const float2*>(sLse(st) + 8 * i + 2 * t4);
@@ -302,7 +319,12 @@ __global__ void __launch_bounds__(C::kThreads, 1) flash_bwd_tma_kernel(const __g
               } else {
                 x = sm80::fast_exp2(fmaf(s[i][e], rules.scale_log2, -l2));
               }
-              if (masked_tile && !(qi < seq.q_len && rules.visible(qi, key))) x = 0.0f;
+              const int column = 8 * i + (e & 1);  // qi - (m0 + 2 t4)
+              if constexpr (Transformed) {
+                if (masked_tile && !(qi < seq.q_len && rules.visible(qi, key))) x = 0.0f;
+              } else if (masked_tile && !(column >= seen_lo[e >> 1] && column < seen_hi[e >> 1])) {
+                x = 0.0f;
+              }
               s[i][e] = x;
             }
             pa[i / 2][(i % 2) * 2] = sm80::pack2<T>(s[i][0], s[i][1]);

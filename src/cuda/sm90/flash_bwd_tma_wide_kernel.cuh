@@ -241,12 +241,28 @@ __global__ void __launch_bounds__(C::kThreads, 1)
       // not, bool_switch.cuh.)
       float grad[C::KHT][4];
       bool_switch<!Transformed>(masked, [&](auto masked_tile) {
+        // The keys each of this thread's two query rows sees, relative to
+        // its first key column (key0 + 2 t4): score (i, e) is seen when
+        // 8 i + (e & 1) lies in its row's range, two compares against
+        // constants (ScoreRules::row_keys; no key for a row past the
+        // sequence's queries).
+        int seen_lo[2] = {0, 0}, seen_hi[2] = {0, 0};
+        if (masked_tile) {
+#pragma unroll
+          for (int half = 0; half < 2; ++half) {
+            const int qi = m0 + row_in_tile + 8 * half;
+            rules.row_keys(qi, &seen_lo[half], &seen_hi[half]);
+            if (qi >= seq.q_len) seen_hi[half] = seen_lo[half];
+            seen_lo[half] -= key0 + 2 * t4;
+            seen_hi[half] -= key0 + 2 * t4;
+          }
+        }
 #pragma unroll
         for (int i = 0; i < C::KHT; ++i) {
 #pragma unroll
           for (int e = 0; e < 4; ++e) {
-            const int qi = m0 + row_in_tile + 8 * (e >> 1);
-            const int key = key0 + 8 * i + 2 * t4 + (e & 1);
+            [[maybe_unused]] const int qi = m0 + row_in_tile + 8 * (e >> 1);
+            [[maybe_unused]] const int key = key0 + 8 * i + 2 * t4 + (e & 1);
             const float l2 = (e >> 1) ? lse2.y : lse2.x;
             float x;
             grad[i][e] = 1.0f;
@@ -257,7 +273,8 @@ __global__ void __launch_bounds__(C::kThreads, 1)
             } else {
               x = sm80::fast_exp2(fmaf(s[i][e], rules.scale_log2, -l2));
             }
-            if (masked_tile && !(qi < seq.q_len && rules.visible(qi, key))) x = 0.0f;
+            const int column = 8 * i + (e & 1);  // key - (key0 + 2 t4)
+            if (masked_tile && !(column >= seen_lo[e >> 1] && column < seen_hi[e >> 1])) x = 0.0f;
             s[i][e] = x;
           }
         }
