@@ -81,7 +81,7 @@ struct TmaFwdTile {
 
 constexpr TmaFwdTile tma_fwd_tile(int head_dim) {
   switch (head_dim) {
-    case 64: return {128, 3, 2, 2048, 0, 0, 2};
+    case 64: return {128, 3, 4, 2048, 0, 0, 2};
     case 128: return {128, 2, 2, 0, 3, 2048};
     case 192: return {64, 2, 2, 0, 0, 0};
     case 256: return {80, 2, 2, 0, 0, 0, 0, 64, 1024};
