@@ -52,9 +52,15 @@ constexpr WgmmaFwdTile wgmma_fwd_tile(int head_dim) {
 // epilogue; so it is taken from `deep_min_keys` on (`deep_stages`; plain
 // scores at the kernel's full width only). Since the one Q buffer is
 // released before the epilogue (session 32) the deep ring measured
-// 0.998-1.012 of two Q buffers at 512-1k keys: left from 2k. D = 64's
-// three consumers with four stages (two Q buffers still fit) measured
-// within +-1.5 %: not taken.
+// 0.998-1.012 of two Q buffers at 512-1k keys: left from 2k. D = 64 takes
+// four stages (two Q buffers still fit: 161 KiB with two consumers, 177
+// with three; one CTA per SM either way): measured on the H200 (session
+// 43) +1.3-2.8 % without a mask at 512-4k keys, +1.7 / +0.7 % causal at
+// 512 / 1k (its short walk's consumers waited ~a fifth of their time for
+// K, V and the next item's Q: ncu), level at 4k (an earlier kernel had
+// measured within +-1.5 %). A third Q buffer (D = 64, and D = 128's
+// two-stage ring, where it fits in 224 KiB) measured D = 128 causal 512
+// +2.8 % but D = 64 -2 % without a mask and 4k keys -1 %: not taken.
 struct TmaFwdTile {
   int block_n;        // keys per tile; 0: no TMA kernel for this head dim
   int consumers;      // consumer warpgroups of 64 query rows
