@@ -105,7 +105,7 @@ struct TmaFwdConfig {
   // Q buffers: with two, the producer loads the next work item's Q while the
   // consumers still stage this item's O in their own (the epilogue), so a
   // short item (few key tiles) does not wait for its Q; one where two do not
-  // fit in shared memory (D = 256, D = 128's deep ring).
+  // fit in shared memory (D = 256, D = 128's deep ring); three below.
   // The layout for a number of Q buffers: Q buffers, the K/V stages, the
   // barriers (q_full[q], q_empty[q], k/v_full, k/v_empty, v_landed), one
   // work-item slot per Q buffer (16-byte aligned), and 1 KiB of slack to
@@ -118,7 +118,17 @@ struct TmaFwdConfig {
   static constexpr int smem_bytes_with(int q_buffers) {
     return slot_offset_with(q_buffers) + q_buffers * int(sizeof(WorkItemSlot)) + 1024;
   }
-  static constexpr int QBuffers = smem_bytes_with(2) <= 227 * 1024 ? 2 : 1;
+  // Three at D = 64 with two consumers (its short causal walks and grids of
+  // few items: items of 1-4 key tiles, whose consumers waited for the next
+  // Q most of all, ncu session 43): with three stages of Q the producer
+  // issues it two items ahead. Measured on the H200 (session 43, over the
+  // four-stage ring): causal 512 / 1k keys +2.0 / +0.3 %; elsewhere a third
+  // Q buffer lost (D = 64's three consumers -1-2 %, D = 128 from 4k keys
+  // -1 %), so only this kernel has it.
+  static constexpr int kWantedQBuffers = D == 64 && Consumers == 2 ? 3 : 2;
+  static constexpr int QBuffers = smem_bytes_with(kWantedQBuffers) <= 227 * 1024 ? kWantedQBuffers
+                                  : smem_bytes_with(2) <= 227 * 1024         ? 2
+                                                                             : 1;
   // With one Q buffer, an item's Q is released once its last Q K^T has been
   // read (after its last step), so that the next item's Q and first K/V
   // load under this item's drain and epilogue; O is then staged for its
