@@ -8,6 +8,9 @@ item), of the item's end (drain turn, drain, epilogue) and per item.
     python3 bench/step_timeline.py /tmp/tl/d64-d64-c3-s2.bin
     python3 bench/step_timeline.py --raw /tmp/tl/d128-d128-c2-s2.bin
 
+Under each consumer's line, `next Q`: when the producer issued each item's
+Q against when the consumer finished the item before (q_lead).
+
 --raw prints every stamp of each recorded CTA's warpgroups instead, in clocks
 from that CTA's first stamp: for walks of one item per CTA (small grids),
 whose only item is both the first and the last that the medians leave out.
@@ -92,6 +95,24 @@ def phases(items):
     return out
 
 
+def q_lead(producer_row, consumer_row):
+    """Per item after a CTA's first: how long before the consumer finished
+    the previous item (its last stamp) the producer issued this item's Q
+    (load_q; negative: issued after), and how long the consumer then took to
+    start it (its `item` stamp, after the Q's wait): whether a consumer
+    waiting for Q waits for the producer or for the load."""
+    issued = [w & ((1 << 56) - 1) for w in producer_row if w and EVENTS.get(w >> 56) == "load_q"]
+    items = consumer_items(consumer_row)
+    leads, waits = [], []
+    for k in range(1, min(len(items), len(issued))):
+        if not items[k - 1]:
+            continue
+        ready = items[k - 1][-1][1]
+        leads.append(ready - issued[k])
+        waits.append(items[k][0][1] - ready)
+    return leads, waits
+
+
 def raw(meta, rows):
     """Each recorded CTA's stamps, per warpgroup, from the CTA's first."""
     for cta in range(min(CTAS, meta["ctas"])):
@@ -128,6 +149,15 @@ def main():
                 if shown:
                     parts.append(f"{where}: " + ", ".join(shown))
             print(f"  consumer {wg - 1}: " + " | ".join(parts))
+            leads, waits = [], []
+            for cta in range(min(CTAS, meta["ctas"])):
+                lead, wait = q_lead(rows[cta * WARPGROUPS], rows[cta * WARPGROUPS + wg])
+                leads.extend(lead)
+                waits.extend(wait)
+            if leads:
+                print(f"    next Q: issued {statistics.median(leads):.0f} clocks before the consumer was ready "
+                      f"(median; {sum(x < 0 for x in leads)} of {len(leads)} after), then "
+                      f"{statistics.median(waits):.0f} to the item's start")
 
 
 if __name__ == "__main__":

@@ -78,5 +78,19 @@ class StepTimelineTest(unittest.TestCase):
         self.assertIn("clocks 250", text)  # the median of the items of 200 and 300 clocks
 
 
+class QLeadTest(unittest.TestCase):
+    def test_next_q_against_the_previous_items_end(self):
+        # Producer issues Q for items 0..2 at 0, 500 and 2500; the consumer
+        # ends item 0 at 1000 and item 1 at 2000, and starts item 1 at 1100
+        # and item 2 at 2700: item 1's Q came 500 early (waited 100), item
+        # 2's 500 late (waited 700).
+        producer = [EVENT["load_q"] << 56 | c for c in (0, 500, 2500)]
+        consumer = [EVENT[e] << 56 | c for e, c in (("item", 10), ("epilogue", 1000), ("item", 1100),
+                                                     ("epilogue", 2000), ("item", 2700), ("epilogue", 3000))]
+        leads, waits = step_timeline.q_lead(producer, consumer)
+        self.assertEqual(leads, [500, -500])
+        self.assertEqual(waits, [100, 700])
+
+
 if __name__ == "__main__":
     unittest.main()
