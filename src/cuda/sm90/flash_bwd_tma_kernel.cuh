@@ -319,11 +319,11 @@ __global__ void __launch_bounds__(C::kThreads, 1) flash_bwd_tma_kernel(const __g
               } else {
                 x = sm80::fast_exp2(fmaf(s[i][e], rules.scale_log2, -l2));
               }
-              const int column = 8 * i + (e & 1);  // qi - (m0 + 2 t4)
               if constexpr (Transformed) {
                 if (masked_tile && !(qi < seq.q_len && rules.visible(qi, key))) x = 0.0f;
-              } else if (masked_tile && !(column >= seen_lo[e >> 1] && column < seen_hi[e >> 1])) {
-                x = 0.0f;
+              } else {
+                const int column = 8 * i + (e & 1);  // qi - (m0 + 2 t4)
+                if (masked_tile && !(column >= seen_lo[e >> 1] && column < seen_hi[e >> 1])) x = 0.0f;
               }
               s[i][e] = x;
             }
