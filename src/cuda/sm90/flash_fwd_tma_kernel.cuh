@@ -120,7 +120,7 @@ struct TmaFwdConfig {
   }
   // Three at D = 64 with two consumers (its short causal walks and grids of
   // few items: items of 1-4 key tiles, whose consumers waited for the next
-  // Q most of all, ncu session 43): with three stages of Q the producer
+  // Q most of all, ncu session 43): with three Q buffers the producer
   // issues it two items ahead. Measured on the H200 (session 43, over the
   // four-stage ring): causal 512 / 1k keys +2.0 / +0.3 %; elsewhere a third
   // Q buffer lost (D = 64's three consumers -1-2 %, D = 128 from 4k keys
