@@ -60,7 +60,8 @@ constexpr WgmmaFwdTile wgmma_fwd_tile(int head_dim) {
 // K, V and the next item's Q: ncu), level at 4k (an earlier kernel had
 // measured within +-1.5 %). A third Q buffer (D = 64, and D = 128's
 // two-stage ring, where it fits in 224 KiB) measured D = 128 causal 512
-// +2.8 % but D = 64 -2 % without a mask and 4k keys -1 %: not taken.
+// +2.8 % but D = 64's three consumers -2 % without a mask and 4k keys
+// -1 %: only D = 64's two-consumer kernel has it (TmaFwdConfig::QBuffers).
 struct TmaFwdTile {
   int block_n;        // keys per tile; 0: no TMA kernel for this head dim
   int consumers;      // consumer warpgroups of 64 query rows
