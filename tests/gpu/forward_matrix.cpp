@@ -313,6 +313,10 @@ std::vector<CaseSpec> tma_cases() {
   add(causal(dense_case("tma_d128_causal_walk_q1300_k1100_b2", 1300, 1100, 8, 8, 128, 2)));
   add(causal(dense_case("tma_d64_causal_walk_q2100_k2100_b4", 2100, 2100, 4, 4, 64, 4)));  // 11 blocks: an odd middle pair
   add(causal(dense_case("tma_d128_causal_walk_q1024_k1024_b5", 1024, 1024, 4, 4, 128, 5)));  // 8 blocks: even
+  // D = 64's dense causal calls below 2048 keys: two consumers (three Q
+  // buffers, four stages), walked in pairs (216 items; 9 blocks: an odd
+  // middle pair), GQA.
+  add(causal(dense_case("tma_d64_two_consumers_causal_walk_q1100_k1100_b3_gqa", 1100, 1100, 8, 2, 64, 3)));
   // D = 128 from 2048 keys: the deep ring (three stages, one Q buffer),
   // walked dense and causal, per item varlen, GQA, a strided view.
   add(dense_case("tma_d128_deep_q700_k2100_gqa", 700, 2100, 6, 2, 128, 2));
@@ -359,8 +363,9 @@ std::vector<CaseSpec> tma_cases() {
   // row's max rises both by more than the running max may lag
   // (online_softmax.cuh, kMaxLagLog2: raised, O rescaled) and by less
   // (kept: P up to 2^8, no rescale), on the TMA kernels (the deep
-  // ring, D = 64's three consumers, D = 256's 80-key tiles, causal walked)
-  // and the cp.async wgmma kernel (D = 64 causal below 2048 keys).
+  // ring, D = 64's three consumers and its two for dense causal calls below
+  // 2048 keys, D = 256's 80-key tiles, causal walked) and the cp.async
+  // wgmma kernel (D = 64's varlen causal calls below 2048 keys).
   auto large_scores = [](CaseSpec c) {
     c.input_std = 4.0;
     return c;
@@ -369,7 +374,8 @@ std::vector<CaseSpec> tma_cases() {
   add(large_scores(causal(dense_case("large_scores_tma_d128_causal_q1100_k1300", 1100, 1300, 4, 4, 128, 2))));
   add(large_scores(dense_case("large_scores_tma_d64_q700_k2100", 700, 2100, 3, 1, 64, 2)));
   add(large_scores(causal(dense_case("large_scores_tma_d256_causal_q400_k700", 400, 700, 2, 1, 256, 2))));
-  add(large_scores(causal(dense_case("large_scores_wgmma_d64_causal_q300_k1000", 300, 1000, 2, 2, 64, 2))));
+  add(large_scores(causal(dense_case("large_scores_tma_d64_two_consumers_causal_q300_k1000", 300, 1000, 2, 2, 64, 2))));
+  add(large_scores(causal(varlen_case("large_scores_wgmma_d64_varlen_causal", {300, 1, 129}, {1000, 5, 300}, 2, 2, 64))));
   // D = 64 short keys without a mask on a grid of more than one wave (2
   // blocks x 8 heads x 9 = 144 items): TMA, whose third consumer has no rows
   // in a head's last block (300 = 192 + 108).
