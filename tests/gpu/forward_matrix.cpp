@@ -375,7 +375,9 @@ std::vector<CaseSpec> tma_cases() {
   add(large_scores(dense_case("large_scores_tma_d64_q700_k2100", 700, 2100, 3, 1, 64, 2)));
   add(large_scores(causal(dense_case("large_scores_tma_d256_causal_q400_k700", 400, 700, 2, 1, 256, 2))));
   add(large_scores(causal(dense_case("large_scores_tma_d64_two_consumers_causal_q300_k1000", 300, 1000, 2, 2, 64, 2))));
-  add(large_scores(causal(varlen_case("large_scores_wgmma_d64_varlen_causal", {300, 1, 129}, {1000, 5, 300}, 2, 2, 64))));
+  // (16 heads: 144 items of 128 rows, more than the SMs, so not the
+  // two-consumer few-items rule.)
+  add(large_scores(causal(varlen_case("large_scores_wgmma_d64_varlen_causal", {300, 1, 129}, {1000, 5, 300}, 16, 4, 64))));
   // D = 64 short keys without a mask on a grid of more than one wave (2
   // blocks x 8 heads x 9 = 144 items): TMA, whose third consumer has no rows
   // in a head's last block (300 = 192 + 108).

@@ -88,8 +88,9 @@ TEST(ForwardPlan, HopperHeadDimsAndKeys) {
   EXPECT_EQ(plan(causal_case(dense_case("d64_short_causal_softcap", 512, 512, 8, 8, 64, 5)), h100(),
                  [](Problem& p) { p.softcap = 30.0f; }).kind,
             ForwardKind::wgmma);
-  // Varlen causal calls (not walked; two consumers not measured there) too.
-  EXPECT_EQ(plan(causal_case(varlen_case("d64_varlen_causal", {300, 1, 129}, {1000, 5, 300}, 2, 2, 64)), h100()).kind,
+  // Varlen causal calls (not walked; two consumers not measured there) too,
+  // on a grid of more than one 128-row item per SM (3 x 16 x 3 = 144).
+  EXPECT_EQ(plan(causal_case(varlen_case("d64_varlen_causal", {300, 1, 129}, {1000, 5, 300}, 16, 4, 64)), h100()).kind,
             ForwardKind::wgmma);
   CaseSpec windowed = dense_case("d64_short_window", 512, 512, 8, 8, 64, 5);
   windowed.options.window_left = 100;
