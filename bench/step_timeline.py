@@ -9,7 +9,11 @@ item), of the item's end (drain turn, drain, epilogue) and per item.
     python3 bench/step_timeline.py --raw /tmp/tl/d128-d128-c2-s2.bin
 
 Under each consumer's line, `next Q`: when the producer issued each item's
-Q against when the consumer finished the item before (q_lead).
+Q against when the consumer finished the item before (q_lead). Per file,
+`producer`: per recorded CTA the longest wait between two of the producer's
+issues (where in the walk, and its share of the CTA's time): medians leave
+a one-off wait out (session 44 found one of ~30,000 clocks at the ring's
+first wrap at 512 keys, ~8 % of the kernel).
 
 --raw prints every stamp of each recorded CTA's warpgroups instead, in clocks
 from that CTA's first stamp: for walks of one item per CTA (small grids),
@@ -113,6 +117,18 @@ def q_lead(producer_row, consumer_row):
     return leads, waits
 
 
+def longest_producer_wait(producer_row):
+    """The producer's longest gap between consecutive stamps: (clocks, the
+    stamp before it, the stamp after it, the gap's start and the walk's
+    length, both from the first stamp), or None with fewer than two stamps."""
+    stamps = [(EVENTS.get(w >> 56, "?"), w & ((1 << 56) - 1)) for w in producer_row if w]
+    if len(stamps) < 2:
+        return None
+    origin = stamps[0][1]
+    gap, before, after = max((b[1] - a[1], a, b) for a, b in zip(stamps, stamps[1:]))
+    return gap, before[0], after[0], before[1] - origin, stamps[-1][1] - origin
+
+
 def raw(meta, rows):
     """Each recorded CTA's stamps, per warpgroup, from the CTA's first."""
     for cta in range(min(CTAS, meta["ctas"])):
@@ -137,6 +153,12 @@ def main():
         if show_raw:
             raw(meta, rows)
             continue
+        for cta in range(min(CTAS, meta["ctas"])):
+            wait = longest_producer_wait(rows[cta * WARPGROUPS])
+            if wait:
+                gap, before, after, at, length = wait
+                print(f"  producer, CTA {cta}: longest wait {gap} clocks ({before} at {at} -> {after}), "
+                      f"{100.0 * gap / max(length, 1):.1f} % of its {length} clocks")
         for wg in range(1, meta["consumers"] + 1):
             merged = collections.defaultdict(list)
             for cta in range(min(CTAS, meta["ctas"])):

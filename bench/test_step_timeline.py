@@ -78,6 +78,22 @@ class StepTimelineTest(unittest.TestCase):
         self.assertIn("clocks 250", text)  # the median of the items of 200 and 300 clocks
 
 
+class ProducerWaitTest(unittest.TestCase):
+    def test_longest_gap_and_its_place(self):
+        producer = [EVENT[e] << 56 | c for e, c in (("start", 100), ("load_q", 300), ("load_k", 400),
+                                                     ("load_q", 600), ("load_k", 5600), ("end", 6100))]
+        self.assertEqual(step_timeline.longest_producer_wait(producer), (5000, "load_q", "load_k", 500, 6000))
+        self.assertIsNone(step_timeline.longest_producer_wait([EVENT["start"] << 56 | 5, 0]))
+
+    def test_summary_line(self):
+        with tempfile.TemporaryDirectory() as tmp:
+            path = os.path.join(tmp, "t.bin")
+            write_timeline(path, {(0, 0): [("start", 0), ("load_q", 100), ("load_k", 1100), ("end", 2000)]})
+            text = StepTimelineTest.run_main(StepTimelineTest(), path)
+        self.assertIn("producer, CTA 0: longest wait 1000 clocks (load_q at 100 -> load_k), 50.0 % of its 2000 clocks",
+                      text)
+
+
 class QLeadTest(unittest.TestCase):
     def test_next_q_against_the_previous_items_end(self):
         # Producer issues Q for items 0..2 at 0, 500 and 2500; the consumer
