@@ -13,7 +13,12 @@ Q against when the consumer finished the item before (q_lead). Per file,
 `producer`: per recorded CTA the longest wait between two of the producer's
 issues (where in the walk, and its share of the CTA's time): medians leave
 a one-off wait out (session 44 found one of ~30,000 clocks at the ring's
-first wrap at 512 keys, ~8 % of the kernel).
+first wrap at 512 keys, ~8 % of the kernel). `CTAs`: from every CTA's
+span (files that have them): the spread of the CTAs' walks in clocks and
+of their ends on the global timer, and how much sooner the kernel would
+end if every CTA ended at the mean end (a static walk ends with its
+slowest CTA; session 44's timeline had two of four CTAs 13 % slower per
+item than the other two, on identical items).
 
 --raw prints every stamp of each recorded CTA's warpgroups instead, in clocks
 from that CTA's first stamp: for walks of one item per CTA (small grids),
@@ -53,6 +58,40 @@ def read(path):
     rows = [words[r * entries:(r + 1) * entries] for r in range(header[6])]
     meta = dict(zip(("d", "consumers", "stages", "ctas", "items"), header[1:6]))
     return meta, rows
+
+
+SPAN_FIELDS = ("start_ns", "end_ns", "start_clock", "end_clock", "smid")
+
+
+def read_spans(path):
+    """Every CTA's span (dicts of SPAN_FIELDS) from the section after the
+    rows, or None for a file written before spans were recorded."""
+    data = open(path, "rb").read()
+    header = struct.unpack("8i", data[:32])
+    offset = 32 + 8 * header[6] * header[7]
+    if len(data) < offset + 4:
+        return None
+    (count,) = struct.unpack("i", data[offset:offset + 4])
+    words = struct.unpack(f"{5 * count}Q", data[offset + 4:offset + 4 + 40 * count])
+    return [dict(zip(SPAN_FIELDS, words[5 * i:5 * i + 5])) for i in range(count)]
+
+
+def span_summary(spans):
+    """One line on the CTAs' spans: walk clocks and end times (from the
+    earliest start) min / median / max, and the share of the kernel a
+    balance to the mean end would save."""
+    spans = [s for s in spans if s["end_ns"] > 0]
+    if not spans:
+        return None
+    t0 = min(s["start_ns"] for s in spans)
+    ends = [(s["end_ns"] - t0) / 1e3 for s in spans]
+    clocks = [s["end_clock"] - s["start_clock"] for s in spans]
+    last = max(ends)
+    slowest = sorted(spans, key=lambda s: s["end_ns"])[-3:]
+    return (f"  CTAs ({len(spans)}): walk clocks min {min(clocks)}, median {statistics.median(clocks):.0f}, "
+            f"max {max(clocks)}; end us min {min(ends):.1f}, median {statistics.median(ends):.1f}, max {last:.1f}; "
+            f"ended at the mean end: {100.0 * (1 - statistics.mean(ends) / last):.1f} % sooner; "
+            f"last SMs {[s['smid'] for s in reversed(slowest)]}")
 
 
 def consumer_items(row):
@@ -153,6 +192,10 @@ def main():
         if show_raw:
             raw(meta, rows)
             continue
+        spans = read_spans(path)
+        line = span_summary(spans) if spans else None
+        if line:
+            print(line)
         for cta in range(min(CTAS, meta["ctas"])):
             wait = longest_producer_wait(rows[cta * WARPGROUPS])
             if wait:

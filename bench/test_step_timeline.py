@@ -24,8 +24,9 @@ import step_timeline  # noqa: E402
 EVENT = {name: code for code, name in step_timeline.EVENTS.items()}
 
 
-def write_timeline(path, stamps, entries=16):
-    """stamps: {(cta, warpgroup): [(event name, clock), ...]}."""
+def write_timeline(path, stamps, entries=16, spans=None):
+    """stamps: {(cta, warpgroup): [(event name, clock), ...]}; spans: a list of
+    (start_ns, end_ns, start_clock, end_clock, smid), written after the rows."""
     rows = step_timeline.CTAS * step_timeline.WARPGROUPS
     header = struct.pack("8i", 0x544C3031, 128, 2, 2, 16, 16, rows, entries)
     words = [[0] * entries for _ in range(rows)]
@@ -34,6 +35,8 @@ def write_timeline(path, stamps, entries=16):
             words[cta * step_timeline.WARPGROUPS + wg][k] = EVENT[event] << 56 | clock
     with open(path, "wb") as f:
         f.write(header + b"".join(struct.pack(f"{entries}Q", *w) for w in words))
+        if spans is not None:
+            f.write(struct.pack("i", len(spans)) + b"".join(struct.pack("5Q", *s) for s in spans))
 
 
 class StepTimelineTest(unittest.TestCase):
@@ -92,6 +95,30 @@ class ProducerWaitTest(unittest.TestCase):
             text = StepTimelineTest.run_main(StepTimelineTest(), path)
         self.assertIn("producer, CTA 0: longest wait 1000 clocks (load_q at 100 -> load_k), 50.0 % of its 2000 clocks",
                       text)
+
+
+class SpanTest(unittest.TestCase):
+    def test_spans_read_back_and_summarized(self):
+        # Four CTAs from t = 1000 ns: ends at 101, 101, 121 and 121 us after
+        # the first start; the mean end (111) is 8.3 % before the last (121).
+        spans = [(1000, 102000, 10, 200010, 3), (2000, 102000, 20, 200020, 7),
+                 (1000, 122000, 30, 240030, 11), (1000, 122000, 40, 240040, 12)]
+        with tempfile.TemporaryDirectory() as tmp:
+            path = os.path.join(tmp, "t.bin")
+            write_timeline(path, {(0, 1): [("start", 0), ("item", 10)]}, spans=spans)
+            read = step_timeline.read_spans(path)
+            text = StepTimelineTest.run_main(StepTimelineTest(), path)
+        self.assertEqual(read[1], {"start_ns": 2000, "end_ns": 102000, "start_clock": 20, "end_clock": 200020,
+                                   "smid": 7})
+        self.assertIn("CTAs (4): walk clocks min 200000, median 220000, max 240000; "
+                      "end us min 101.0, median 111.0, max 121.0; ended at the mean end: 8.3 % sooner", text)
+
+    def test_files_without_spans(self):
+        with tempfile.TemporaryDirectory() as tmp:
+            path = os.path.join(tmp, "t.bin")
+            write_timeline(path, {(0, 1): [("start", 0)]})
+            self.assertIsNone(step_timeline.read_spans(path))
+            self.assertNotIn("CTAs (", StepTimelineTest.run_main(StepTimelineTest(), path))
 
 
 class QLeadTest(unittest.TestCase):

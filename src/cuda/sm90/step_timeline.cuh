@@ -5,6 +5,10 @@
 // landed, GEMM turn, S done, softmax done, step end, drain, epilogue) into
 // a device buffer, which the launch copies to $CUFLASH_TIMELINE_OUT after
 // the $CUFLASH_TIMELINE_AT-th launch (bench/step_timeline.py reads it).
+// Every CTA (up to kSpanCtas) also records its span: its SM, its start and
+// end on the global timer (comparable across SMs) and on its clock, so that
+// the spread of the CTAs' ends (a static walk ends with its slowest CTA)
+// can be read beside the first CTAs' phases.
 // Without the define the stamps compile to nothing.
 #pragma once
 
@@ -39,15 +43,22 @@ enum TimelineEvent : unsigned {
   kTlStagedAll,   // consumer epilogue: the warpgroup's writes fenced and synced
 };
 
-constexpr int kTimelineCtas = 4, kTimelineWarpgroups = 4, kTimelineEntries = 8192;
+constexpr int kTimelineCtas = 4, kTimelineWarpgroups = 4, kTimelineEntries = 8192, kSpanCtas = 1024;
+// A CTA's span: the global timer (ns) and clock64 at its start (after the
+// prologue) and at its last warpgroup's end, and its SM.
+struct CtaSpan {
+  unsigned long long start_ns, end_ns, start_clock, end_clock, smid;
+};
 // One buffer per translation unit (internal linkage: each instantiation
 // file's launches dump their own).
 namespace {
 __device__ unsigned long long g_step_timeline[kTimelineCtas][kTimelineWarpgroups][kTimelineEntries];
+__device__ CtaSpan g_cta_spans[kSpanCtas];
 
 // After the $CUFLASH_TIMELINE_AT-th launch (default 20) of this file's
 // kernels: the buffer, behind a header of 8 ints (magic, D, consumers,
-// stages, CTAs, items, kTimelineCtas x kTimelineWarpgroups, entries), into
+// stages, CTAs, items, kTimelineCtas x kTimelineWarpgroups, entries), then
+// an int (the spans recorded: min(CTAs, kSpanCtas)) and those CtaSpans, into
 // $CUFLASH_TIMELINE_OUT-d<D>-c<consumers>-s<stages>.bin.
 void timeline_dump(cudaStream_t stream, int d, int consumers, int stages, int ctas, int items) {
   static int launches = 0;
@@ -55,9 +66,12 @@ void timeline_dump(cudaStream_t stream, int d, int consumers, int stages, int ct
   const char* at = std::getenv("CUFLASH_TIMELINE_AT");
   if (out == nullptr || ++launches != (at != nullptr ? std::atoi(at) : 20)) return;
   static unsigned long long host[kTimelineCtas][kTimelineWarpgroups][kTimelineEntries];
+  static CtaSpan spans[kSpanCtas];
   if (cudaStreamSynchronize(stream) != cudaSuccess ||
-      cudaMemcpyFromSymbol(host, g_step_timeline, sizeof(host)) != cudaSuccess)
+      cudaMemcpyFromSymbol(host, g_step_timeline, sizeof(host)) != cudaSuccess ||
+      cudaMemcpyFromSymbol(spans, g_cta_spans, sizeof(spans)) != cudaSuccess)
     return;
+  const int recorded = ctas < kSpanCtas ? ctas : kSpanCtas;
   const std::string path = std::string(out) + "-d" + std::to_string(d) + "-c" + std::to_string(consumers) + "-s" +
                            std::to_string(stages) + ".bin";
   if (std::FILE* f = std::fopen(path.c_str(), "wb")) {
@@ -65,6 +79,8 @@ void timeline_dump(cudaStream_t stream, int d, int consumers, int stages, int ct
                            kTimelineEntries};
     std::fwrite(header, sizeof(header), 1, f);
     std::fwrite(host, sizeof(host), 1, f);
+    std::fwrite(&recorded, sizeof(recorded), 1, f);
+    std::fwrite(spans, sizeof(CtaSpan), recorded, f);
     std::fclose(f);
   }
 }
@@ -74,8 +90,20 @@ __device__ __forceinline__ unsigned* timeline_counts() {
   __shared__ unsigned counts[kTimelineWarpgroups];
   return counts;
 }
+__device__ __forceinline__ unsigned long long global_timer_ns() {
+  unsigned long long t;
+  asm volatile("mov.u64 %0, %%globaltimer;" : "=l"(t));
+  return t;
+}
+// Before the prologue's __syncthreads, which orders these writes before
+// any warpgroup's end (timeline_stamp's atomicMax).
 __device__ __forceinline__ void timeline_init() {
   if (threadIdx.x < kTimelineWarpgroups) timeline_counts()[threadIdx.x] = 0;
+  if (threadIdx.x == 0 && blockIdx.x < kSpanCtas) {
+    unsigned smid;
+    asm volatile("mov.u32 %0, %%smid;" : "=r"(smid));
+    g_cta_spans[blockIdx.x] = CtaSpan{global_timer_ns(), 0, static_cast<unsigned long long>(clock64()), 0, smid};
+  }
 }
 // Every thread of a consumer warpgroup calls it (a branch of its own
 // between the wgmmas would serialize them, C7520); thread 0 of a
@@ -88,6 +116,10 @@ __device__ __forceinline__ void timeline_stamp(unsigned event) {
     if (n < kTimelineEntries)
       g_step_timeline[blockIdx.x][wg][n] = (static_cast<unsigned long long>(event) << 56) | (now & ((1ull << 56) - 1));
     timeline_counts()[wg] = n + 1;
+  }
+  if (event == kTlEnd && threadIdx.x % 128 == 0 && blockIdx.x < kSpanCtas) {
+    atomicMax(&g_cta_spans[blockIdx.x].end_ns, global_timer_ns());
+    atomicMax(&g_cta_spans[blockIdx.x].end_clock, now);
   }
 }
 
