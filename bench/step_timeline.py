@@ -13,7 +13,9 @@ Q against when the consumer finished the item before (q_lead). Per file,
 `producer`: per recorded CTA the longest wait between two of the producer's
 issues (where in the walk, and its share of the CTA's time): medians leave
 a one-off wait out (session 44 found one of ~30,000 clocks at the ring's
-first wrap at 512 keys, ~8 % of the kernel). `CTAs`: from every CTA's
+first wrap at 512 keys, ~8 % of the kernel; the producer's k_wait /
+k_free / k_armed stamps around each K issue say whether such a wait is in
+the stage's empty barrier, the expect-tx arrival or the TMA issue). `CTAs`: from every CTA's
 span (files that have them): the spread of the CTAs' walks in clocks and
 of their ends on the global timer, and how much sooner the kernel would
 end if every CTA ended at the mean end (a static walk ends with its
@@ -38,7 +40,7 @@ import sys
 
 EVENTS = {1: "start", 2: "item", 3: "loads", 4: "turn", 5: "S", 6: "softmax", 7: "step", 8: "drain_turn",
           9: "drain", 10: "epilogue", 11: "idle", 12: "load_q", 13: "load_k", 14: "load_v", 15: "end",
-          16: "rows", 17: "staged", 18: "staged_all"}
+          16: "rows", 17: "staged", 18: "staged_all", 19: "k_wait", 20: "k_free", 21: "k_armed"}
 STEP_PHASES = ("loads", "turn", "S", "softmax", "tail")
 # The item's end: the drain's turn and P V, then the epilogue's phases (rows:
 # sums and lse; staged: O written to shared memory; staged_all: fenced and

@@ -463,8 +463,11 @@ __global__ void __launch_bounds__(C::kThreads, 1) flash_fwd_tma_kernel(const __g
         const int tail_row = f.seq.k_len - tile_key0;
         const bool tail = varlen && tail_row < C::BN;
         if (leader) {
+          CUFLASH_TIMELINE(kTlKWait);
           mbarrier_wait(&k_empty[st], phase ^ 1);
+          CUFLASH_TIMELINE(kTlKFree);
           mbarrier_arrive_expect_tx(&k_full[st], C::KVTile::kBytes);
+          CUFLASH_TIMELINE(kTlKArmed);
 #pragma unroll
           for (int c = 0; c < C::KVTile::kBlocks; ++c)
             tma_load_4d(sK(st) + c * (C::KVTile::kBlockBytes / 2), &tp.k, &k_full[st], c * 64, key0, f.hk,

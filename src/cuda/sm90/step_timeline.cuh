@@ -41,6 +41,9 @@ enum TimelineEvent : unsigned {
   kTlRows,        // consumer epilogue: the rows' sums, 1 / sum and lse computed
   kTlStaged,      // consumer epilogue: its O fragments written to shared memory
   kTlStagedAll,   // consumer epilogue: the warpgroup's writes fenced and synced
+  kTlKWait,       // producer: about to wait for a stage's K slot (k_empty)
+  kTlKFree,       // producer: that wait returned
+  kTlKArmed,      // producer: K's expect-tx arrival done (its TMA issue next, then kTlLoadK)
 };
 
 constexpr int kTimelineCtas = 4, kTimelineWarpgroups = 4, kTimelineEntries = 8192, kSpanCtas = 1024;
