@@ -59,6 +59,14 @@ same_code() {
 if [ -f .abbin/base.tar.xz ] && same_code; then
   echo "ab-prebuild: base already packed: $(cat .abbin/base.label)"
 else
+  # AB_CMAKE_ARGS is for a change of its own (the step timeline's build):
+  # a base built with it would replace the plain base that ab-prebuilt.sh
+  # times every change against.
+  if [ -n "${AB_CMAKE_ARGS:-}" ]; then
+    echo "ab-prebuild: .abbin/base.tar.xz is not $base's plain build and AB_CMAKE_ARGS is set:" \
+      "pack the base first without AB_CMAKE_ARGS (bench/ab-prebuild.sh $base $base)" >&2
+    exit 2
+  fi
   build "$base_sha" base cuflash_cli
 fi
 targets=(cuflash_cli)
