@@ -15,12 +15,12 @@ issues (where in the walk, and its share of the CTA's time): medians leave
 a one-off wait out (session 44 found one of ~30,000 clocks at the ring's
 first wrap at 512 keys, ~8 % of the kernel; the producer's k_wait /
 k_free / k_armed stamps around each K issue say whether such a wait is in
-the stage's empty barrier, the expect-tx arrival or the TMA issue). `CTAs`: from every CTA's
-span (files that have them): the spread of the CTAs' walks in clocks and
-of their ends on the global timer, and how much sooner the kernel would
-end if every CTA ended at the mean end (a static walk ends with its
-slowest CTA; session 44's timeline had two of four CTAs 13 % slower per
-item than the other two, on identical items).
+the stage's empty barrier, the expect-tx arrival or the TMA issue).
+`CTAs`: from every CTA's span (files that have them): the spread of the
+CTAs' walks in clocks and of their ends on the global timer, and how much
+sooner the kernel would end if every CTA ended at the mean end (a static
+walk ends with its slowest CTA; in session 44's timeline a third of the
+CTAs took the partial query block in every round and ended ~11 % early).
 
 --raw prints every stamp of each recorded CTA's warpgroups instead, in clocks
 from that CTA's first stamp: for walks of one item per CTA (small grids),
