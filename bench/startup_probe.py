@@ -20,8 +20,9 @@ from __future__ import annotations
 
 import argparse
 import json
-import subprocess
 import sys
+
+from bench_common import int_list, run_json_lines
 
 
 def fit_line(xs, ys):
@@ -37,26 +38,23 @@ def fit_line(xs, ys):
     return my - b * mx, b
 
 
-def bench_median_ms(cuflash, backend, head_dim, seqlen, heads, batch, mask, flush, runner=subprocess.run):
+def bench_median_ms(cuflash, backend, head_dim, seqlen, heads, batch, mask, flush, run=run_json_lines):
     """One point's median ms from `cuflash bench --json` (None when the point failed)."""
     cmd = [cuflash, "bench", "--json", "--backend", backend, "--pass", "fwd", "--head-dim", str(head_dim),
            "--seqlen", str(seqlen), "--heads", str(heads), "--batch", str(batch), "--mask", mask]
     if not flush:
         cmd.append("--no-flush-l2")
-    out = runner(cmd, capture_output=True, text=True, check=False).stdout
-    for line in out.splitlines():
-        line = line.strip()
-        if line.startswith("{"):
-            return json.loads(line).get("median_ms")
-    return None
+    rows = []
+    run(cmd, lambda message: print(f"startup_probe: {message}", file=sys.stderr), rows.append)
+    return rows[0].get("median_ms") if rows else None
 
 
-def probe(args, runner=subprocess.run):
+def probe(args, run=run_json_lines):
     rows = []
     for flush in (True, False):
         for backend in args.backends:
             times = [bench_median_ms(args.cuflash, backend, args.head_dim, args.seqlen, args.heads, b, args.mask,
-                                     flush, runner) for b in args.batches]
+                                     flush, run) for b in args.batches]
             points = [(b, t) for b, t in zip(args.batches, times) if t is not None]
             row = {"backend": backend, "flush_l2": flush, "batches": [b for b, _ in points],
                    "median_ms": [t for _, t in points]}
@@ -88,7 +86,7 @@ def parse(argv):
     parser.add_argument("--seqlen", type=int, default=512)
     parser.add_argument("--heads", type=int, default=32)
     parser.add_argument("--mask", choices=("none", "causal"), default="causal")
-    parser.add_argument("--batches", type=lambda s: [int(x) for x in s.split(",")], default=[8, 16, 32, 64])
+    parser.add_argument("--batches", type=int_list, default=[8, 16, 32, 64])
     parser.add_argument("--backends", type=lambda s: s.split(","), default=["cuda", "cudnn"])
     parser.add_argument("--out", help="also write the rows as JSON here")
     return parser.parse_args(argv)

@@ -5,10 +5,8 @@ probe's loop over batches, backends and flush modes against a fake
 
 from __future__ import annotations
 
-import json
 import os
 import sys
-import types
 import unittest
 
 HERE = os.path.dirname(os.path.abspath(__file__))
@@ -33,19 +31,19 @@ class ProbeTest(unittest.TestCase):
     def test_rows_and_report_from_fake_bench(self):
         calls = []
 
-        def runner(cmd, **_):
+        def run(cmd, log, on_object):  # bench_common.run_json_lines' part
             calls.append(cmd)
             batch = int(cmd[cmd.index("--batch") + 1])
             backend = cmd[cmd.index("--backend") + 1]
             flushed = "--no-flush-l2" not in cmd
             intercept = (0.018 if backend == "cuda" else 0.004) + (0.002 if flushed else 0.0)
             if backend == "cudnn" and batch == 64:
-                return types.SimpleNamespace(stdout="")  # a failed point: left out of the fit
-            row = {"median_ms": intercept + 0.004 * batch}
-            return types.SimpleNamespace(stdout="noise\n" + json.dumps(row) + "\n")
+                return 1  # a failed point, no row: left out of the fit
+            on_object({"median_ms": intercept + 0.004 * batch})
+            return 0
 
         args = startup_probe.parse(["--cuflash", "cf", "--batches", "8,16,32,64"])
-        rows = startup_probe.probe(args, runner)
+        rows = startup_probe.probe(args, run)
         self.assertEqual(len(calls), 16)  # 4 batches x 2 backends x 2 flush modes
         by = {(r["backend"], r["flush_l2"]): r for r in rows}
         self.assertAlmostEqual(by[("cuda", True)]["intercept_us"], 20.0)
