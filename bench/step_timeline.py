@@ -50,32 +50,38 @@ CTAS = 4  # kTimelineCtas
 WARPGROUPS = 4  # kTimelineWarpgroups
 
 
+SPAN_FIELDS = ("start_ns", "end_ns", "start_clock", "end_clock", "smid")
+
+
 def read(path):
+    """(meta, rows): meta has the header's fields and `spans`, every CTA's
+    span (dicts of SPAN_FIELDS) from the section after the rows, or None for
+    a file written before spans were recorded; rows are the stamp words."""
     data = open(path, "rb").read()
     header = struct.unpack("8i", data[:32])
     if header[0] != 0x544C3031:
         sys.exit(f"{path}: not a step timeline")
     entries = header[7]
-    words = struct.unpack(f"{header[6] * entries}Q", data[32:32 + 8 * header[6] * entries])
+    offset = 32 + 8 * header[6] * entries
+    words = struct.unpack(f"{header[6] * entries}Q", data[32:offset])
     rows = [words[r * entries:(r + 1) * entries] for r in range(header[6])]
     meta = dict(zip(("d", "consumers", "stages", "ctas", "items"), header[1:6]))
+    meta["spans"] = None
+    if len(data) >= offset + 4:
+        (count,) = struct.unpack("i", data[offset:offset + 4])
+        span_words = struct.unpack(f"{5 * count}Q", data[offset + 4:offset + 4 + 40 * count])
+        meta["spans"] = [dict(zip(SPAN_FIELDS, span_words[5 * i:5 * i + 5])) for i in range(count)]
     return meta, rows
 
 
-SPAN_FIELDS = ("start_ns", "end_ns", "start_clock", "end_clock", "smid")
-
-
-def read_spans(path):
-    """Every CTA's span (dicts of SPAN_FIELDS) from the section after the
-    rows, or None for a file written before spans were recorded."""
-    data = open(path, "rb").read()
-    header = struct.unpack("8i", data[:32])
-    offset = 32 + 8 * header[6] * header[7]
-    if len(data) < offset + 4:
-        return None
-    (count,) = struct.unpack("i", data[offset:offset + 4])
-    words = struct.unpack(f"{5 * count}Q", data[offset + 4:offset + 4 + 40 * count])
-    return [dict(zip(SPAN_FIELDS, words[5 * i:5 * i + 5])) for i in range(count)]
+def stamps(row):
+    """A warpgroup's row as (event name, clock) pairs, up to its first empty word."""
+    out = []
+    for word in row:
+        if word == 0:
+            break
+        out.append((EVENTS.get(word >> 56, "?"), word & ((1 << 56) - 1)))
+    return out
 
 
 def span_summary(spans):
@@ -99,10 +105,7 @@ def span_summary(spans):
 def consumer_items(row):
     """The row's items: lists of (event name, clock), each from its `item` stamp."""
     items = []
-    for word in row:
-        if word == 0:
-            break
-        event, clock = EVENTS.get(word >> 56, "?"), word & ((1 << 56) - 1)
+    for event, clock in stamps(row):
         if event == "item":
             items.append([])
         if items:
@@ -146,7 +149,7 @@ def q_lead(producer_row, consumer_row):
     (load_q; negative: issued after), and how long the consumer then took to
     start it (its `item` stamp, after the Q's wait): whether a consumer
     waiting for Q waits for the producer or for the load."""
-    issued = [w & ((1 << 56) - 1) for w in producer_row if w and EVENTS.get(w >> 56) == "load_q"]
+    issued = [clock for event, clock in stamps(producer_row) if event == "load_q"]
     items = consumer_items(consumer_row)
     leads, waits = [], []
     for k in range(1, min(len(items), len(issued))):
@@ -162,25 +165,24 @@ def longest_producer_wait(producer_row):
     """The producer's longest gap between consecutive stamps: (clocks, the
     stamp before it, the stamp after it, the gap's start and the walk's
     length, both from the first stamp), or None with fewer than two stamps."""
-    stamps = [(EVENTS.get(w >> 56, "?"), w & ((1 << 56) - 1)) for w in producer_row if w]
-    if len(stamps) < 2:
+    row = stamps(producer_row)
+    if len(row) < 2:
         return None
-    origin = stamps[0][1]
-    gap, before, after = max((b[1] - a[1], a, b) for a, b in zip(stamps, stamps[1:]))
-    return gap, before[0], after[0], before[1] - origin, stamps[-1][1] - origin
+    origin = row[0][1]
+    gap, before, after = max((b[1] - a[1], a, b) for a, b in zip(row, row[1:]))
+    return gap, before[0], after[0], before[1] - origin, row[-1][1] - origin
 
 
 def raw(meta, rows):
     """Each recorded CTA's stamps, per warpgroup, from the CTA's first."""
     for cta in range(min(CTAS, meta["ctas"])):
-        stamps = [[(EVENTS.get(w >> 56, "?"), w & ((1 << 56) - 1)) for w in rows[cta * WARPGROUPS + wg] if w]
-                  for wg in range(meta["consumers"] + 1)]
-        clocks = [c for wg in stamps for _, c in wg]
+        by_wg = [stamps(rows[cta * WARPGROUPS + wg]) for wg in range(meta["consumers"] + 1)]
+        clocks = [c for wg in by_wg for _, c in wg]
         if not clocks:
             continue
         origin = min(clocks)
         print(f"  CTA {cta}:")
-        for wg, row in enumerate(stamps):
+        for wg, row in enumerate(by_wg):
             who = "producer" if wg == 0 else f"consumer {wg - 1}"
             print(f"    {who}: " + ", ".join(f"{e} {c - origin}" for e, c in row))
 
@@ -194,8 +196,7 @@ def main():
         if show_raw:
             raw(meta, rows)
             continue
-        spans = read_spans(path)
-        line = span_summary(spans) if spans else None
+        line = span_summary(meta["spans"]) if meta["spans"] else None
         if line:
             print(line)
         for cta in range(min(CTAS, meta["ctas"])):

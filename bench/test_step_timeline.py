@@ -106,7 +106,7 @@ class SpanTest(unittest.TestCase):
         with tempfile.TemporaryDirectory() as tmp:
             path = os.path.join(tmp, "t.bin")
             write_timeline(path, {(0, 1): [("start", 0), ("item", 10)]}, spans=spans)
-            read = step_timeline.read_spans(path)
+            read = step_timeline.read(path)[0]["spans"]
             text = StepTimelineTest.run_main(StepTimelineTest(), path)
         self.assertEqual(read[1], {"start_ns": 2000, "end_ns": 102000, "start_clock": 20, "end_clock": 200020,
                                    "smid": 7})
@@ -117,7 +117,7 @@ class SpanTest(unittest.TestCase):
         with tempfile.TemporaryDirectory() as tmp:
             path = os.path.join(tmp, "t.bin")
             write_timeline(path, {(0, 1): [("start", 0)]})
-            self.assertIsNone(step_timeline.read_spans(path))
+            self.assertIsNone(step_timeline.read(path)[0]["spans"])
             self.assertNotIn("CTAs (", StepTimelineTest.run_main(StepTimelineTest(), path))
 
 
