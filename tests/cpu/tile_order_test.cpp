@@ -46,7 +46,7 @@ class TileOrderWalk : public ::testing::TestWithParam<WalkShape> {};
 
 TEST_P(TileOrderWalk, EveryItemOnce) {
   const WalkShape w = GetParam();
-  const TileOrder order = TileOrder::make(w.m_blocks, w.heads, w.m_blocks * w.heads * w.z, w.paired);
+  const TileOrder order = TileOrder::make(w.m_blocks, w.heads, w.m_blocks * w.heads * w.z, w.paired, w.ctas);
   const std::vector<int> seen = visits(order, w.ctas);
   for (int i = 0; i < order.items; ++i) EXPECT_EQ(seen[i], 1) << "item " << i;
 }
@@ -72,8 +72,8 @@ INSTANTIATE_TEST_SUITE_P(
 // pair index rotating with the head spreads the half-cost middle blocks.
 TEST(TileOrderCost, PairsBalanceCausalBlocks) {
   for (const int m : {4, 11, 16, 128}) {
-    const TileOrder order = TileOrder::make(m, 16, m * 16 * 4, true);
     const int ctas = 132;
+    const TileOrder order = TileOrder::make(m, 16, m * 16 * 4, true, ctas);
     std::vector<std::vector<int>> per_cta;
     const std::vector<int> seen = visits(order, ctas, &per_cta);
     ASSERT_TRUE(std::all_of(seen.begin(), seen.end(), [](int v) { return v == 1; }));
@@ -90,22 +90,46 @@ TEST(TileOrderCost, PairsBalanceCausalBlocks) {
   }
 }
 
+// Without a causal mask a head's last block is partial where BM does not
+// divide the length (D = 64's 192-row blocks: 512 keys = 192 + 192 + 128).
+// With a CTA count that is a multiple of the block count, a plain stride
+// gave each CTA the same block in every round; rotated, every CTA takes the
+// partial block about as often as any other (within two: its rounds differ
+// by one, and its first block by the CTA).
+TEST(TileOrderCost, RotationSpreadsPartialBlocks) {
+  for (const int m : {3, 6, 11, 22, 4}) {
+    const int ctas = 132, heads = 32, z = 32;
+    const TileOrder order = TileOrder::make(m, heads, m * heads * z, false, ctas);
+    std::vector<std::vector<int>> per_cta;
+    const std::vector<int> seen = visits(order, ctas, &per_cta);
+    ASSERT_TRUE(std::all_of(seen.begin(), seen.end(), [](int v) { return v == 1; }));
+    int lo = -1, hi = 0;
+    for (const auto& xs : per_cta) {
+      const int last = static_cast<int>(std::count(xs.begin(), xs.end(), m - 1));
+      hi = std::max(hi, last);
+      lo = lo < 0 ? last : std::min(lo, last);
+    }
+    EXPECT_GE(lo, 1) << "m = " << m << ": a CTA never takes the partial block";
+    EXPECT_LE(hi - lo, 2) << "m = " << m;
+  }
+}
+
 // The walk's coordinates through FastDivisor are the plain divisions' (the
 // order the rules above were measured with).
 TEST(TileOrderWalkDivisions, SameAsPlainDivision) {
   for (const bool paired : {false, true})
     for (const int m : {1, 2, 3, 7, 16, 33, 128, 255})
       for (const int heads : {1, 3, 16, 40})
-        for (const int z : {1, 2, 5}) {
-          const TileOrder order = TileOrder::make(m, heads, m * heads * z, paired);
-          for (const int ctas : {1, 7, 132})
+        for (const int z : {1, 2, 5})
+          for (const int ctas : {1, 7, 132}) {
+            const TileOrder order = TileOrder::make(m, heads, m * heads * z, paired, ctas);
             for (int cta = 0; cta < ctas; ++cta)
               for (int n = 0; n < 2 * order.items / ctas + 4; ++n) {
                 const TileOrder::Item it = order.item(n, cta, ctas);
                 if (!paired) {
-                  const int position = cta + n * ctas;
+                  const int position = cta + n * ctas, head_start = position / m * m;
                   ASSERT_EQ(it.more, position < order.items);
-                  ASSERT_EQ(it.x, position % m);
+                  ASSERT_EQ(it.x, (position % m + head_start / ctas) % m);
                   ASSERT_EQ(it.y, position / m % heads);
                   ASSERT_EQ(it.z, position / (m * heads));
                   continue;
@@ -119,7 +143,7 @@ TEST(TileOrderWalkDivisions, SameAsPlainDivision) {
                 ASSERT_EQ(it.y, unit / pairs % heads);
                 ASSERT_EQ(it.z, unit / (pairs * heads));
               }
-        }
+          }
 }
 
 }  // namespace

@@ -30,7 +30,7 @@ Status launch_tma_config(const ForwardParams& p, const TmaForwardLaunch& launch,
   const int items = m_blocks * p.heads_q * p.batch * p.num_splits;
   const int ctas = launch.persistent_ctas > 0 ? std::min(items, launch.persistent_ctas) : items;
   tp.divisors = ForwardBlockDivisors::of(p);
-  tp.order = TileOrder::make(m_blocks, p.heads_q, items, launch.causal_walk && ctas < items);
+  tp.order = TileOrder::make(m_blocks, p.heads_q, items, launch.causal_walk && ctas < items, ctas);
   auto kernel = flash_fwd_tma_kernel<C, Transformed>;
   CUFLASH_TRY(allow_dynamic_smem(kernel, C::kSmemBytes, "flash_fwd_tma_kernel"));
   kernel<<<ctas, C::kThreads, C::kSmemBytes, stream>>>(tp);

@@ -5,8 +5,15 @@
 // hardware's block scheduler balances the work. A persistent walk (one CTA
 // per SM) is static, so it must balance by itself, and it must keep the
 // items that read the same K/V close in time, so that L2 serves them:
-// - items of equal cost (no causal mask) go in launch order, query blocks of
-//   one head together (head-major), each CTA taking every gridDim.x-th;
+// - items without a causal mask go in launch order, query blocks of one
+//   head together (head-major), each CTA taking every gridDim.x-th, with a
+//   head's blocks rotated by the round its first block falls in: the last
+//   block of a head is partial where BM does not divide the length, and
+//   without the rotation a CTA count that is a multiple of the block count
+//   gave every CTA the same block in every round (D = 64 at 512 keys: three
+//   192-row blocks, 132 CTAs; a third of the CTAs always took the 128-row
+//   block, 13 % faster per item, and the kernel waited for the others:
+//   step timeline, NOTES.md session 44);
 // - causal items cost their query block's key tiles, the heaviest block of
 //   a head m times the lightest. They go in pairs, a head's k-th heaviest
 //   block with its k-th lightest, which together cost the same for every k;
@@ -36,10 +43,12 @@ struct TileOrder {
   bool paired = false;
   int pairs = 0;       // (m_blocks + 1) / 2
   int pair_units = 0;  // pairs x heads x (batch x splits): what a paired walk deals out
-  FastDivisor by_m_blocks, by_heads, by_pairs;
+  FastDivisor by_m_blocks, by_heads, by_pairs, by_ctas;
 
-  static constexpr TileOrder make(int m_blocks, int heads, int items, bool paired) {
+  // ctas: the grid (the walk's stride); item() must be called with it.
+  static constexpr TileOrder make(int m_blocks, int heads, int items, bool paired, int ctas) {
     TileOrder order;
+    order.by_ctas = FastDivisor(static_cast<unsigned>(ctas > 0 ? ctas : 1));
     order.m_blocks = m_blocks;
     order.heads = heads;
     order.items = items;
@@ -62,13 +71,20 @@ struct TileOrder {
     int x, y, z;
   };
 
-  // CTA `cta`'s (of `ctas`) n-th item.
+  // CTA `cta`'s (of `ctas`, the count make() was given) n-th item.
   constexpr Item item(int n, int cta, int ctas) const {
     if (!paired) {
       const int position = cta + n * ctas;
       const int head_major = by_m_blocks.div(position);  // position / m_blocks
+      // The head's blocks rotated by the round of its first block (a
+      // function of the head alone, so the walk still takes each item
+      // once); where ctas is a multiple of m_blocks that round is n, and a
+      // CTA's block moves by one each round.
+      const int head_start = head_major * m_blocks;
+      const int rotated = position - head_start + by_ctas.div(head_start);
+      const int x = rotated - by_m_blocks.div(rotated) * m_blocks;
       const int z = by_heads.div(head_major);
-      return {position < items, true, position - head_major * m_blocks, head_major - z * heads, z};
+      return {position < items, true, x, head_major - z * heads, z};
     }
     const int unit = cta + (n >> 1) * ctas;  // (pair k, head, batch x split)
     const int head_major = by_pairs.div(unit);  // unit / pairs
