@@ -147,6 +147,15 @@ bool tma_short_tiles(const Problem& problem, const sm90::TmaFwdTile& tma) {
          tma_plain_full_width(problem);
 }
 
+// Whether the TMA kernel runs a problem with its tile's short_q_buffers Q
+// buffers: calls under short_q_max_keys keys with plain scores at the
+// kernel's full width, on the tile's own ring and key tiles (D = 128: three
+// Q buffers below 2048 keys, where the deep ring is not taken).
+bool tma_short_q_buffers(const Problem& problem, const sm90::TmaFwdTile& tma, bool other_variant) {
+  return tma.short_q_buffers > 0 && !other_variant && problem.max_kv_len < tma.short_q_max_keys &&
+         tma_plain_full_width(problem);
+}
+
 // Whether the TMA kernel of `tma` (a head dim it has), run with `consumers`,
 // beats the cp.async one: from the tile's min_keys on, and with its
 // few_items_consumers; below, with the tile's own count, only without a
@@ -244,6 +253,8 @@ sm90::TmaForwardLaunch tma_forward_launch(const Problem& problem, int consumers,
   // Q buffer, and the walk stays: measured so, NOTES.md session 22.)
   const int deep_min_keys = deep_min_keys_override() >= 0 ? deep_min_keys_override() : tile.deep_min_keys;
   launch.deep_ring = tile.deep_stages > 0 && problem.max_kv_len >= deep_min_keys && tma_plain_full_width(problem);
+  launch.short_q_buffers =
+      tma_short_q_buffers(problem, tile, launch.few_items || launch.short_tiles || launch.deep_ring);
   const int forced = persistent_override();
   if (forced == 0 || (forced < 0 && !walkable)) return launch;
   launch.persistent_ctas = info.sm_count;

@@ -192,6 +192,28 @@ TEST(ForwardPlan, ShortTilesForShortKeys) {
   EXPECT_FALSE(plan(causal_case(dense_case("d128_short", 512, 512, 4, 4, 128, 2)), h100()).tma.short_tiles);
 }
 
+// D = 128 takes three Q buffers below 2048 keys (its own kernel), with
+// plain scores at the kernel's full width, causal or not; from 2048 keys
+// the deep ring (one Q buffer); the other head dims keep theirs.
+TEST(ForwardPlan, ShortQBuffersForShortKeys) {
+  if (!tma_plannable()) GTEST_SKIP() << "no sm_90a kernels in this build";
+  const ForwardPlan causal = plan(causal_case(dense_case("d128_causal_512", 512, 512, 4, 4, 128, 2)), h100());
+  EXPECT_EQ(causal.kind, ForwardKind::tma);
+  EXPECT_TRUE(causal.tma.short_q_buffers);
+  EXPECT_TRUE(plan(dense_case("d128_unmasked_1k", 1024, 1024, 4, 4, 128, 2), h100()).tma.short_q_buffers);
+  EXPECT_TRUE(plan(dense_case("d128_2047", 256, 2047, 4, 4, 128, 2), h100()).tma.short_q_buffers);
+  const ForwardPlan long_keys = plan(dense_case("d128_2k", 256, 2048, 4, 4, 128, 1), h100());
+  EXPECT_FALSE(long_keys.tma.short_q_buffers);
+  EXPECT_TRUE(long_keys.tma.deep_ring);
+  CaseSpec capped = dense_case("d128_softcap_512", 512, 512, 4, 4, 128, 2);
+  capped.options.softcap = 10.0f;
+  EXPECT_FALSE(plan(capped, h100()).tma.short_q_buffers);
+  // D = 96 runs on the D = 128 kernel over fewer columns: not at full width.
+  EXPECT_FALSE(plan(dense_case("d96_512", 512, 512, 4, 4, 96, 2), h100()).tma.short_q_buffers);
+  EXPECT_FALSE(plan(causal_case(dense_case("d64_512", 512, 512, 4, 4, 64, 2)), h100()).tma.short_q_buffers);
+  EXPECT_FALSE(plan(causal_case(dense_case("d256_512", 512, 512, 4, 4, 256, 2)), h100()).tma.short_q_buffers);
+}
+
 // The launch encodes the tensors the plan checked: they describe the views.
 TEST(ForwardPlan, TmaTensorsDescribeTheViews) {
   if (!tma_plannable()) GTEST_SKIP() << "no sm_90a kernels in this build";

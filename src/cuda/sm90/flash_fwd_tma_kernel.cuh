@@ -61,8 +61,9 @@ struct TmaForwardParams {
 // narrower caller's head dim: Q K^T over DC / 16 k-steps, P V with N = DC.
 // The columns past the caller's head dim are zeros (TMA's fill), so both
 // only skip work on zeros.
-template <typename T, int D_, int BN_, int Consumers_, int Stages_, int DC_ = D_>
-struct TmaFwdConfig {
+// QBuffersWanted_: 0 for the rule below (kWantedQBuffers), else that many.
+template <typename T, int D_, int BN_, int Consumers_, int Stages_, int DC_, int QBuffersWanted_>
+struct TmaFwdShape {
   using Element = T;
   static constexpr int D = D_, BN = BN_, Consumers = Consumers_, Stages = Stages_, DC = DC_;
   static_assert(DC % 16 == 0 && DC <= D, "computed columns: whole k-steps of the kernel's head dim");
@@ -125,7 +126,11 @@ struct TmaFwdConfig {
   // four-stage ring): causal 512 / 1k keys +2.0 / +0.3 %; elsewhere a third
   // Q buffer lost (D = 64's three consumers -1-2 %, D = 128 from 4k keys
   // -1 %), so only this kernel has it.
-  static constexpr int kWantedQBuffers = D == 64 && Consumers == 2 ? 3 : 2;
+  // D = 128 takes three in its calls of short keys through TmaFwdConfigQ
+  // (TmaFwdTile::short_q_buffers).
+  static constexpr int kWantedQBuffers = QBuffersWanted_ > 0             ? QBuffersWanted_
+                                         : D == 64 && Consumers == 2 ? 3
+                                                                     : 2;
   static constexpr int QBuffers = smem_bytes_with(kWantedQBuffers) <= 227 * 1024 ? kWantedQBuffers
                                   : smem_bytes_with(2) <= 227 * 1024         ? 2
                                                                              : 1;
@@ -156,6 +161,14 @@ struct TmaFwdConfig {
   static constexpr int kVReadBarrier = kKReadBarrier + 1;
   static_assert(kVReadBarrier < 16, "named barriers");
 };
+
+// The kernels' configs: structs rather than aliases of TmaFwdShape, so that
+// a kernel's (mangled) name says which: TmaFwdConfig with the rule's Q
+// buffers, TmaFwdConfigQ with a chosen count.
+template <typename T, int D, int BN, int Consumers, int Stages, int DC = D>
+struct TmaFwdConfig : TmaFwdShape<T, D, BN, Consumers, Stages, DC, 0> {};
+template <typename T, int D, int BN, int Consumers, int Stages, int QBuffers, int DC = D>
+struct TmaFwdConfigQ : TmaFwdShape<T, D, BN, Consumers, Stages, DC, QBuffers> {};
 
 // A consumer warpgroup's pipeline over the key tiles of its items. Key tile
 // j's step issues S_j = Q K_j^T together with the pending P V (the previous

@@ -57,6 +57,11 @@ Status launch_flash_fwd_tma(const ForwardParams& p, const TmaForwardLaunch& laun
     using CS = TmaFwdConfig<T, D, tile.short_block_n, tile.consumers, tile.stages, DC>;
     if (launch.short_tiles) return launch_tma_config<CS, false>(p, launch, stream);
   }
+  if constexpr (tile.short_q_buffers > 0 && DC == D) {
+    using CQ = TmaFwdConfigQ<T, D, tile.block_n, tile.consumers, tile.stages, tile.short_q_buffers, DC>;
+    static_assert(CQ::QBuffers == tile.short_q_buffers, "short_q_buffers: they must fit in shared memory");
+    if (launch.short_q_buffers) return launch_tma_config<CQ, false>(p, launch, stream);
+  }
   if constexpr (tile.deep_stages > 0 && DC == D) {
     using CD = TmaFwdConfig<T, D, tile.block_n, tile.consumers, tile.deep_stages, DC>;
     if (launch.deep_ring) return launch_tma_config<CD, false>(p, launch, stream);

@@ -16,6 +16,7 @@ namespace cuflash::detail::sm90 {
 // deep_ring: the tile's deep_stages ring (flash_fwd_wgmma_tiles.hpp).
 // few_items: the tile's few_items_consumers instead of its consumers.
 // short_tiles: the tile's short_block_n key tiles instead of its block_n.
+// short_q_buffers: the tile's short_q_buffers Q buffers (TmaFwdConfigQ).
 struct TmaForwardLaunch {
   HeadRowsTensor q, k, v, out;
   int persistent_ctas = 0;
@@ -24,6 +25,7 @@ struct TmaForwardLaunch {
   bool deep_ring = false;
   bool few_items = false;
   bool short_tiles = false;
+  bool short_q_buffers = false;
 };
 
 }  // namespace cuflash::detail::sm90

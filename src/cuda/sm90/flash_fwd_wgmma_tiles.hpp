@@ -61,7 +61,10 @@ constexpr WgmmaFwdTile wgmma_fwd_tile(int head_dim) {
 // measured within +-1.5 %). A third Q buffer (D = 64, and D = 128's
 // two-stage ring, where it fits in 224 KiB) measured D = 128 causal 512
 // +2.8 % but D = 64's three consumers -2 % without a mask and 4k keys
-// -1 %: only D = 64's two-consumer kernel has it (TmaFwdConfig::QBuffers).
+// -1 %: D = 64's two-consumer kernel has it (TmaFwdConfig::QBuffers), and
+// D = 128 in calls under short_q_max_keys keys (short_q_buffers: a kernel
+// of its own, TmaFwdConfigQ; +2.8 / +0.9 % causal / unmasked at 512 keys
+// when measured at every length, session 43).
 struct TmaFwdTile {
   int block_n;        // keys per tile; 0: no TMA kernel for this head dim
   int consumers;      // consumer warpgroups of 64 query rows
@@ -84,12 +87,17 @@ struct TmaFwdTile {
   // where those tiles are a large share of the walk.
   int short_block_n = 0;
   int short_max_keys = 0;
+  // 0, or this many Q buffers for calls under short_q_max_keys keys (plain
+  // scores, the kernel's full width, the tile's own ring): where items of a
+  // few key tiles wait for their Q behind the item before's epilogue.
+  int short_q_buffers = 0;
+  int short_q_max_keys = 0;
 };
 
 constexpr TmaFwdTile tma_fwd_tile(int head_dim) {
   switch (head_dim) {
     case 64: return {128, 3, 4, 2048, 0, 0, 2};
-    case 128: return {128, 2, 2, 0, 3, 2048};
+    case 128: return {128, 2, 2, 0, 3, 2048, 0, 0, 0, 3, 2048};
     case 192: return {64, 2, 2, 0, 0, 0};
     case 256: return {80, 2, 2, 0, 0, 0, 0, 64, 1024};
     default: return {0, 0, 0, 0, 0, 0};
