@@ -45,7 +45,12 @@ def bench_median_ms(cuflash, backend, head_dim, seqlen, heads, batch, mask, flus
     if not flush:
         cmd.append("--no-flush-l2")
     rows = []
-    run(cmd, lambda message: print(f"startup_probe: {message}", file=sys.stderr), rows.append)
+    log = lambda message: print(f"startup_probe: {message}", file=sys.stderr)
+    run(cmd, log, rows.append)
+    if rows and rows[0].get("error"):
+        # Say why: session 45's cudnn rows were empty because the A/B packs
+        # are built without cuDNN, and only the exit code reached the log.
+        log(f"{backend} B={batch}: {rows[0]['error']}")
     return rows[0].get("median_ms") if rows else None
 
 

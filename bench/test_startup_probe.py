@@ -5,6 +5,8 @@ probe's loop over batches, backends and flush modes against a fake
 
 from __future__ import annotations
 
+import contextlib
+import io
 import os
 import sys
 import unittest
@@ -54,6 +56,17 @@ class ProbeTest(unittest.TestCase):
         text = startup_probe.report(args, rows)
         self.assertIn("| cuda | yes | 52.0 | 84.0 | 148.0 | 276.0 | 20.0 | 4.0 |", text)
         self.assertIn("| cudnn | no | 36.0 | 68.0 | 132.0 | — | 4.0 | 4.0 |", text)
+
+    def test_a_failed_points_error_is_logged(self):
+        def run(cmd, log, on_object):
+            on_object({"median_ms": None, "error": "backend cudnn: not built (CUFLASH_ENABLE_CUDNN=OFF)"})
+            return 1
+
+        err = io.StringIO()
+        with contextlib.redirect_stderr(err):
+            median = startup_probe.bench_median_ms("cf", "cudnn", 64, 512, 32, 8, "causal", True, run)
+        self.assertIsNone(median)
+        self.assertIn("cudnn B=8: backend cudnn: not built", err.getvalue())
 
 
 if __name__ == "__main__":

@@ -113,6 +113,19 @@ class SpanTest(unittest.TestCase):
         self.assertIn("CTAs (4): walk clocks min 200000, median 220000, max 240000; "
                       "end us min 101.0, median 111.0, max 121.0; ended at the mean end: 8.3 % sooner", text)
 
+    def test_stamping_ctas_left_out_of_the_spread(self):
+        # Six CTAs; the first four (the stamping ones) walk 300000 clocks,
+        # the other two 200000 and end at 100 and 110 us.
+        slow = [(0, 150000, 0, 300000, i) for i in range(4)]
+        spans = slow + [(0, 100000, 0, 200000, 20), (0, 110000, 0, 200000, 21)]
+        with tempfile.TemporaryDirectory() as tmp:
+            path = os.path.join(tmp, "t.bin")
+            write_timeline(path, {(0, 1): [("start", 0), ("item", 10)]}, spans=spans)
+            text = StepTimelineTest.run_main(StepTimelineTest(), path)
+        self.assertIn("CTAs (2, without stamps): walk clocks min 200000, median 200000, max 200000; "
+                      "end us min 100.0, median 105.0, max 110.0; ended at the mean end: 4.5 % sooner; "
+                      "last SMs [21, 20]; the 4 stamping CTAs' walks median 300000 clocks (1.50 x)", text)
+
     def test_files_without_spans(self):
         with tempfile.TemporaryDirectory() as tmp:
             path = os.path.join(tmp, "t.bin")
