@@ -14,6 +14,10 @@
 # to both builds, e.g. the step timeline's (-DCUFLASH_STEP_TIMELINE=ON, with
 # AB_CHANGE_NAME=timeline, which ab-prebuilt.sh does not time, and an
 # AB_PREBUILD_DIR of its own, so that the A/B builds' objects stay).
+# AB_CHANGE_ENV="NAME=value ..." writes .abbin/<change name>.env, which
+# ab-prebuilt.sh exports for that pack's runs and tests: with
+# AB_CHANGE_NAME=change2 and the same CHANGE_REF (its objects are built
+# already: only the packing runs), the change timed with a switch off.
 # One clone and one build directory in $AB_PREBUILD_DIR (default
 # /tmp/cuflash-ab): the base is built first, then the change on top of it,
 # so only what the change touches compiles again (2 cores: ~7 min for a
@@ -72,4 +76,11 @@ fi
 targets=(cuflash_cli)
 [ "$tests" = OFF ] || targets+=(cuflash_gpu_tests)
 build "$change_sha" "$change_name" "${targets[@]}"
+if [ -n "${AB_CHANGE_ENV:-}" ]; then
+  printf '%s\n' $AB_CHANGE_ENV >".abbin/$change_name.env"
+  echo "$(cat ".abbin/$change_name.label"), $AB_CHANGE_ENV" >".abbin/$change_name.label"
+  echo "ab-prebuild: .abbin/$change_name.env: $AB_CHANGE_ENV"
+else
+  rm -f ".abbin/$change_name.env"
+fi
 echo "ab-prebuild: carry [\".abbin\"]; there: bench/ab-prebuilt.sh [bench/ab.py flags] (the base against every .abbin/change*)"
