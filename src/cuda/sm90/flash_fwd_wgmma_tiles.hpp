@@ -96,11 +96,19 @@ struct TmaFwdTile {
 
 constexpr TmaFwdTile tma_fwd_tile(int head_dim) {
   switch (head_dim) {
-    case 64: return {128, 3, 4, 2048, 0, 0, 2};
-    case 128: return {128, 2, 2, 0, 3, 2048, 0, 0, 0, 3, 2048};
-    case 192: return {64, 2, 2, 0, 0, 0};
-    case 256: return {80, 2, 2, 0, 0, 0, 0, 64, 1024};
-    default: return {0, 0, 0, 0, 0, 0};
+    case 64:
+      return {.block_n = 128, .consumers = 3, .stages = 4, .min_keys = 2048, .deep_stages = 0, .deep_min_keys = 0,
+              .few_items_consumers = 2};
+    case 128:
+      return {.block_n = 128, .consumers = 2, .stages = 2, .min_keys = 0, .deep_stages = 3, .deep_min_keys = 2048,
+              .short_q_buffers = 3, .short_q_max_keys = 2048};
+    case 192:
+      return {.block_n = 64, .consumers = 2, .stages = 2, .min_keys = 0, .deep_stages = 0, .deep_min_keys = 0};
+    case 256:
+      return {.block_n = 80, .consumers = 2, .stages = 2, .min_keys = 0, .deep_stages = 0, .deep_min_keys = 0,
+              .short_block_n = 64, .short_max_keys = 1024};
+    default:
+      return {.block_n = 0, .consumers = 0, .stages = 0, .min_keys = 0, .deep_stages = 0, .deep_min_keys = 0};
   }
 }
 
