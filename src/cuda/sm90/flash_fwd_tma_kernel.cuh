@@ -427,12 +427,17 @@ __global__ void __launch_bounds__(C::kThreads, 1) flash_fwd_tma_kernel(const __g
   const bool varlen = p.cu_seqlens_q != nullptr;
 
   if (wg == 0) {
-    // Producer: lane 0 of warp 0 issues every load; the rest of warp 0
-    // helps with varlen tails; the other warps only give their registers
-    // back.
+    // Producer: lane 0 of warp 0 issues every K/V load and the rest of
+    // warp 0 helps with varlen tails; lane 0 of warp 1 (q_loader) issues
+    // every Q load and hands each item to the consumers; the other warps
+    // only give their registers back. Both warps walk the same items. Q
+    // has its own warp so that the next item's Q is issued as soon as its
+    // buffer is free: from one warp it waited behind this item's K/V
+    // loads, each held until the ring had a free stage, and at short items
+    // the consumers then waited for Q (ncu, session 43).
     warpgroup_registers_decrease<C::ProducerRegs>();
-    if (tid >= 32) return;
-    const bool leader = tid == 0;
+    if (tid >= 64) return;
+    const bool leader = tid == 0, q_loader = tid == 32;
     if (leader) {
       tma_prefetch_map(&tp.q);
       tma_prefetch_map(&tp.k);
@@ -449,20 +454,23 @@ __global__ void __launch_bounds__(C::kThreads, 1) flash_fwd_tma_kernel(const __g
       const ForwardBlock f = forward_block_at<C::BM, C::BN>(p, tp.divisors, tp.order.m_blocks, it.x, it.y, it.z);
       if (!f.active) continue;
       const int batch_coord = varlen ? 0 : f.b;
-      const int n_tiles = max(f.t_hi - f.t_lo, 0);
-      if (leader) {
-        // Q waits until the consumers have finished the epilogue of the
-        // item that last used its buffer (which stages O there).
-        const int qb = items % C::QBuffers;
-        mbarrier_wait(&q_empty[qb], q_phase(items) ^ 1);
-        slots[qb].publish(f);
-        mbarrier_arrive_expect_tx(&q_full[qb], C::QTile::kBytes);
+      if (tid >= 32) {
+        if (q_loader) {
+          // Q waits until the consumers have finished the epilogue of the
+          // item that last used its buffer (which stages O there).
+          const int qb = items % C::QBuffers;
+          mbarrier_wait(&q_empty[qb], q_phase(items) ^ 1);
+          slots[qb].publish(f);
+          mbarrier_arrive_expect_tx(&q_full[qb], C::QTile::kBytes);
 #pragma unroll
-        for (int c = 0; c < C::QTile::kBlocks; ++c)
-          tma_load_4d(sQ(items) + c * (C::QTile::kBlockBytes / 2), &tp.q, &q_full[qb], c * 64,
-                      f.seq.q_start + f.m0, f.h, batch_coord);
-        CUFLASH_TIMELINE(kTlLoadQ);
+          for (int c = 0; c < C::QTile::kBlocks; ++c)
+            tma_load_4d(sQ(items) + c * (C::QTile::kBlockBytes / 2), &tp.q, &q_full[qb], c * 64,
+                        f.seq.q_start + f.m0, f.h, batch_coord);
+        }
+        ++items;
+        continue;
       }
+      const int n_tiles = max(f.t_hi - f.t_lo, 0);
       for (int j = 0; j < n_tiles; ++j, ++kv_count) {
         const int st = kv_count % C::Stages;
         const std::uint32_t phase = (kv_count / C::Stages) & 1;
@@ -505,9 +513,8 @@ __global__ void __launch_bounds__(C::kThreads, 1) flash_fwd_tma_kernel(const __g
           if (leader) mbarrier_arrive(&v_full[st]);
         }
       }
-      ++items;
     }
-    if (leader) {
+    if (q_loader) {
       const int qb = items % C::QBuffers;
       mbarrier_wait(&q_empty[qb], q_phase(items) ^ 1);
       slots[qb].publish_end();
