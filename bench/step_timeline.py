@@ -158,7 +158,8 @@ def q_lead(producer_row, consumer_row):
     the previous item (its last stamp) the producer issued this item's Q
     (load_q; negative: issued after), and how long the consumer then took to
     start it (its `item` stamp, after the Q's wait): whether a consumer
-    waiting for Q waits for the producer or for the load."""
+    waiting for Q waits for the producer or for the load. (No load_q stamps
+    where Q has a warp of its own, TmaFwdShape::kQWarp: D >= 128.)"""
     issued = [clock for event, clock in stamps(producer_row) if event == "load_q"]
     items = consumer_items(consumer_row)
     leads, waits = [], []

@@ -100,6 +100,15 @@ struct TmaFwdShape {
   // (H200, session 38): D = 64 +1.2-2.7 % on the TMA kernel's points,
   // D = 128 0.995-1.024.
   static constexpr bool kPeelFirst = D <= 128;
+  // The Q loads from a producer warp of their own (warp 1, idle before),
+  // so that the next item's Q goes out as soon as its buffer is free
+  // instead of after this item's K/V loads, each of which waits for a free
+  // stage. Measured (H200, session 46, two A/B runs): D = 128 causal and
+  // D = 256 +1-2 % at most points, D = 128 unmasked level; D = 64 -0.5 %
+  // at most points (its consumers' waits are for the item's last V, at
+  // the drain: ncu), so D = 64 keeps one producer warp. (K and V each from
+  // a warp of its own lost 2-7 % at D = 64.)
+  static constexpr bool kQWarp = D >= 128;
   using QTile = Sw128Tile<BM, D>;
   using KVTile = Sw128Tile<BN, D>;
   static constexpr int kStageBytes = 2 * KVTile::kBytes;  // K, then V
@@ -428,16 +437,13 @@ __global__ void __launch_bounds__(C::kThreads, 1) flash_fwd_tma_kernel(const __g
 
   if (wg == 0) {
     // Producer: lane 0 of warp 0 issues every K/V load and the rest of
-    // warp 0 helps with varlen tails; lane 0 of warp 1 (q_loader) issues
-    // every Q load and hands each item to the consumers; the other warps
-    // only give their registers back. Both warps walk the same items. Q
-    // has its own warp so that the next item's Q is issued as soon as its
-    // buffer is free: from one warp it waited behind this item's K/V
-    // loads, each held until the ring had a free stage, and at short items
-    // the consumers then waited for Q (ncu, session 43).
+    // warp 0 helps with varlen tails; the Q loads, and with them each
+    // item's hand-over to the consumers, come from the same lane or, with
+    // C::kQWarp, from lane 0 of warp 1, which walks the same items; the
+    // other warps only give their registers back.
     warpgroup_registers_decrease<C::ProducerRegs>();
-    if (tid >= 64) return;
-    const bool leader = tid == 0, q_loader = tid == 32;
+    if (tid >= (C::kQWarp ? 64 : 32)) return;
+    const bool leader = tid == 0, q_loader = tid == (C::kQWarp ? 32 : 0);
     if (leader) {
       tma_prefetch_map(&tp.q);
       tma_prefetch_map(&tp.k);
@@ -454,19 +460,20 @@ __global__ void __launch_bounds__(C::kThreads, 1) flash_fwd_tma_kernel(const __g
       const ForwardBlock f = forward_block_at<C::BM, C::BN>(p, tp.divisors, tp.order.m_blocks, it.x, it.y, it.z);
       if (!f.active) continue;
       const int batch_coord = varlen ? 0 : f.b;
-      if (tid >= 32) {
-        if (q_loader) {
-          // Q waits until the consumers have finished the epilogue of the
-          // item that last used its buffer (which stages O there).
-          const int qb = items % C::QBuffers;
-          mbarrier_wait(&q_empty[qb], q_phase(items) ^ 1);
-          slots[qb].publish(f);
-          mbarrier_arrive_expect_tx(&q_full[qb], C::QTile::kBytes);
+      if (q_loader) {
+        // Q waits until the consumers have finished the epilogue of the
+        // item that last used its buffer (which stages O there).
+        const int qb = items % C::QBuffers;
+        mbarrier_wait(&q_empty[qb], q_phase(items) ^ 1);
+        slots[qb].publish(f);
+        mbarrier_arrive_expect_tx(&q_full[qb], C::QTile::kBytes);
 #pragma unroll
-          for (int c = 0; c < C::QTile::kBlocks; ++c)
-            tma_load_4d(sQ(items) + c * (C::QTile::kBlockBytes / 2), &tp.q, &q_full[qb], c * 64,
-                        f.seq.q_start + f.m0, f.h, batch_coord);
-        }
+        for (int c = 0; c < C::QTile::kBlocks; ++c)
+          tma_load_4d(sQ(items) + c * (C::QTile::kBlockBytes / 2), &tp.q, &q_full[qb], c * 64,
+                      f.seq.q_start + f.m0, f.h, batch_coord);
+        CUFLASH_TIMELINE(kTlLoadQ);  // (stamped where warp 0 loads Q: step_timeline.cuh)
+      }
+      if (C::kQWarp && tid >= 32) {  // the Q warp walks no key tiles
         ++items;
         continue;
       }
@@ -513,6 +520,7 @@ __global__ void __launch_bounds__(C::kThreads, 1) flash_fwd_tma_kernel(const __g
           if (leader) mbarrier_arrive(&v_full[st]);
         }
       }
+      ++items;
     }
     if (q_loader) {
       const int qb = items % C::QBuffers;

@@ -34,7 +34,7 @@ enum TimelineEvent : unsigned {
   kTlDrain,       // consumer: the drain's P V complete
   kTlEpilogue,    // consumer: the epilogue's end
   kTlIdle,        // consumer: an item walked idle (no rows)
-  kTlLoadQ,       // producer: Q's load issued
+  kTlLoadQ,       // producer: Q's load issued (not where a warp of its own loads Q, kQWarp)
   kTlLoadK,       // producer: a K tile's load issued
   kTlLoadV,       // producer: a V tile's load issued
   kTlEnd,         // the warpgroup's walk is over
