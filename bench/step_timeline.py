@@ -172,6 +172,31 @@ def q_lead(producer_row, consumer_row):
     return leads, waits
 
 
+def last_v_lead(producer_row, consumer_row):
+    """Per item (not walked idle): how long before the consumer's drain turn
+    (its `drain_turn` stamp, which follows the wait for the item's last V)
+    the producer issued that V (the item's last tile's load_v; the
+    producer's load_v stamps number the CTA's key tiles in order, the
+    consumer's `loads` stamps count each item's tiles), and how long the
+    consumer waited from its last step's end to that turn. Items whose last
+    V is past the producer's recorded stamps are left out. A short or
+    negative lead with a long wait: the drain waits for the V's load."""
+    issued = [clock for event, clock in stamps(producer_row) if event == "load_v"]
+    leads, waits, tiles = [], [], 0
+    for item in consumer_items(consumer_row):
+        events = [e for e, _ in item]
+        tiles += events.count("loads")
+        if "idle" in events or "drain_turn" not in events or not 0 < tiles <= len(issued):
+            continue
+        k = events.index("drain_turn")
+        if k == 0 or events[k - 1] != "step":
+            continue
+        turn = item[k][1]
+        leads.append(turn - issued[tiles - 1])
+        waits.append(turn - item[k - 1][1])
+    return leads, waits
+
+
 def longest_producer_wait(producer_row):
     """The producer's longest gap between consecutive stamps: (clocks, the
     stamp before it, the stamp after it, the gap's start and the walk's
@@ -233,6 +258,15 @@ def main():
                 lead, wait = q_lead(rows[cta * WARPGROUPS], rows[cta * WARPGROUPS + wg])
                 leads.extend(lead)
                 waits.extend(wait)
+            v_leads, v_waits = [], []
+            for cta in range(min(CTAS, meta["ctas"])):
+                lead, wait = last_v_lead(rows[cta * WARPGROUPS], rows[cta * WARPGROUPS + wg])
+                v_leads.extend(lead)
+                v_waits.extend(wait)
+            if v_leads:
+                print(f"    last V: issued {statistics.median(v_leads):.0f} clocks before the drain's turn "
+                      f"(median; shortest {min(v_leads)}), the turn {statistics.median(v_waits):.0f} after "
+                      f"the last step (median; longest {max(v_waits)}) over {len(v_leads)} items")
             if leads:
                 print(f"    next Q: issued {statistics.median(leads):.0f} clocks before the consumer was ready "
                       f"(median; {sum(x < 0 for x in leads)} of {len(leads)} after), then "

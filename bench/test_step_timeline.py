@@ -147,6 +147,24 @@ class QLeadTest(unittest.TestCase):
         self.assertEqual(leads, [500, -500])
         self.assertEqual(waits, [100, 700])
 
+    def test_last_v_against_the_drain_turn(self):
+        # Item 0 has two key tiles, item 1 one: the producer issues V for
+        # tiles 0..2 at 100, 400 and 1500. Item 0's last step ends at 900
+        # and its drain turn comes at 1000 (V 600 before it, a 100 wait);
+        # item 1's step ends at 1800 and its turn at 2100 (V 600 before,
+        # waited 300). A third item, past the producer's stamps, is left out.
+        producer = [EVENT["load_v"] << 56 | c for c in (100, 400, 1500)]
+        step = ("loads", "turn", "S", "softmax", "step")
+        item0 = [("item", 0)] + [(e, 200 + 50 * k) for k, e in enumerate(step)] + \
+            [(e, 600 + 75 * k) for k, e in enumerate(step)] + [("drain_turn", 1000), ("epilogue", 1200)]
+        item1 = [("item", 1300)] + [(e, 1600 + 50 * k) for k, e in enumerate(step)] + \
+            [("drain_turn", 2100), ("epilogue", 2300)]
+        item2 = [("item", 2400)] + [(e, 2500 + 10 * k) for k, e in enumerate(step)] + [("drain_turn", 2700)]
+        consumer = [EVENT[e] << 56 | c for e, c in item0 + item1 + item2]
+        leads, waits = step_timeline.last_v_lead(producer, consumer)
+        self.assertEqual(leads, [600, 600])
+        self.assertEqual(waits, [100, 300])
+
 
 if __name__ == "__main__":
     unittest.main()
