@@ -197,6 +197,17 @@ def last_v_lead(producer_row, consumer_row):
     return leads, waits
 
 
+def pooled(lead, meta, rows, wg):
+    """lead(producer row, consumer row) (q_lead, last_v_lead) over the
+    recorded CTAs for consumer wg, its two lists joined."""
+    leads, waits = [], []
+    for cta in range(min(CTAS, meta["ctas"])):
+        lead_part, wait_part = lead(rows[cta * WARPGROUPS], rows[cta * WARPGROUPS + wg])
+        leads.extend(lead_part)
+        waits.extend(wait_part)
+    return leads, waits
+
+
 def longest_producer_wait(producer_row):
     """The producer's longest gap between consecutive stamps: (clocks, the
     stamp before it, the stamp after it, the gap's start and the walk's
@@ -253,16 +264,8 @@ def main():
                 if shown:
                     parts.append(f"{where}: " + ", ".join(shown))
             print(f"  consumer {wg - 1}: " + " | ".join(parts))
-            leads, waits = [], []
-            for cta in range(min(CTAS, meta["ctas"])):
-                lead, wait = q_lead(rows[cta * WARPGROUPS], rows[cta * WARPGROUPS + wg])
-                leads.extend(lead)
-                waits.extend(wait)
-            v_leads, v_waits = [], []
-            for cta in range(min(CTAS, meta["ctas"])):
-                lead, wait = last_v_lead(rows[cta * WARPGROUPS], rows[cta * WARPGROUPS + wg])
-                v_leads.extend(lead)
-                v_waits.extend(wait)
+            leads, waits = pooled(q_lead, meta, rows, wg)
+            v_leads, v_waits = pooled(last_v_lead, meta, rows, wg)
             if v_leads:
                 print(f"    last V: issued {statistics.median(v_leads):.0f} clocks before the drain's turn "
                       f"(median; shortest {min(v_leads)}), the turn {statistics.median(v_waits):.0f} after "
