@@ -22,6 +22,12 @@ sooner the kernel would end if every CTA ended at the mean end (a static
 walk ends with its slowest CTA; in session 44's timeline a third of the
 CTAs took the partial query block in every round and ended ~11 % early).
 
+`producer slot waits`: per tile, the producer's wait for its free K slot
+and from K's issue to V's (slot_waits); a build with
+-DCUFLASH_STEP_TIMELINE_PRODUCER_ONLY=ON leaves the consumers unstamped (their
+stamps slow them ~1.2 x and so hand the producer a lead it lacks in the
+plain kernel), and its consumer lines stay empty.
+
 --raw prints every stamp of each recorded CTA's warpgroups instead, in clocks
 from that CTA's first stamp: for walks of one item per CTA (small grids),
 whose only item is both the first and the last that the medians leave out.
@@ -220,6 +226,49 @@ def longest_producer_wait(producer_row):
     return gap, before[0], after[0], before[1] - origin, row[-1][1] - origin
 
 
+def slot_waits(producer_row):
+    """The producer's wait for each tile's free slots: K (k_wait -> k_free)
+    and V (load_k -> load_v, which holds V's empty-barrier wait, its
+    expect-tx arrival and its TMA issue) in clocks, as two lists. A wait
+    about as short as the stamps' own cost means the slot was free before
+    the producer came to it: the consumers were waiting for the producer,
+    not it for them (read it in a producer-only build, where the consumers'
+    stamps do not slow them)."""
+    k_waits, v_waits, waiting_k, loaded_k = [], [], None, None
+    for event, clock in stamps(producer_row):
+        if event == "k_wait":
+            waiting_k = clock
+        elif event == "k_free" and waiting_k is not None:
+            k_waits.append(clock - waiting_k)
+            waiting_k = None
+        elif event == "load_k":
+            loaded_k = clock
+        elif event == "load_v" and loaded_k is not None:
+            v_waits.append(clock - loaded_k)
+            loaded_k = None
+    return k_waits, v_waits
+
+
+def slot_wait_line(meta, rows, free_below=400):
+    """One line on the recorded CTAs' slot waits (slot_waits): medians,
+    90th percentiles and the share under `free_below` clocks."""
+    k_all, v_all = [], []
+    for cta in range(min(CTAS, meta["ctas"])):
+        k, v = slot_waits(rows[cta * WARPGROUPS])
+        k_all += k
+        v_all += v
+    if not k_all or not v_all:
+        return None
+
+    def describe(waits):
+        ordered = sorted(waits)
+        free = sum(w < free_below for w in waits)
+        return (f"median {statistics.median(waits):.0f}, p90 {ordered[len(ordered) * 9 // 10]}, "
+                f"under {free_below}: {100.0 * free / len(waits):.0f} %")
+
+    return f"  producer slot waits over {len(k_all)} tiles: K {describe(k_all)}; V {describe(v_all)}"
+
+
 def raw(meta, rows):
     """Each recorded CTA's stamps, per warpgroup, from the CTA's first."""
     for cta in range(min(CTAS, meta["ctas"])):
@@ -252,6 +301,9 @@ def main():
                 gap, before, after, at, length = wait
                 print(f"  producer, CTA {cta}: longest wait {gap} clocks ({before} at {at} -> {after}), "
                       f"{100.0 * gap / max(length, 1):.1f} % of its {length} clocks")
+        line = slot_wait_line(meta, rows)
+        if line:
+            print(line)
         for wg in range(1, meta["consumers"] + 1):
             merged = collections.defaultdict(list)
             for cta in range(min(CTAS, meta["ctas"])):

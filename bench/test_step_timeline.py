@@ -88,6 +88,16 @@ class ProducerWaitTest(unittest.TestCase):
         self.assertEqual(step_timeline.longest_producer_wait(producer), (5000, "load_q", "load_k", 500, 6000))
         self.assertIsNone(step_timeline.longest_producer_wait([EVENT["start"] << 56 | 5, 0]))
 
+    def test_slot_waits(self):
+        producer = [EVENT[e] << 56 | c for e, c in (
+            ("start", 0), ("k_wait", 100), ("k_free", 150), ("k_armed", 200), ("load_k", 300), ("load_v", 2300),
+            ("k_wait", 2400), ("k_free", 3400), ("k_armed", 3450), ("load_k", 3500), ("load_v", 3600), ("end", 4000))]
+        self.assertEqual(step_timeline.slot_waits(producer), ([50, 1000], [2000, 100]))
+        rows = [producer] + [[0]] * (step_timeline.CTAS * step_timeline.WARPGROUPS - 1)
+        line = step_timeline.slot_wait_line({"ctas": 1}, rows)
+        self.assertIn("over 2 tiles: K median 525, p90 1000, under 400: 50 %; V median 1050, p90 2000, under 400: 50 %",
+                      line)
+
     def test_summary_line(self):
         with tempfile.TemporaryDirectory() as tmp:
             path = os.path.join(tmp, "t.bin")
