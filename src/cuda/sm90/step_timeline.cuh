@@ -57,7 +57,9 @@ constexpr bool kTimelineConsumers = false;
 #else
 constexpr bool kTimelineConsumers = true;
 #endif
-__host__ __device__ constexpr bool timeline_producer_event(unsigned event) {
+// What a producer-only build stamps: the producer's events, and every
+// warpgroup's start and end (the CTA's span takes its last warpgroup's end).
+__host__ __device__ constexpr bool timeline_producer_only_keeps(unsigned event) {
   return event == kTlStart || event == kTlEnd || event == kTlLoadQ || event == kTlLoadK || event == kTlLoadV ||
          event == kTlKWait || event == kTlKFree || event == kTlKArmed;
 }
@@ -126,7 +128,7 @@ __device__ __forceinline__ void timeline_init() {
 // between the wgmmas would serialize them, C7520); thread 0 of a
 // warpgroup writes. The producer's leader calls it alone.
 __device__ __forceinline__ void timeline_stamp(unsigned event) {
-  if (!kTimelineConsumers && !timeline_producer_event(event)) return;
+  if (!kTimelineConsumers && !timeline_producer_only_keeps(event)) return;
   const unsigned wg = threadIdx.x / 128;
   const unsigned long long now = clock64();
   if (threadIdx.x % 128 == 0 && blockIdx.x < kTimelineCtas && wg < kTimelineWarpgroups) {
