@@ -22,6 +22,12 @@ sooner the kernel would end if every CTA ended at the mean end (a static
 walk ends with its slowest CTA; in session 44's timeline a third of the
 CTAs took the partial query block in every round and ended ~11 % early).
 
+`consumers' longest wait for data` (files from session 47 on): every CTA's
+consumers time their waits for a tile's data (a step's K and pending V, the
+drain's last V) and keep the longest in shared memory, written to the CTA's
+span at its end, so unstamped CTAs report one with the plain kernel's
+timing: how many CTAs had one of 5,000+ clocks, when, where and which.
+
 `producer slot waits`: per tile, the producer's wait for its free K slot
 and from K's issue to V's (slot_waits); a build with
 -DCUFLASH_STEP_TIMELINE_PRODUCER_ONLY=ON leaves the consumers unstamped (their
@@ -56,17 +62,23 @@ CTAS = 4  # kTimelineCtas
 WARPGROUPS = 4  # kTimelineWarpgroups
 
 
-SPAN_FIELDS = ("start_ns", "end_ns", "start_clock", "end_clock", "smid")
+# A span's words: "TL01" files have the first five, "TL02" files (session 47)
+# also each CTA's longest consumer wait for a tile's data (longest_wait).
+SPAN_FIELDS = ("start_ns", "end_ns", "start_clock", "end_clock", "smid", "longest_wait")
+SPAN_WORDS = {0x544C3031: 5, 0x544C3032: 6}
+WAITS = {0: "step", 1: "drain"}  # step_timeline.cuh's TimelineWait
 
 
 def read(path):
     """(meta, rows): meta has the header's fields and `spans`, every CTA's
     span (dicts of SPAN_FIELDS) from the section after the rows, or None for
     a file written before spans were recorded; rows are the stamp words."""
-    data = open(path, "rb").read()
+    with open(path, "rb") as f:
+        data = f.read()
     header = struct.unpack("8i", data[:32])
-    if header[0] != 0x544C3031:
+    if header[0] not in SPAN_WORDS:
         sys.exit(f"{path}: not a step timeline")
+    n = SPAN_WORDS[header[0]]
     entries = header[7]
     offset = 32 + 8 * header[6] * entries
     words = struct.unpack(f"{header[6] * entries}Q", data[32:offset])
@@ -75,9 +87,37 @@ def read(path):
     meta["spans"] = None
     if len(data) >= offset + 4:
         (count,) = struct.unpack("i", data[offset:offset + 4])
-        span_words = struct.unpack(f"{5 * count}Q", data[offset + 4:offset + 4 + 40 * count])
-        meta["spans"] = [dict(zip(SPAN_FIELDS, span_words[5 * i:5 * i + 5])) for i in range(count)]
+        span_words = struct.unpack(f"{n * count}Q", data[offset + 4:offset + 4 + 8 * n * count])
+        meta["spans"] = [dict(zip(SPAN_FIELDS, span_words[n * i:n * i + n])) for i in range(count)]
     return meta, rows
+
+
+def unpack_wait(word):
+    """A CTA's longest wait (step_timeline.cuh's timeline_waited) as (clocks,
+    start from the CTA's start, which wait, kv_count), or None where none
+    reached kLongWait."""
+    if not word:
+        return None
+    return word >> 40, (word >> 16) & 0xFFFFFF, WAITS[(word >> 15) & 1], word & 0x7FFF
+
+
+def long_wait_line(spans, over=5000):
+    """One line on the CTAs' longest waits for data (files that have them):
+    how many CTAs waited `over` clocks or more once, and for those the
+    median wait, start, kind and tile. Every CTA records it, the stamping
+    ones too (their stamps may cause their own)."""
+    waits = [unpack_wait(s.get("longest_wait", 0)) for s in spans if "longest_wait" in s]
+    if not waits:
+        return None
+    long = [w for w in waits if w and w[0] >= over]
+    line = f"  consumers' longest wait for data: {len(long)} of {len(waits)} CTAs waited {over}+ clocks once"
+    if long:
+        kinds = collections.Counter(w[2] for w in long)
+        line += (f"; those: median {statistics.median(w[0] for w in long):.0f} clocks, starting "
+                 f"{statistics.median(w[1] for w in long):.0f} clocks into the walk (min {min(w[1] for w in long)}, "
+                 f"max {max(w[1] for w in long)}), at tile {statistics.median(w[3] for w in long):.0f} (median), "
+                 + ", ".join(f"{k} {v}" for k, v in sorted(kinds.items())))
+    return line
 
 
 def stamps(row):
@@ -292,9 +332,9 @@ def main():
         if show_raw:
             raw(meta, rows)
             continue
-        line = span_summary(meta["spans"]) if meta["spans"] else None
-        if line:
-            print(line)
+        for line in (span_summary(meta["spans"]), long_wait_line(meta["spans"])) if meta["spans"] else ():
+            if line:
+                print(line)
         for cta in range(min(CTAS, meta["ctas"])):
             wait = longest_producer_wait(rows[cta * WARPGROUPS])
             if wait:

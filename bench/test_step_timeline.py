@@ -26,9 +26,11 @@ EVENT = {name: code for code, name in step_timeline.EVENTS.items()}
 
 def write_timeline(path, stamps, entries=16, spans=None):
     """stamps: {(cta, warpgroup): [(event name, clock), ...]}; spans: a list of
-    (start_ns, end_ns, start_clock, end_clock, smid), written after the rows."""
+    (start_ns, end_ns, start_clock, end_clock, smid) ("TL01") or those and
+    longest_wait ("TL02"), written after the rows."""
     rows = step_timeline.CTAS * step_timeline.WARPGROUPS
-    header = struct.pack("8i", 0x544C3031, 128, 2, 2, 16, 16, rows, entries)
+    magic = 0x544C3032 if spans and len(spans[0]) == 6 else 0x544C3031
+    header = struct.pack("8i", magic, 128, 2, 2, 16, 16, rows, entries)
     words = [[0] * entries for _ in range(rows)]
     for (cta, wg), row in stamps.items():
         for k, (event, clock) in enumerate(row):
@@ -36,7 +38,7 @@ def write_timeline(path, stamps, entries=16, spans=None):
     with open(path, "wb") as f:
         f.write(header + b"".join(struct.pack(f"{entries}Q", *w) for w in words))
         if spans is not None:
-            f.write(struct.pack("i", len(spans)) + b"".join(struct.pack("5Q", *s) for s in spans))
+            f.write(struct.pack("i", len(spans)) + b"".join(struct.pack(f"{len(s)}Q", *s) for s in spans))
 
 
 class StepTimelineTest(unittest.TestCase):
@@ -97,6 +99,23 @@ class ProducerWaitTest(unittest.TestCase):
         line = step_timeline.slot_wait_line({"ctas": 1}, rows)
         self.assertIn("over 2 tiles: K median 525, p90 1000, under 400: 50 %; V median 1050, p90 2000, under 400: 50 %",
                       line)
+
+    def test_longest_waits_read_back_and_summarized(self):
+        def packed(clocks, start, which, kv):
+            return clocks << 40 | start << 16 | which << 15 | kv
+        spans = [(0, 100, 0, 1000, sm, w) for sm, w in
+                 enumerate([packed(20000, 9000, 1, 4), packed(18000, 8000, 1, 5), packed(2500, 100, 0, 1), 0])]
+        with tempfile.TemporaryDirectory() as tmp:
+            path = os.path.join(tmp, "t.bin")
+            write_timeline(path, {(0, 0): [("start", 0), ("end", 10)]}, spans=spans)
+            meta, _ = step_timeline.read(path)
+        self.assertEqual(step_timeline.unpack_wait(meta["spans"][0]["longest_wait"]), (20000, 9000, "drain", 4))
+        self.assertIsNone(step_timeline.unpack_wait(0))
+        self.assertEqual(step_timeline.long_wait_line(meta["spans"]),
+                         "  consumers' longest wait for data: 2 of 4 CTAs waited 5000+ clocks once; those: median "
+                         "19000 clocks, starting 8500 clocks into the walk (min 8000, max 9000), at tile 4 (median), "
+                         "drain 2")
+        self.assertIsNone(step_timeline.long_wait_line([{"start_ns": 0}]))
 
     def test_summary_line(self):
         with tempfile.TemporaryDirectory() as tmp:

@@ -275,8 +275,10 @@ struct ConsumerPipe {
     const int n0 = (f.t_hi - 1 - j) * C::BN;
     const std::uint32_t t = kv_count;
     const int st = t % C::Stages, prev = (t + C::Stages - 1) % C::Stages;
+    const unsigned long long wait_from = CUFLASH_TIMELINE_CLOCK();
     mbarrier_wait(&k_full[st], (t / C::Stages) & 1);
     if (pending) mbarrier_wait(&v_full[prev], ((t - 1) / C::Stages) & 1);
+    CUFLASH_TIMELINE_WAITED(kTlWaitStep, wait_from, t);
     CUFLASH_TIMELINE(kTlLoads);
 
     float s[NS][4];
@@ -366,7 +368,9 @@ struct ConsumerPipe {
   __device__ __forceinline__ int drain(float (&o)[C::DT][4], const std::uint32_t (&pa)[C::KP][4], int n_tiles) {
     const std::uint32_t t = kv_count - 1;
     const int last = t % C::Stages;
+    const unsigned long long wait_from = CUFLASH_TIMELINE_CLOCK();
     mbarrier_wait(&v_full[last], (t / C::Stages) & 1);
+    CUFLASH_TIMELINE_WAITED(kTlWaitDrain, wait_from, t);
     named_barrier_sync(my_turn, 256);
     CUFLASH_TIMELINE(kTlDrainTurn);
     wgmma_fence();

@@ -64,10 +64,16 @@ __host__ __device__ constexpr bool timeline_producer_only_keeps(unsigned event) 
          event == kTlKWait || event == kTlKFree || event == kTlKArmed;
 }
 // A CTA's span: the global timer (ns) and clock64 at its start (after the
-// prologue) and at its last warpgroup's end, and its SM.
+// prologue) and at its last warpgroup's end, its SM, and its consumers'
+// longest wait for a tile's data (timeline_waited: 0 where none reached
+// kLongWait clocks).
 struct CtaSpan {
-  unsigned long long start_ns, end_ns, start_clock, end_clock, smid;
+  unsigned long long start_ns, end_ns, start_clock, end_clock, smid, longest_wait;
 };
+// Which wait timeline_waited records: a step's (its K, and the pending P V's
+// V) or the drain's (the item's last V).
+enum TimelineWait : unsigned { kTlWaitStep = 0, kTlWaitDrain = 1 };
+constexpr unsigned long long kLongWait = 2000;  // clocks; shorter waits are not recorded
 // One buffer per translation unit (internal linkage: each instantiation
 // file's launches dump their own).
 namespace {
@@ -75,7 +81,7 @@ __device__ unsigned long long g_step_timeline[kTimelineCtas][kTimelineWarpgroups
 __device__ CtaSpan g_cta_spans[kSpanCtas];
 
 // After the $CUFLASH_TIMELINE_AT-th launch (default 20) of this file's
-// kernels: the buffer, behind a header of 8 ints (magic, D, consumers,
+// kernels: the buffer, behind a header of 8 ints (magic "TL02", D, consumers,
 // stages, CTAs, items, kTimelineCtas x kTimelineWarpgroups, entries), then
 // an int (the spans recorded: min(CTAs, kSpanCtas)) and those CtaSpans, into
 // $CUFLASH_TIMELINE_OUT-d<D>-c<consumers>-s<stages>.bin.
@@ -94,7 +100,7 @@ void timeline_dump(cudaStream_t stream, int d, int consumers, int stages, int ct
   const std::string path = std::string(out) + "-d" + std::to_string(d) + "-c" + std::to_string(consumers) + "-s" +
                            std::to_string(stages) + ".bin";
   if (std::FILE* f = std::fopen(path.c_str(), "wb")) {
-    const int header[8] = {0x544c3031, d, consumers, stages, ctas, items, kTimelineCtas * kTimelineWarpgroups,
+    const int header[8] = {0x544c3032, d, consumers, stages, ctas, items, kTimelineCtas * kTimelineWarpgroups,
                            kTimelineEntries};
     std::fwrite(header, sizeof(header), 1, f);
     std::fwrite(host, sizeof(host), 1, f);
@@ -109,6 +115,12 @@ __device__ __forceinline__ unsigned* timeline_counts() {
   __shared__ unsigned counts[kTimelineWarpgroups];
   return counts;
 }
+// [0]: the CTA's start clock; [1]: its consumers' longest wait for a
+// tile's data, packed by timeline_waited.
+__device__ __forceinline__ unsigned long long* timeline_wait_record() {
+  __shared__ unsigned long long record[2];
+  return record;
+}
 __device__ __forceinline__ unsigned long long global_timer_ns() {
   unsigned long long t;
   asm volatile("mov.u64 %0, %%globaltimer;" : "=l"(t));
@@ -118,10 +130,15 @@ __device__ __forceinline__ unsigned long long global_timer_ns() {
 // any warpgroup's end (timeline_stamp's atomicMax).
 __device__ __forceinline__ void timeline_init() {
   if (threadIdx.x < kTimelineWarpgroups) timeline_counts()[threadIdx.x] = 0;
-  if (threadIdx.x == 0 && blockIdx.x < kSpanCtas) {
-    unsigned smid;
-    asm volatile("mov.u32 %0, %%smid;" : "=r"(smid));
-    g_cta_spans[blockIdx.x] = CtaSpan{global_timer_ns(), 0, static_cast<unsigned long long>(clock64()), 0, smid};
+  if (threadIdx.x == 0) {
+    const unsigned long long start = clock64();
+    timeline_wait_record()[0] = start;
+    timeline_wait_record()[1] = 0;
+    if (blockIdx.x < kSpanCtas) {
+      unsigned smid;
+      asm volatile("mov.u32 %0, %%smid;" : "=r"(smid));
+      g_cta_spans[blockIdx.x] = CtaSpan{global_timer_ns(), 0, start, 0, smid, 0};
+    }
   }
 }
 // Every thread of a consumer warpgroup calls it (a branch of its own
@@ -140,6 +157,21 @@ __device__ __forceinline__ void timeline_stamp(unsigned event) {
   if (event == kTlEnd && threadIdx.x % 128 == 0 && blockIdx.x < kSpanCtas) {
     atomicMax(&g_cta_spans[blockIdx.x].end_ns, global_timer_ns());
     atomicMax(&g_cta_spans[blockIdx.x].end_clock, now);
+    atomicMax(&g_cta_spans[blockIdx.x].longest_wait, timeline_wait_record()[1]);
+  }
+}
+// A consumer's wait for a tile's data that began at clock `from` and has
+// just ended, in every CTA (shared memory only: no global store on the
+// walk, so unstamped CTAs keep the plain kernel's timing): the CTA keeps
+// its longest of kLongWait clocks or more, packed as clocks (24 bits),
+// start from the CTA's start (24), which (1) and the tile's kv_count (15).
+__device__ __forceinline__ void timeline_waited(unsigned which, unsigned long long from, unsigned kv_count) {
+  const unsigned long long waited = clock64() - from;
+  if (threadIdx.x % 128 == 0 && waited >= kLongWait) {
+    unsigned long long* record = timeline_wait_record();
+    const auto field24 = [](unsigned long long x) { return x < (1ull << 24) ? x : (1ull << 24) - 1; };
+    atomicMax(&record[1], field24(waited) << 40 | field24(from - record[0]) << 16 |
+                              static_cast<unsigned long long>(which & 1) << 15 | (kv_count & 0x7fff));
   }
 }
 
@@ -148,8 +180,13 @@ __device__ __forceinline__ void timeline_stamp(unsigned event) {
 #define CUFLASH_TIMELINE_INIT() ::cuflash::detail::sm90::timeline_init()
 #define CUFLASH_TIMELINE_DUMP(...) ::cuflash::detail::sm90::timeline_dump(__VA_ARGS__)
 #define CUFLASH_TIMELINE(event) ::cuflash::detail::sm90::timeline_stamp(::cuflash::detail::sm90::event)
+#define CUFLASH_TIMELINE_CLOCK() clock64()
+#define CUFLASH_TIMELINE_WAITED(which, from, kv_count) \
+  ::cuflash::detail::sm90::timeline_waited(::cuflash::detail::sm90::which, from, kv_count)
 #else
 #define CUFLASH_TIMELINE_INIT() ((void)0)
 #define CUFLASH_TIMELINE_DUMP(...) ((void)0)
 #define CUFLASH_TIMELINE(event) ((void)0)
+#define CUFLASH_TIMELINE_CLOCK() 0ull
+#define CUFLASH_TIMELINE_WAITED(which, from, kv_count) ((void)(from))
 #endif
