@@ -106,7 +106,7 @@ def long_wait_line(spans, over=5000):
     how many CTAs waited `over` clocks or more once, and for those the
     median wait, start, kind and tile. Every CTA records it, the stamping
     ones too (their stamps may cause their own)."""
-    waits = [unpack_wait(s.get("longest_wait", 0)) for s in spans if "longest_wait" in s]
+    waits = [unpack_wait(s["longest_wait"]) for s in spans if "longest_wait" in s]
     if not waits:
         return None
     long = [w for w in waits if w and w[0] >= over]
@@ -244,8 +244,9 @@ def last_v_lead(producer_row, consumer_row):
 
 
 def pooled(lead, meta, rows, wg):
-    """lead(producer row, consumer row) (q_lead, last_v_lead) over the
-    recorded CTAs for consumer wg, its two lists joined."""
+    """lead(producer row, row of warpgroup wg) (q_lead, last_v_lead; the
+    producer's slot_waits with wg 0) over the recorded CTAs, its two lists
+    joined."""
     leads, waits = [], []
     for cta in range(min(CTAS, meta["ctas"])):
         lead_part, wait_part = lead(rows[cta * WARPGROUPS], rows[cta * WARPGROUPS + wg])
@@ -292,11 +293,7 @@ def slot_waits(producer_row):
 def slot_wait_line(meta, rows, free_below=400):
     """One line on the recorded CTAs' slot waits (slot_waits): medians,
     90th percentiles and the share under `free_below` clocks."""
-    k_all, v_all = [], []
-    for cta in range(min(CTAS, meta["ctas"])):
-        k, v = slot_waits(rows[cta * WARPGROUPS])
-        k_all += k
-        v_all += v
+    k_all, v_all = pooled(lambda producer, _: slot_waits(producer), meta, rows, 0)
     if not k_all or not v_all:
         return None
 
