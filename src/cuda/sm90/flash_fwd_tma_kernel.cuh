@@ -440,14 +440,23 @@ __global__ void __launch_bounds__(C::kThreads, 1) flash_fwd_tma_kernel(const __g
   const bool varlen = p.cu_seqlens_q != nullptr;
 
   if (wg == 0) {
-    // Producer: lane 0 of warp 0 issues every K/V load and the rest of
-    // warp 0 helps with varlen tails; the Q loads, and with them each
-    // item's hand-over to the consumers, come from the same lane or, with
-    // C::kQWarp, from lane 0 of warp 1, which walks the same items; the
-    // other warps only give their registers back.
+    // Producer: lane 0 of warp 0 issues every K/V load and, in varlen
+    // calls, the rest of warp 0 helps with the tails; the Q loads, and with
+    // them each item's hand-over to the consumers, come from the same lane
+    // or, with C::kQWarp, from lane 0 of warp 1, which walks the same items;
+    // the other threads only give their registers back.
+    //
+    // A lane with nothing to do leaves instead of walking along: the lanes
+    // of a diverged warp run their paths in turns, and lanes 1-31, which
+    // have no waits of their own in a dense call, ran the CTA's whole walk
+    // in one turn while lane 0 waited to issue its next load, once per
+    // launch, ~1,000 clocks per item of the walk (D = 64 causal, 512 keys:
+    // every CTA's consumers stopped ~11 us at B = 32 and ~28 us at B = 64:
+    // NOTES.md, session 48).
     warpgroup_registers_decrease<C::ProducerRegs>();
-    if (tid >= (C::kQWarp ? 64 : 32)) return;
     const bool leader = tid == 0, q_loader = tid == (C::kQWarp ? 32 : 0);
+    const bool tail_helper = varlen && tid < 32;
+    if (!leader && !q_loader && !tail_helper) return;
     if (leader) {
       tma_prefetch_map(&tp.q);
       tma_prefetch_map(&tp.k);
@@ -524,6 +533,9 @@ __global__ void __launch_bounds__(C::kThreads, 1) flash_fwd_tma_kernel(const __g
           if (leader) mbarrier_arrive(&v_full[st]);
         }
       }
+      // Varlen: the tail helpers wait for lane 0 at every item (a walk
+      // whose sequences end on whole tiles has no tail waits to hold them).
+      if (varlen) __syncwarp();
       ++items;
     }
     if (q_loader) {
