@@ -452,7 +452,10 @@ __global__ void __launch_bounds__(C::kThreads, 1) flash_fwd_tma_kernel(const __g
     // in one turn while lane 0 waited to issue its next load, once per
     // launch, ~1,000 clocks per item of the walk (D = 64 causal, 512 keys:
     // every CTA's consumers stopped ~11 us at B = 32 and ~28 us at B = 64:
-    // NOTES.md, session 48).
+    // NOTES.md, session 48). Varlen's tail helpers still run ahead, but only
+    // to the next tail's wait, and varlen items go to the per-item grid.
+    // (A __syncwarp per item to hold them changed ptxas's schedule of the
+    // D = 64 three-consumer kernel's consumers: SASS.)
     warpgroup_registers_decrease<C::ProducerRegs>();
     const bool leader = tid == 0, q_loader = tid == (C::kQWarp ? 32 : 0);
     const bool tail_helper = varlen && tid < 32;
@@ -533,9 +536,6 @@ __global__ void __launch_bounds__(C::kThreads, 1) flash_fwd_tma_kernel(const __g
           if (leader) mbarrier_arrive(&v_full[st]);
         }
       }
-      // Varlen: the tail helpers wait for lane 0 at every item (a walk
-      // whose sequences end on whole tiles has no tail waits to hold them).
-      if (varlen) __syncwarp();
       ++items;
     }
     if (q_loader) {
