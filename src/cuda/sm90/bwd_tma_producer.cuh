@@ -59,6 +59,11 @@ __device__ __forceinline__ void bwd_tma_produce(const TmaBackwardParams& tp, con
   if (n_tiles == 0) return;
   const bool varlen = tp.p.cu_seqlens_q != nullptr;
   const bool leader = lane == 0;
+  // Lanes 1-31 only help with varlen tails. In a dense call they leave:
+  // walking along with lane 0 (every load and wait skipped), they ran
+  // ahead in turns of their own while lane 0 waited for a ring stage (the
+  // forward producer's pattern, NOTES.md session 48).
+  if (!varlen && !leader) return;
   T* sK = reinterpret_cast<T*>(smem + C::kKOffset);
   T* sV = reinterpret_cast<T*>(smem + C::kVOffset);
   // A varlen tile that runs past its sequence holds the next sequence's
