@@ -156,6 +156,27 @@ bool tma_short_q_buffers(const Problem& problem, const sm90::TmaFwdTile& tma, bo
          tma_plain_full_width(problem);
 }
 
+// CUFLASH_TMA_SPLIT_KEYS=0 / 1: never / wherever the kernel has it (read
+// once; for measuring the rule below).
+int split_keys_override() {
+  static const int value = env_int("CUFLASH_TMA_SPLIT_KEYS", -1);
+  return value;
+}
+
+// Whether the TMA kernel runs a problem on its split-keys kernel (two
+// consumers on each block of 64 rows, splitting its key tiles): plain
+// scores at full width on two consumers, where the blocks of 64 rows fit
+// one wave and their keys span more than one tile, below the tile's
+// split_keys_max_keys: there each CTA's chain of key tiles, not the SM's
+// work, sets the call's time, and the split halves it. Measured at D = 64,
+// B = 1, H = 16 (H200, NOTES.md session 50).
+bool tma_split_keys(const Problem& problem, const sm90::TmaFwdTile& tma, int consumers, const DeviceInfo& info) {
+  if (tma.split_keys_max_keys == 0 || consumers != 2 || !tma_plain_full_width(problem)) return false;
+  if (split_keys_override() >= 0) return split_keys_override() == 1;
+  return problem.max_kv_len > tma.block_n && problem.max_kv_len < tma.split_keys_max_keys &&
+         tma_items(problem, 1) <= info.sm_count;
+}
+
 // Whether the TMA kernel of `tma` (a head dim it has), run with `consumers`,
 // beats the cp.async one: from the tile's min_keys on, and with its
 // few_items_consumers; below, with the tile's own count, only without a
@@ -180,8 +201,9 @@ ForwardKernel forward_kernel(const Problem& problem, const DeviceInfo& info) {
   if (tma.block_n > 0 && sm90_tma_enabled() && tma_wins(problem, tma, consumers, info) &&
       tma_maps_fit(problem, info)) {
     k.kind = ForwardKind::tma;
-    k.tile = {64 * consumers, tma_short_tiles(problem, tma) ? tma.short_block_n : tma.block_n, 4 * (consumers + 1),
-              false, 1};
+    const int block_m = tma_split_keys(problem, tma, consumers, info) ? 64 : 64 * consumers;
+    k.tile = {block_m, tma_short_tiles(problem, tma) ? tma.short_block_n : tma.block_n, 4 * (consumers + 1), false,
+              1};
     k.tma_consumers = consumers;
     return k;
   }
@@ -242,6 +264,7 @@ sm90::TmaForwardLaunch tma_forward_launch(const Problem& problem, int consumers,
   launch.causal_walk = problem.window_right >= 0;
   const sm90::TmaFwdTile tile = tma_fwd_tile_for(problem);
   launch.few_items = consumers != tile.consumers;
+  launch.split_keys = tma_split_keys(problem, tile, consumers, info);
   launch.short_tiles = tma_short_tiles(problem, tile);
   const int kernel_dim = sm90::tma_head_dim(problem.head_dim);
   const bool short_keys = problem.max_kv_len < kWalkMaxKeys;

@@ -374,7 +374,9 @@ std::vector<CaseSpec> tma_cases() {
   add(large_scores(causal(dense_case("large_scores_tma_d128_causal_q1100_k1300", 1100, 1300, 4, 4, 128, 2))));
   add(large_scores(dense_case("large_scores_tma_d64_q700_k2100", 700, 2100, 3, 1, 64, 2)));
   add(large_scores(causal(dense_case("large_scores_tma_d256_causal_q400_k700", 400, 700, 2, 1, 256, 2))));
-  add(large_scores(causal(dense_case("large_scores_tma_d64_two_consumers_causal_q300_k1000", 300, 1000, 2, 2, 64, 2))));
+  // (14 heads: 140 blocks of 64 rows, more than the SMs, so not the
+  // split-keys rule below; 84 of 128 rows.)
+  add(large_scores(causal(dense_case("large_scores_tma_d64_two_consumers_causal_q300_k1000", 300, 1000, 14, 14, 64, 2))));
   // (16 heads: 144 items of 128 rows, more than the SMs, so not the
   // two-consumer few-items rule.)
   add(large_scores(causal(varlen_case("large_scores_wgmma_d64_varlen_causal", {300, 1, 129}, {1000, 5, 300}, 16, 4, 64))));
@@ -382,6 +384,28 @@ std::vector<CaseSpec> tma_cases() {
   // blocks x 8 heads x 9 = 144 items): TMA, whose third consumer has no rows
   // in a head's last block (300 = 192 + 108).
   add(large_scores(dense_case("large_scores_tma_d64_q300_k600_b9", 300, 600, 8, 2, 64, 9)));
+  // D = 64's split-keys kernel: grids whose blocks of 64 rows fit one wave
+  // (B x H x ceil(Sq / 64) <= 132) over 2-15 key tiles. Both consumers
+  // compute a block's rows, consumer 0 its even key tiles (the first: the
+  // causal diagonal's, at half width in even blocks), consumer 1 the odd
+  // ones, merged in shared memory: 2, 3 (odd: consumer 0 one more) and 8
+  // key tiles, ragged last blocks and key tiles, causal bottom-right with
+  // fewer queries than keys and with more (blocks of one key tile, where
+  // consumer 1 has none, and blocks with no visible key, where neither
+  // has), GQA, varlen (per-thread stores; sequences of one key tile and of
+  // none), a strided view, large scores.
+  add(dense_case("tma_d64_split_keys_q512_k512_h16", 512, 512, 16, 16, 64, 1));
+  add(causal(dense_case("tma_d64_split_keys_causal_q512_k512_h16", 512, 512, 16, 16, 64, 1)));
+  add(dense_case("tma_d64_split_keys_q300_k333_gqa", 300, 333, 6, 2, 64, 2));
+  add(causal(dense_case("tma_d64_split_keys_causal_q300_k1000", 300, 1000, 4, 4, 64, 2)));
+  add(causal(dense_case("tma_d64_split_keys_causal_q700_k300", 700, 300, 2, 1, 64, 1)));
+  add(causal(varlen_case("tma_d64_split_keys_varlen_causal", {300, 1, 0, 129}, {500, 5, 0, 1900}, 2, 1, 64)));
+  add(varlen_case("tma_d64_split_keys_varlen", {300, 1, 129}, {500, 100, 1000}, 4, 2, 64));
+  s = dense_case("tma_d64_split_keys_q200_k1900_bhsd_padded", 200, 1900, 4, 2, 64, 1);
+  s.bhsd = true;
+  s.row_padding = 8;
+  add(s);
+  add(large_scores(causal(dense_case("large_scores_tma_d64_split_keys_causal_q256_k1000", 256, 1000, 4, 2, 64, 2))));
   // A softmax_scale that is not positive takes the transformed variants
   // (attention_params.hpp, transformed_scores): uniform weights at 0, the
   // smallest scores weighing most when negative.
@@ -450,7 +474,11 @@ std::vector<CaseSpec> sanitize_cases() {
     cases.push_back(std::move(s));
   };
   CaseSpec s;
+  // (On an H100 the first takes D = 64's split-keys kernel, 64-row blocks
+  // over two key tiles; the second its two consumers walked in pairs, 144
+  // blocks of 128 rows.)
   add(causal(dense_case("fwd_gqa_causal_d64", 65, 130, 4, 2, 64)), DType::bf16);
+  add(causal(dense_case("fwd_two_consumers_causal_d64", 130, 130, 72, 72, 64, 1)), DType::f16);
   add(dense_case("fwd_d128", 63, 65, 2, 1, 128), DType::f16);
   add(causal(dense_case("fwd_causal_d256", 65, 129, 2, 1, 256, 1)), DType::bf16);
   add(dense_case("fwd_d192_q_longer", 70, 33, 2, 1, 192, 1), DType::f16);

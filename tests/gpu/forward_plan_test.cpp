@@ -96,11 +96,24 @@ TEST(ForwardPlan, HopperHeadDimsAndKeys) {
   windowed.options.window_left = 100;
   windowed.options.window_right = 0;
   EXPECT_EQ(plan(windowed, h100()).kind, ForwardKind::wgmma);
-  // One sequence of 16 heads: 64 items of 128 rows, two consumers.
+  // One sequence of 16 heads: 128 blocks of 64 rows, one wave: two
+  // consumers, splitting each block's key tiles.
   const ForwardPlan few = plan(causal_case(dense_case("d64_few_items", 512, 512, 16, 16, 64, 1)), h100());
   EXPECT_EQ(few.kind, ForwardKind::tma);
-  EXPECT_EQ(few.tile.block_m, 128);
+  EXPECT_EQ(few.tile.block_m, 64);
   EXPECT_TRUE(few.tma.few_items);
+  EXPECT_TRUE(few.tma.split_keys);
+  // Two sequences: 256 blocks of 64 rows, 128 of 128: two consumers on
+  // blocks of 128 rows.
+  const ForwardPlan few_128 = plan(dense_case("d64_few_items_128_rows", 512, 512, 16, 16, 64, 2), h100());
+  EXPECT_EQ(few_128.kind, ForwardKind::tma);
+  EXPECT_EQ(few_128.tile.block_m, 128);
+  EXPECT_TRUE(few_128.tma.few_items);
+  EXPECT_FALSE(few_128.tma.split_keys);
+  // From 2048 keys (where split-KV may take such grids) no split keys.
+  EXPECT_FALSE(plan(dense_case("d64_few_items_long", 2048, 2048, 2, 2, 64, 1), h100()).tma.split_keys);
+  // Nor at D = 128 (a ring of two stages).
+  EXPECT_FALSE(plan(dense_case("d128_few_items", 512, 512, 16, 16, 128, 1), h100()).tma.split_keys);
   // One key tile: the cp.async kernel.
   EXPECT_EQ(plan(dense_case("d64_one_key_tile", 128, 128, 16, 16, 64, 1), h100()).kind, ForwardKind::wgmma);
   // Softcap has no two-consumer plain instantiation to take: the cp.async kernel.

@@ -30,6 +30,7 @@
 #include "common/score_mask.cuh"
 #include "common/tensor_core.cuh"
 #include "sm90/mbarrier.cuh"
+#include "softmax_merge.hpp"
 #include "sm90/step_timeline.cuh"
 #include "sm90/stmatrix.cuh"
 #include "sm90/sw128_tile.hpp"
@@ -62,12 +63,30 @@ struct TmaForwardParams {
 // The columns past the caller's head dim are zeros (TMA's fill), so both
 // only skip work on zeros.
 // QBuffersWanted_: 0 for the rule below (kWantedQBuffers), else that many.
-template <typename T, int D_, int BN_, int Consumers_, int Stages_, int DC_, int QBuffersWanted_>
+// SplitKeys_: the consumers share one block of 64 query rows and split its
+// key tiles (kSplitKeys below).
+template <typename T, int D_, int BN_, int Consumers_, int Stages_, int DC_, int QBuffersWanted_,
+          bool SplitKeys_ = false>
 struct TmaFwdShape {
   using Element = T;
   static constexpr int D = D_, BN = BN_, Consumers = Consumers_, Stages = Stages_, DC = DC_;
   static_assert(DC % 16 == 0 && DC <= D, "computed columns: whole k-steps of the kernel's head dim");
-  static constexpr int BM = 64 * Consumers;
+  // Split keys (grids of few 64-row items, forward_plan.cpp): the CTA's two
+  // consumers compute the same 64 query rows, consumer c the item's key
+  // tiles j with j % 2 == c, so that each chain is half the item's tiles;
+  // consumer 1 hands its normalized O and lse to consumer 0 through shared
+  // memory (the merge buffer), which merges them (softmax_merge.hpp) and
+  // runs the epilogue. A stage is read by one consumer (kStageReaders), and
+  // the two chains, independent, take no GEMM turns (kPingPong).
+  static constexpr bool kSplitKeys = SplitKeys_;
+  static_assert(!kSplitKeys || (Consumers == 2 && Stages % 2 == 0),
+                "split keys: two consumers, each on every other stage of the ring");
+  static constexpr int BM = kSplitKeys ? 64 : 64 * Consumers;
+  // The key tiles between a consumer's consecutive ones, and the consumer
+  // threads that read (and release) each K/V stage.
+  static constexpr int kKeyStride = kSplitKeys ? Consumers : 1;
+  static constexpr int kStageReaders = 128 * (kSplitKeys ? 1 : Consumers);
+  static constexpr bool kPingPong = !kSplitKeys;
   static constexpr int kThreads = 128 * (Consumers + 1);
   // Registers per thread after the hand-over: 128 x (producer + consumers)
   // must fit the SM's 64 K.
@@ -125,8 +144,17 @@ struct TmaFwdShape {
   static constexpr int slot_offset_with(int q_buffers) {
     return (barrier_offset_with(q_buffers) + 8 * barriers_with(q_buffers) + 15) / 16 * 16;
   }
+  // The merge buffer (kSplitKeys): per consumer thread, its O fragment and
+  // two lse, stored register-major ([value][thread]: conflict-free).
+  static constexpr int kMergeValues = DC / 8 * 4 + 2;
+  static constexpr int kMergeBytes = kSplitKeys ? kMergeValues * 128 * 4 : 0;
+  static constexpr int merge_offset_with(int q_buffers) {
+    return (slot_offset_with(q_buffers) + q_buffers * int(sizeof(WorkItemSlot)) + 15) / 16 * 16;
+  }
   static constexpr int smem_bytes_with(int q_buffers) {
-    return slot_offset_with(q_buffers) + q_buffers * int(sizeof(WorkItemSlot)) + 1024;
+    return (kSplitKeys ? merge_offset_with(q_buffers) + kMergeBytes
+                       : slot_offset_with(q_buffers) + q_buffers * int(sizeof(WorkItemSlot))) +
+           1024;
   }
   // Three at D = 64 with two consumers (its short causal walks and grids of
   // few items: items of 1-4 key tiles, whose consumers waited for the next
@@ -155,6 +183,7 @@ struct TmaFwdShape {
   static constexpr int kBarrierOffset = barrier_offset_with(QBuffers);
   static constexpr int kBarriers = barriers_with(QBuffers);
   static constexpr int kSlotOffset = slot_offset_with(QBuffers);
+  static constexpr int kMergeOffset = merge_offset_with(QBuffers);
   static constexpr int kSmemBytes = smem_bytes_with(QBuffers);
   static_assert(BN % 16 == 0 && BN <= 256, "S is one wgmma of N = BN; P V takes whole k-steps of 16 keys");
   static_assert(BM <= 256 && BN <= 256, "one TMA box per 64-column block");
@@ -168,16 +197,23 @@ struct TmaFwdShape {
   // may stage O there.
   static constexpr int kKReadBarrier = kStagedBarrier0 + Consumers;
   static constexpr int kVReadBarrier = kKReadBarrier + 1;
-  static_assert(kVReadBarrier < 16, "named barriers");
+  // kSplitKeys: consumer 1's O is in the merge buffer (kMergeFull), and
+  // consumer 0 has read it (kMergeFree).
+  static constexpr int kMergeFull = kVReadBarrier + 1;
+  static constexpr int kMergeFree = kMergeFull + 1;
+  static_assert(kMergeFree < 16, "named barriers");
 };
 
 // The kernels' configs: structs rather than aliases of TmaFwdShape, so that
 // a kernel's (mangled) name says which: TmaFwdConfig with the rule's Q
-// buffers, TmaFwdConfigQ with a chosen count.
+// buffers, TmaFwdConfigQ with a chosen count, TmaFwdConfigSplitKeys two
+// consumers splitting a 64-row block's key tiles.
 template <typename T, int D, int BN, int Consumers, int Stages, int DC = D>
 struct TmaFwdConfig : TmaFwdShape<T, D, BN, Consumers, Stages, DC, 0> {};
 template <typename T, int D, int BN, int Consumers, int Stages, int QBuffers, int DC = D>
 struct TmaFwdConfigQ : TmaFwdShape<T, D, BN, Consumers, Stages, DC, QBuffers> {};
+template <typename T, int D, int BN, int Stages, int DC = D>
+struct TmaFwdConfigSplitKeys : TmaFwdShape<T, D, BN, 2, Stages, DC, 0, true> {};
 
 // A consumer warpgroup's pipeline over the key tiles of its items. Key tile
 // j's step issues S_j = Q K_j^T together with the pending P V (the previous
@@ -202,7 +238,8 @@ struct ConsumerPipe {
   // descriptor arithmetic landed between the turn's barrier and the first
   // wgmma, on the hand-over's critical path.
   std::uint64_t k_desc, v_desc;
-  std::uint32_t kv_count = 0;  // key tiles this CTA consumed (stage and phase of the ring)
+  std::uint32_t kv_count = 0;  // the ring's count of this consumer's next key tile (its stage and phase)
+  std::uint32_t item_tile0 = 0;  // kSplitKeys: the ring's count of the item's first key tile
   // The pending P V is a half-width tile's (its upper k-steps' P are not
   // computed: they are zeros).
   bool pv_half = false;
@@ -213,6 +250,20 @@ struct ConsumerPipe {
       : k_full(k_full_), v_full(v_full_), k_empty(k_empty_), v_empty(v_empty_), my_turn(my_turn_),
         next_turn(next_turn_), k_desc(sw128_desc(stage0_, 16, 1024)),
         v_desc(sw128_desc(stage0_ + C::KVTile::kBytes, C::KVTile::kBlockBytes, 1024)) {}
+
+  // The GEMM turn (C::kPingPong): taken before a warpgroup's issue, passed
+  // on after it.
+  __device__ __forceinline__ void take_turn() const {
+    if constexpr (C::kPingPong) named_barrier_sync(my_turn, 256);
+  }
+  __device__ __forceinline__ void pass_turn() const {
+    if constexpr (C::kPingPong) named_barrier_arrive(next_turn, 256);
+  }
+  // kSplitKeys: an item's key tiles for consumer `consumer` start at its
+  // index (every kKeyStride-th from there); the item's end moves the ring's
+  // count past all n_tiles of them, both consumers'.
+  __device__ __forceinline__ void begin_split_item(int consumer) { kv_count = item_tile0 + consumer; }
+  __device__ __forceinline__ void end_split_item(int n_tiles) { item_tile0 += n_tiles; }
 
   // O (+)= P V of the tile in `stage` over its first KP k-steps; the item's
   // first overwrites O.
@@ -271,19 +322,22 @@ struct ConsumerPipe {
                                        std::uint32_t (&pa)[C::KP][4], float (&row_max)[2], float (&row_sum)[2],
                                        float mult, int row, int t4, bool last) {
     static_assert(NS == C::NT || NS * 2 == C::NT);
-    const bool pending = Tile == StepTile::any ? j > 0 : Tile == StepTile::later;
+    // u: this warpgroup's own count of the item's tiles (j itself unless the
+    // consumers split the keys); its pending P V is its previous tile's.
+    const int u = j / C::kKeyStride;
+    const bool pending = Tile == StepTile::any ? u > 0 : Tile == StepTile::later;
     const int n0 = (f.t_hi - 1 - j) * C::BN;
     const std::uint32_t t = kv_count;
-    const int st = t % C::Stages, prev = (t + C::Stages - 1) % C::Stages;
+    const int st = t % C::Stages, prev = (t + C::Stages - C::kKeyStride) % C::Stages;
     const unsigned long long wait_from = CUFLASH_TIMELINE_CLOCK();
     mbarrier_wait(&k_full[st], (t / C::Stages) & 1);
-    if (pending) mbarrier_wait(&v_full[prev], ((t - 1) / C::Stages) & 1);
+    if (pending) mbarrier_wait(&v_full[prev], ((t - C::kKeyStride) / C::Stages) & 1);
     CUFLASH_TIMELINE_WAITED(kTlWaitStep, wait_from, t);
     CUFLASH_TIMELINE(kTlLoads);
 
     float s[NS][4];
     const std::uint64_t k_stage = desc_advance(k_desc, st * C::kStageBytes);  // (as in issue_pv)
-    named_barrier_sync(my_turn, 256);
+    take_turn();
     CUFLASH_TIMELINE(kTlTurn);
     wgmma_fence();
 #pragma unroll
@@ -294,11 +348,11 @@ struct ConsumerPipe {
     // (The hand-over sits in each branch: one shared copy after the branch
     // made ptxas serialize the wgmmas.)
     if (pending) {
-      issue_pv(o, pa, prev, j == 1);
-      named_barrier_arrive(next_turn, 256);
+      issue_pv(o, pa, prev, u == 1);
+      pass_turn();
       wgmma_wait<1>();
     } else {
-      named_barrier_arrive(next_turn, 256);
+      pass_turn();
       wgmma_wait<0>();
     }
     fence_accumulators(s);
@@ -327,7 +381,7 @@ struct ConsumerPipe {
     p_fragments_m16<T, NS / 2>(s, reinterpret_cast<std::uint32_t(&)[NS / 2][4]>(pa));
     if constexpr (NS != C::NT) pv_half = true;
     if (pending) rescale_moved_rows_m16<C::DT>(o, correction);  // (at j = 0 O holds no P V yet)
-    ++kv_count;
+    kv_count += C::kKeyStride;
     CUFLASH_TIMELINE(kTlStep);
   }
 
@@ -344,8 +398,8 @@ struct ConsumerPipe {
       const int st = t % C::Stages, prev = (t + C::Stages - 1) % C::Stages;
       mbarrier_wait(&k_full[st], (t / C::Stages) & 1);
       if (j > 0) mbarrier_wait(&v_full[prev], ((t - 1) / C::Stages) & 1);
-      named_barrier_sync(my_turn, 256);
-      named_barrier_arrive(next_turn, 256);
+      take_turn();
+      pass_turn();
       if (!(C::kEarlyQRelease && j == n_tiles - 1)) mbarrier_arrive(&k_empty[st]);
       if (j > 0) mbarrier_arrive(&v_empty[prev]);
     }
@@ -356,26 +410,26 @@ struct ConsumerPipe {
     const std::uint32_t t = kv_count - 1;
     const int last = t % C::Stages;
     mbarrier_wait(&v_full[last], (t / C::Stages) & 1);
-    named_barrier_sync(my_turn, 256);
-    named_barrier_arrive(next_turn, 256);
+    take_turn();
+    pass_turn();
     if constexpr (!C::kEarlyQRelease) mbarrier_arrive(&v_empty[last]);
     return last;
   }
 
-  // The pending P V (of the item's n_tiles-th tile) alone, with no S to pair
-  // it with, landed in o. Returns that tile's stage, whose V stays taken
-  // with one Q buffer (O is staged there).
+  // The pending P V (of the n_tiles-th tile this warpgroup walked in the
+  // item) alone, with no S to pair it with, landed in o. Returns that tile's
+  // stage, whose V stays taken with one Q buffer (O is staged there).
   __device__ __forceinline__ int drain(float (&o)[C::DT][4], const std::uint32_t (&pa)[C::KP][4], int n_tiles) {
-    const std::uint32_t t = kv_count - 1;
+    const std::uint32_t t = kv_count - C::kKeyStride;
     const int last = t % C::Stages;
     const unsigned long long wait_from = CUFLASH_TIMELINE_CLOCK();
     mbarrier_wait(&v_full[last], (t / C::Stages) & 1);
     CUFLASH_TIMELINE_WAITED(kTlWaitDrain, wait_from, t);
-    named_barrier_sync(my_turn, 256);
+    take_turn();
     CUFLASH_TIMELINE(kTlDrainTurn);
     wgmma_fence();
     issue_pv(o, pa, last, n_tiles == 1);
-    named_barrier_arrive(next_turn, 256);
+    pass_turn();
     wgmma_wait<0>();
     fence_accumulators(o);
     CUFLASH_TIMELINE(kTlDrain);
@@ -427,8 +481,8 @@ __global__ void __launch_bounds__(C::kThreads, 1) flash_fwd_tma_kernel(const __g
     for (int st = 0; st < C::Stages; ++st) {
       mbarrier_init(&k_full[st], 1);
       mbarrier_init(&v_full[st], 1);
-      mbarrier_init(&k_empty[st], 128 * C::Consumers);
-      mbarrier_init(&v_empty[st], 128 * C::Consumers);
+      mbarrier_init(&k_empty[st], C::kStageReaders);
+      mbarrier_init(&v_empty[st], C::kStageReaders);
     }
     mbarrier_init_fence();
   }
@@ -557,13 +611,14 @@ __global__ void __launch_bounds__(C::kThreads, 1) flash_fwd_tma_kernel(const __g
   const int cw = __shfl_sync(0xffffffffu, wg, 0) - 1;
   const int warp = (tid / 32) % 4, lane = tid % 32;
   const int g = lane / 4, t4 = lane % 4;
-  const int warp_row0 = cw * 64 + warp * 16;  // within the block
+  const int rows0 = C::kSplitKeys ? 0 : cw * 64;  // this warpgroup's first row within the block
+  const int warp_row0 = rows0 + warp * 16;
   // Turn-taking: consumer c waits on barrier c, then passes to c + 1 (mod
   // Consumers). The last consumer opens consumer 0's first turn here, and
   // consumer 0 takes the last consumer's final hand-over at the end, so
   // every arrival has its sync.
   const int my_turn = C::kTurnBarrier0 + cw, next_turn = C::kTurnBarrier0 + (cw + 1) % C::Consumers;
-  if (cw == C::Consumers - 1) named_barrier_arrive(C::kTurnBarrier0, 256);
+  if (C::kPingPong && cw == C::Consumers - 1) named_barrier_arrive(C::kTurnBarrier0, 256);
 
   // Where a consumer stages its O for the stores: its 64 rows of the item's
   // Q buffer (every Q K^T that read them has completed), or with one Q
@@ -603,15 +658,13 @@ __global__ void __launch_bounds__(C::kThreads, 1) flash_fwd_tma_kernel(const __g
   // the stage is free. An empty item (no visible key) comes with O zeroed,
   // row_sum 0 and row_max -inf: O = 0 and lse = -inf.
   const int row_in_block = warp_row0 + g;  // this thread's first accumulator row
-  auto write_item = [&](const ForwardBlock& f, std::uint32_t q_item, const float (&o)[C::DT][4],
-                        const float (&row_max)[2], const float (&row_sum)[2], float mult, int last_stage) {
+  // write_rows: the same from the rows' 1 / sum and lse (row_totals_m16).
+  auto write_rows = [&](const ForwardBlock& f, std::uint32_t q_item, const float (&o)[C::DT][4],
+                        const float (&inv_sum)[2], const float (&lse)[2], int last_stage) {
     const int qb = q_item % C::QBuffers;
     // The lse is written after O's stores are issued: written before, its
     // global stores sat in front of the fence that makes the staged O
     // visible to the TMA unit (MEMBAR.ALL.CTA waits for them).
-    float inv_sum[2], lse[2];
-    row_totals_m16(row_max, row_sum, mult, inv_sum, lse);
-    CUFLASH_TIMELINE(kTlRows);
     const bool stage_in_kv = C::kEarlyQRelease && last_stage >= 0;
     if (p.num_splits > 1 || (C::kEarlyQRelease && !stage_in_kv)) {
       // Split partials are fp32 rows of their own; an empty item of a
@@ -722,10 +775,19 @@ __global__ void __launch_bounds__(C::kThreads, 1) flash_fwd_tma_kernel(const __g
     else mbarrier_arrive(&q_empty[qb]);
   };
 
+  auto write_item = [&](const ForwardBlock& f, std::uint32_t q_item, const float (&o)[C::DT][4],
+                        const float (&row_max)[2], const float (&row_sum)[2], float mult, int last_stage) {
+    float inv_sum[2], lse[2];
+    row_totals_m16(row_max, row_sum, mult, inv_sum, lse);
+    CUFLASH_TIMELINE(kTlRows);
+    write_rows(f, q_item, o, inv_sum, lse, last_stage);
+  };
+
   ConsumerPipe<C> pipe{stage0, k_full, v_full, k_empty, v_empty, my_turn, next_turn};
   float o[C::DT][4];        // O of the current item: its first P V overwrites it
   std::uint32_t pa[C::KP][4];  // P of the pending P V
   float row_max[2], row_sum[2];
+  std::uint32_t merged_items = 0;  // kSplitKeys: items whose halves went through the merge buffer
   // The items come from the producer, in its order, one per Q buffer use.
   for (std::uint32_t q_item = 0;; ++q_item) {
     // (Also for an empty item: its Q buffer is released only after the
@@ -753,6 +815,80 @@ __global__ void __launch_bounds__(C::kThreads, 1) flash_fwd_tma_kernel(const __g
       if constexpr (C::kEarlyQRelease)
         if (cw == 0 && p.num_splits == 1) named_barrier_arrive(C::kVReadBarrier, 256);
     };
+    if constexpr (C::kSplitKeys) {
+      // This warpgroup's key tiles of the item: j = cw, cw + 2, ... (the
+      // item's first tile, its last keys, is consumer 0's).
+      static_assert(!Transformed && C::kPeelFirst, "split keys: plain scores, the peeled step");
+      const int own = n_tiles > cw ? (n_tiles - cw + 1) / 2 : 0;
+      pipe.begin_split_item(cw);
+      if (own > 0) {
+        const std::uint64_t q_desc = sw128_desc(sQ(q_item), 16, 1024);
+        int j = cw;
+        if constexpr (C::kHalfFirst) {
+          if (cw == 0 && pipe.half_first(f, 0, (f.t_hi - 1) * C::BN)) {
+            pipe.template step<Transformed, StepTile::first, C::NT / 2>(f, q_desc, j, o, pa, row_max, row_sum, mult,
+                                                                        f.m0 + row_in_block, t4, false);
+            release_stored_q();
+            j += C::kKeyStride;
+          }
+        }
+        if (j == cw) {
+          pipe.template step<Transformed, StepTile::first>(f, q_desc, j, o, pa, row_max, row_sum, mult,
+                                                           f.m0 + row_in_block, t4, false);
+          release_stored_q();
+          j += C::kKeyStride;
+        }
+        int unmasked_lo, unmasked_hi;
+        f.rules.unmasked_steps_down(f.m0, f.rows, f.t_hi, C::BN, &unmasked_lo, &unmasked_hi);
+        for (; j < n_tiles; j += C::kKeyStride)
+          bool_switch(j >= unmasked_lo && j < unmasked_hi, [&](auto unmasked) {
+            pipe.template step<Transformed, StepTile::later, C::NT, decltype(unmasked)::value>(
+                f, q_desc, j, o, pa, row_max, row_sum, mult, f.m0 + row_in_block, t4, false);
+          });
+        pipe.drain(o, pa, own);
+      }
+      pipe.end_split_item(n_tiles);
+      float inv_sum[2], lse[2];
+      row_totals_m16(row_max, row_sum, mult, inv_sum, lse);
+      // Consumer 1's thread hands its values to the thread of consumer 0
+      // that holds the same rows and columns. A warpgroup without tiles in
+      // the item (O never written) gives zeros and lse -inf.
+      float* merge = reinterpret_cast<float*>(smem_base + C::kMergeOffset) + tid % 128;
+      constexpr int kLse = C::DT * 4;  // the merge buffer's first lse row
+      if (cw == 1) {
+        if (merged_items > 0) named_barrier_sync(C::kMergeFree, 256);
+#pragma unroll
+        for (int dt = 0; dt < C::DT; ++dt)
+#pragma unroll
+          for (int e = 0; e < 4; ++e) merge[(dt * 4 + e) * 128] = own > 0 ? o[dt][e] * inv_sum[e / 2] : 0.0f;
+        merge[kLse * 128] = lse[0];
+        merge[(kLse + 1) * 128] = lse[1];
+        named_barrier_arrive(C::kMergeFull, 256);
+        ++merged_items;
+        mbarrier_arrive(&q_empty[q_item % C::QBuffers]);  // this warpgroup's reads of Q are done
+        continue;
+      }
+      named_barrier_sync(C::kMergeFull, 256);
+      float merged[C::DT][4], w_own[2], w_other[2], merged_lse[2];
+      const float ones[2] = {1.0f, 1.0f};
+#pragma unroll
+      for (int half = 0; half < 2; ++half) {
+        const MergedLse m = merge_lse(lse[half], merge[(kLse + half) * 128]);
+        w_own[half] = m.weight_a * inv_sum[half];
+        w_other[half] = m.weight_b;
+        merged_lse[half] = m.lse;
+      }
+#pragma unroll
+      for (int dt = 0; dt < C::DT; ++dt)
+#pragma unroll
+        for (int e = 0; e < 4; ++e)
+          merged[dt][e] = (own > 0 ? o[dt][e] * w_own[e / 2] : 0.0f) + merge[(dt * 4 + e) * 128] * w_other[e / 2];
+      named_barrier_arrive(C::kMergeFree, 256);
+      ++merged_items;
+      write_rows(f, q_item, merged, ones, merged_lse, -1);
+      CUFLASH_TIMELINE(kTlEpilogue);
+      continue;
+    }
     // An item without key tiles, or one in which this warpgroup's rows all
     // lie past the sequence (the last block of a length that is not a
     // multiple of BM: at D = 64's 192 rows, 512 keys leave the third
@@ -760,7 +896,7 @@ __global__ void __launch_bounds__(C::kThreads, 1) flash_fwd_tma_kernel(const __g
     // protocol is kept (pass_steps), so the other warpgroups' turns and
     // stages go on as before, and the epilogue writes zeros that no row
     // takes, releasing what it would.
-    if (n_tiles == 0 || cw * 64 >= f.rows) {
+    if (n_tiles == 0 || rows0 >= f.rows) {
       int last_stage = -1;
       if (n_tiles > 0) {
         release_stored_q();
@@ -777,12 +913,12 @@ __global__ void __launch_bounds__(C::kThreads, 1) flash_fwd_tma_kernel(const __g
       CUFLASH_TIMELINE(kTlIdle);
       continue;
     }
-    const std::uint64_t q_desc = sw128_desc(sQ(q_item) + cw * 64 * 64, 16, 1024);
+    const std::uint64_t q_desc = sw128_desc(sQ(q_item) + rows0 * 64, 16, 1024);
     // The first tile (the item's last keys), at half width where this
     // warpgroup's rows see only its lower half.
     int j = 0;
     if constexpr (C::kHalfFirst) {
-      if (pipe.half_first(f, cw * 64, (f.t_hi - 1) * C::BN)) {
+      if (pipe.half_first(f, rows0, (f.t_hi - 1) * C::BN)) {
         pipe.template step<Transformed, StepTile::first, C::NT / 2>(f, q_desc, 0, o, pa, row_max, row_sum, mult,
                                                                     f.m0 + row_in_block, t4, n_tiles == 1);
         release_stored_q();
@@ -822,7 +958,9 @@ __global__ void __launch_bounds__(C::kThreads, 1) flash_fwd_tma_kernel(const __g
   CUFLASH_TIMELINE(kTlEnd);
   // The last stores must have read shared memory before the CTA exits.
   release_stored_q();
-  if (cw == 0) named_barrier_sync(C::kTurnBarrier0, 256);
+  if (C::kPingPong && cw == 0) named_barrier_sync(C::kTurnBarrier0, 256);
+  // Consumer 0's last read of the merge buffer signalled has its sync.
+  if (C::kSplitKeys && cw == 1 && merged_items > 0) named_barrier_sync(C::kMergeFree, 256);
 #endif
 }
 

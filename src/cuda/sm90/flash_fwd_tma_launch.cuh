@@ -49,6 +49,10 @@ Status launch_flash_fwd_tma(const ForwardParams& p, const TmaForwardLaunch& laun
   // bytes of spills at D = 64); they take two.
   using CT = TmaFwdConfig<T, D, tile.block_n, tile.consumers == 3 ? 2 : tile.consumers, tile.stages, DC>;
   if (transformed_scores(p)) return launch_tma_config<CT, true>(p, launch, stream);
+  if constexpr (tile.split_keys_max_keys > 0 && DC == D) {
+    using CK = TmaFwdConfigSplitKeys<T, D, tile.block_n, tile.stages, DC>;
+    if (launch.split_keys) return launch_tma_config<CK, false>(p, launch, stream);
+  }
   if constexpr (tile.few_items_consumers > 0 && DC == D) {
     static_assert(tile.few_items_consumers == CT::Consumers, "few_items_consumers: the two-consumer config");
     if (launch.few_items) return launch_tma_config<CT, false>(p, launch, stream);

@@ -17,6 +17,7 @@ namespace cuflash::detail::sm90 {
 // few_items: the tile's few_items_consumers instead of its consumers.
 // short_tiles: the tile's short_block_n key tiles instead of its block_n.
 // short_q_buffers: the tile's short_q_buffers Q buffers (TmaFwdConfigQ).
+// split_keys: the tile's split-keys kernel (TmaFwdConfigSplitKeys).
 struct TmaForwardLaunch {
   HeadRowsTensor q, k, v, out;
   int persistent_ctas = 0;
@@ -26,6 +27,7 @@ struct TmaForwardLaunch {
   bool few_items = false;
   bool short_tiles = false;
   bool short_q_buffers = false;
+  bool split_keys = false;
 };
 
 }  // namespace cuflash::detail::sm90

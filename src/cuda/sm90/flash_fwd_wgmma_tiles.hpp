@@ -92,13 +92,20 @@ struct TmaFwdTile {
   // few key tiles wait for their Q behind the item before's epilogue.
   int short_q_buffers = 0;
   int short_q_max_keys = 0;
+  // 0, or the keys below which grids of few 64-row items over more than one
+  // key tile take the split-keys kernel (TmaFwdConfigSplitKeys: two
+  // consumers on one block of 64 rows, each taking every other key tile;
+  // forward_plan.cpp): D = 64, whose ring has stages for both (D = 128's
+  // two stages would give each consumer one), below the keys from which
+  // such grids split the keys across CTAs (split-KV) instead.
+  int split_keys_max_keys = 0;
 };
 
 constexpr TmaFwdTile tma_fwd_tile(int head_dim) {
   switch (head_dim) {
     case 64:
       return {.block_n = 128, .consumers = 3, .stages = 4, .min_keys = 2048, .deep_stages = 0, .deep_min_keys = 0,
-              .few_items_consumers = 2};
+              .few_items_consumers = 2, .split_keys_max_keys = 2048};
     case 128:
       return {.block_n = 128, .consumers = 2, .stages = 2, .min_keys = 0, .deep_stages = 3, .deep_min_keys = 2048,
               .short_q_buffers = 3, .short_q_max_keys = 2048};
