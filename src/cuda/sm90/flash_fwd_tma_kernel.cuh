@@ -2,7 +2,9 @@
 // producer warp, wgmma by consumer warpgroups, mbarriers between them.
 //
 // A CTA is one producer warpgroup and `Consumers` consumer warpgroups of 64
-// query rows each (BM = 64 x Consumers rows of one (batch, head)). One
+// query rows each (BM = 64 x Consumers rows of one (batch, head); in the
+// split-keys kernel two warpgroups on the same 64 rows, TmaFwdShape::
+// kSplitKeys). One
 // thread of the producer issues TMA loads: Q once, then K_j and V_j of every
 // key tile into a ring of `Stages` shared-memory stages, each guarded by a
 // "full" mbarrier (the TMA unit's bytes have landed) and an "empty" one
@@ -15,7 +17,8 @@
 // then rescales O. Across warpgroups the GEMM issues take turns (ping-pong,
 // named barriers): consumer c issues its pair, then hands the turn to
 // consumer c + 1, so one warpgroup's softmax runs while the other's GEMMs
-// keep the tensor cores busy. No __syncthreads after the prologue: a slow
+// keep the tensor cores busy (not with split keys: there the two chains
+// are independent). No __syncthreads after the prologue: a slow
 // warpgroup never stalls the loads, only the stage it still reads.
 #pragma once
 
