@@ -169,9 +169,12 @@ int split_keys_override() {
 // one wave and their keys span more than one tile, below the tile's
 // split_keys_max_keys: there each CTA's chain of key tiles, not the SM's
 // work, sets the call's time, and the split halves it. Measured at D = 64,
-// B = 1, H = 16 (H200, NOTES.md session 50).
+// B = 1, H = 16 (H200, NOTES.md session 50). Without a window or with the
+// causal one only (a left bound, or a right one past the diagonal, were
+// not tested on the kernel).
 bool tma_split_keys(const Problem& problem, const sm90::TmaFwdTile& tma, int consumers, const DeviceInfo& info) {
   if (tma.split_keys_max_keys == 0 || consumers != 2 || !tma_plain_full_width(problem)) return false;
+  if (problem.window_left >= 0 || problem.window_right > 0) return false;
   if (split_keys_override() >= 0) return split_keys_override() == 1;
   return problem.max_kv_len > tma.block_n && problem.max_kv_len < tma.split_keys_max_keys &&
          tma_items(problem, 1) <= info.sm_count;

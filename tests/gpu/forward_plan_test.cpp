@@ -110,6 +110,11 @@ TEST(ForwardPlan, HopperHeadDimsAndKeys) {
   EXPECT_EQ(few_128.tile.block_m, 128);
   EXPECT_TRUE(few_128.tma.few_items);
   EXPECT_FALSE(few_128.tma.split_keys);
+  // Not with a window other than the causal one.
+  EXPECT_FALSE(plan(dense_case("d64_few_items_window", 512, 512, 16, 16, 64, 1), h100(), [](Problem& p) {
+                 p.window_left = 100;
+                 p.window_right = 40;
+               }).tma.split_keys);
   // From 2048 keys (where split-KV may take such grids) no split keys.
   EXPECT_FALSE(plan(dense_case("d64_few_items_long", 2048, 2048, 2, 2, 64, 1), h100()).tma.split_keys);
   // Nor at D = 128 (a ring of two stages).
