@@ -818,6 +818,46 @@ __global__ void __launch_bounds__(C::kThreads, 1) flash_fwd_tma_kernel(const __g
       if constexpr (C::kEarlyQRelease)
         if (cw == 0 && p.num_splits == 1) named_barrier_arrive(C::kVReadBarrier, 256);
     };
+    // This warpgroup's steps over the item's key tiles j0, j0 + kKeyStride,
+    // ... (j0: 0, or its own index where the consumers split the keys).
+    auto walk_tiles = [&](int j0) {
+      const std::uint64_t q_desc = sw128_desc(sQ(q_item) + rows0 * 64, 16, 1024);
+      // The item's first tile (its last keys), at half width where this
+      // warpgroup's rows see only its lower half.
+      int j = j0;
+      if constexpr (C::kHalfFirst) {
+        if (j0 == 0 && pipe.half_first(f, rows0, (f.t_hi - 1) * C::BN)) {
+          pipe.template step<Transformed, StepTile::first, C::NT / 2>(f, q_desc, j, o, pa, row_max, row_sum, mult,
+                                                                      f.m0 + row_in_block, t4, j == n_tiles - 1);
+          release_stored_q();
+          j += C::kKeyStride;
+        }
+      }
+      if constexpr (C::kPeelFirst && !Transformed) {
+        // The first step on its own, the loop's without a branch on it.
+        if (j == j0) {
+          pipe.template step<Transformed, StepTile::first>(f, q_desc, j, o, pa, row_max, row_sum, mult,
+                                                           f.m0 + row_in_block, t4, j == n_tiles - 1);
+          release_stored_q();
+          j += C::kKeyStride;
+        }
+        // The steps whose tile every row of the block sees whole skip the
+        // mask test (without a mask: all but a partial last tile).
+        int unmasked_lo, unmasked_hi;
+        f.rules.unmasked_steps_down(f.m0, f.rows, f.t_hi, C::BN, &unmasked_lo, &unmasked_hi);
+        for (; j < n_tiles; j += C::kKeyStride)
+          bool_switch(j >= unmasked_lo && j < unmasked_hi, [&](auto unmasked) {
+            pipe.template step<Transformed, StepTile::later, C::NT, decltype(unmasked)::value>(
+                f, q_desc, j, o, pa, row_max, row_sum, mult, f.m0 + row_in_block, t4, j == n_tiles - 1);
+          });
+      } else {
+        for (; j < n_tiles; j += C::kKeyStride) {
+          pipe.template step<Transformed>(f, q_desc, j, o, pa, row_max, row_sum, mult, f.m0 + row_in_block, t4,
+                                          j == n_tiles - 1);
+          if (j == j0) release_stored_q();
+        }
+      }
+    };
     if constexpr (C::kSplitKeys) {
       // This warpgroup's key tiles of the item: j = cw, cw + 2, ... (the
       // item's first tile, its last keys, is consumer 0's).
@@ -825,29 +865,7 @@ __global__ void __launch_bounds__(C::kThreads, 1) flash_fwd_tma_kernel(const __g
       const int own = n_tiles > cw ? (n_tiles - cw + 1) / 2 : 0;
       pipe.begin_split_item(cw);
       if (own > 0) {
-        const std::uint64_t q_desc = sw128_desc(sQ(q_item), 16, 1024);
-        int j = cw;
-        if constexpr (C::kHalfFirst) {
-          if (cw == 0 && pipe.half_first(f, 0, (f.t_hi - 1) * C::BN)) {
-            pipe.template step<Transformed, StepTile::first, C::NT / 2>(f, q_desc, j, o, pa, row_max, row_sum, mult,
-                                                                        f.m0 + row_in_block, t4, false);
-            release_stored_q();
-            j += C::kKeyStride;
-          }
-        }
-        if (j == cw) {
-          pipe.template step<Transformed, StepTile::first>(f, q_desc, j, o, pa, row_max, row_sum, mult,
-                                                           f.m0 + row_in_block, t4, false);
-          release_stored_q();
-          j += C::kKeyStride;
-        }
-        int unmasked_lo, unmasked_hi;
-        f.rules.unmasked_steps_down(f.m0, f.rows, f.t_hi, C::BN, &unmasked_lo, &unmasked_hi);
-        for (; j < n_tiles; j += C::kKeyStride)
-          bool_switch(j >= unmasked_lo && j < unmasked_hi, [&](auto unmasked) {
-            pipe.template step<Transformed, StepTile::later, C::NT, decltype(unmasked)::value>(
-                f, q_desc, j, o, pa, row_max, row_sum, mult, f.m0 + row_in_block, t4, false);
-          });
+        walk_tiles(cw);
         pipe.drain(o, pa, own);
       }
       pipe.end_split_item(n_tiles);
@@ -916,42 +934,7 @@ __global__ void __launch_bounds__(C::kThreads, 1) flash_fwd_tma_kernel(const __g
       CUFLASH_TIMELINE(kTlIdle);
       continue;
     }
-    const std::uint64_t q_desc = sw128_desc(sQ(q_item) + rows0 * 64, 16, 1024);
-    // The first tile (the item's last keys), at half width where this
-    // warpgroup's rows see only its lower half.
-    int j = 0;
-    if constexpr (C::kHalfFirst) {
-      if (pipe.half_first(f, rows0, (f.t_hi - 1) * C::BN)) {
-        pipe.template step<Transformed, StepTile::first, C::NT / 2>(f, q_desc, 0, o, pa, row_max, row_sum, mult,
-                                                                    f.m0 + row_in_block, t4, n_tiles == 1);
-        release_stored_q();
-        j = 1;
-      }
-    }
-    if constexpr (C::kPeelFirst && !Transformed) {
-      // The first tile's step on its own, the loop's without a branch on it.
-      if (j == 0) {
-        pipe.template step<Transformed, StepTile::first>(f, q_desc, 0, o, pa, row_max, row_sum, mult,
-                                                         f.m0 + row_in_block, t4, n_tiles == 1);
-        release_stored_q();
-        j = 1;
-      }
-      // The steps whose tile every row of the block sees whole skip the
-      // mask test (without a mask: all but a partial last tile).
-      int unmasked_lo, unmasked_hi;
-      f.rules.unmasked_steps_down(f.m0, f.rows, f.t_hi, C::BN, &unmasked_lo, &unmasked_hi);
-      for (; j < n_tiles; ++j)
-        bool_switch(j >= unmasked_lo && j < unmasked_hi, [&](auto unmasked) {
-          pipe.template step<Transformed, StepTile::later, C::NT, decltype(unmasked)::value>(
-              f, q_desc, j, o, pa, row_max, row_sum, mult, f.m0 + row_in_block, t4, j == n_tiles - 1);
-        });
-    } else {
-      for (; j < n_tiles; ++j) {
-        pipe.template step<Transformed>(f, q_desc, j, o, pa, row_max, row_sum, mult, f.m0 + row_in_block, t4,
-                                        j == n_tiles - 1);
-        if (j == 0) release_stored_q();
-      }
-    }
+    walk_tiles(0);
     after_last_step();
     const int last_stage = pipe.drain(o, pa, n_tiles);
     after_drain();
