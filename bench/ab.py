@@ -54,6 +54,10 @@ def parse_args(argv=None):
     parser.add_argument("--sweep", choices=["prefill", "small"], default="prefill",
                         help="the prefill sweep's shapes, or the small ones (B=1, H=16, D = 64 / 128: "
                              "--seqlens are then their lengths)")
+    parser.add_argument("--batch", dest="small_batch", type=int, default=None,
+                        help="--sweep small: the batch instead of B=1 (grids of a few waves)")
+    parser.add_argument("--heads", dest="small_heads", type=int, default=None,
+                        help="--sweep small: the heads instead of H=16")
     parser.add_argument("--backends", type=name_list(list(prefill.TORCH_BACKENDS)), default=["torch_cudnn"],
                         help="PyTorch peers timed on the same points")
     parser.add_argument("--no-peers", action="store_true", help="no PyTorch peers")
@@ -72,6 +76,8 @@ def parse_args(argv=None):
     args.small_seqlens = args.seqlens
     if args.deterministic and args.passes != ["fwdbwd"]:
         parser.error("--deterministic: times the backward, so --passes fwdbwd only")
+    if (args.small_batch or args.small_heads) and args.sweep != "small":
+        parser.error("--batch / --heads: the small sweep's shape, so --sweep small only")
     if len(args.label_change) > len(args.change):
         parser.error("--label-change: more labels than --change builds")
     return args
@@ -89,7 +95,8 @@ def key(row: dict) -> tuple:
 def run_build(args, command: str) -> dict:
     """One `cuflash bench` run of a build: point -> TFLOP/s (None: failed)."""
     if args.sweep == "small":
-        shape = ["--batch", str(prefill.SMALL_BATCH), "--heads", str(prefill.SMALL_HEADS)]
+        batch, heads = prefill.small_shape(args)
+        shape = ["--batch", str(batch), "--heads", str(heads)]
     else:
         shape = ["--sweep", "prefill"]
     flags = ["bench", *shape, "--json", "--backend", "cuda", "--pass", ",".join(args.passes),
@@ -173,14 +180,15 @@ def main(argv=None) -> int:
 
     meta = dict(device=device, date=datetime.datetime.now(datetime.timezone.utc).strftime("%Y-%m-%dT%H:%MZ"),
                 base=labels["base"], change=labels["change"], labels=labels, rounds=args.rounds, dtype=args.dtype,
-                deterministic=args.deterministic,
+                deterministic=args.deterministic, sweep=args.sweep,
+                shape=("B=%d, H=%d" % prefill.small_shape(args)) if args.sweep == "small" else "prefill sweep",
                 seconds=round(time.monotonic() - started))
     os.makedirs(args.out_dir, exist_ok=True)
     with open(os.path.join(args.out_dir, "ab.json"), "w") as f:
         json.dump(dict(meta=meta, points=table), f, indent=1)
     title = ", ".join(labels[n] for n in changes)
     lines = [f"# A/B: {title} against {labels['base']}", "",
-             f"- device: {device}", f"- date: {meta['date']}",
+             f"- device: {device}", f"- date: {meta['date']}", f"- shapes: {meta['shape']}",
              f"- {args.rounds} alternating rounds per build; TFLOP/s = the median of the rounds' medians; "
              "spread = largest / smallest round of the same build"] + \
         (["- the builds' backward deterministic (`--deterministic`); the peers as usual"] if args.deterministic else []) + [""]

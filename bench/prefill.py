@@ -76,11 +76,17 @@ def head_dims(args, sweep: str) -> list[int]:
     return list(args.head_dims)
 
 
+def small_shape(args) -> tuple[int, int]:
+    """The small sweep's (B, H): SMALL_BATCH / SMALL_HEADS unless args say
+    otherwise (bench/ab.py's --batch / --heads, for grids of a few waves)."""
+    return getattr(args, "small_batch", None) or SMALL_BATCH, getattr(args, "small_heads", None) or SMALL_HEADS
+
+
 def points(args, sweep: str = "prefill", passes: list[str] | None = None) -> list[dict]:
     passes = args.passes if passes is None else passes
     if sweep == "small":
-        return [dict(pass_name=p, head_dim=d, causal=m == "causal", seqlen=s, batch=SMALL_BATCH, heads=SMALL_HEADS,
-                     sweep="small")
+        batch, heads = small_shape(args)
+        return [dict(pass_name=p, head_dim=d, causal=m == "causal", seqlen=s, batch=batch, heads=heads, sweep="small")
                 for p in passes for d in head_dims(args, sweep) for m in args.masks for s in args.small_seqlens]
     return [dict(pass_name=p, head_dim=d, causal=m == "causal", seqlen=s, batch=TOKENS // s, heads=HIDDEN // d)
             for p in passes for d in args.head_dims for m in args.masks for s in args.seqlens]
@@ -101,7 +107,8 @@ def run_cuflash(args, backends: list[str], sweep: str = "prefill") -> list[dict]
 
 def run_cuflash_group(args, backends: list[str], sweep: str, passes: list[str], deterministic: bool) -> list[dict]:
     if sweep == "small":
-        shape = ["--batch", str(SMALL_BATCH), "--heads", str(SMALL_HEADS),
+        batch, heads = small_shape(args)
+        shape = ["--batch", str(batch), "--heads", str(heads),
                  "--seqlen", ",".join(map(str, args.small_seqlens))]
     else:
         shape = ["--sweep", "prefill", "--seqlen", ",".join(map(str, args.seqlens))]

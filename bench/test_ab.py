@@ -129,6 +129,18 @@ class AbTest(unittest.TestCase):
         points = ab.prefill.points(args, args.sweep)
         self.assertEqual({(p["batch"], p["heads"], p["seqlen"]) for p in points}, {(1, 16, 128), (1, 16, 512)})
 
+    def test_the_small_sweep_takes_another_batch_and_heads(self):
+        args = ab.parse_args(["--base", "b", "--change", "c", "--no-peers", "--sweep", "small",
+                              "--head-dims", "64", "--seqlens", "2048", "--batch", "4", "--heads", "32"])
+        captured, _ = captured_commands(lambda: ab.run_build(args, "cuflash"))
+        command = captured[0]
+        get = lambda flag: command[command.index(flag) + 1]
+        self.assertEqual((get("--batch"), get("--heads"), get("--seqlen")), ("4", "32", "2048"))
+        points = ab.prefill.points(args, args.sweep)
+        self.assertEqual({(p["batch"], p["heads"], p["seqlen"]) for p in points}, {(4, 32, 2048)})
+        with contextlib.redirect_stderr(io.StringIO()), self.assertRaises(SystemExit):
+            ab.parse_args(["--base", "b", "--change", "c", "--batch", "4"])  # the prefill sweep has its own shapes
+
     def test_more_labels_than_changes_is_refused(self):
         with contextlib.redirect_stderr(io.StringIO()), self.assertRaises(SystemExit):
             ab.parse_args(["--base", "b", "--change", "c", "--label-change", "x", "--label-change", "y"])
