@@ -25,7 +25,12 @@ for name in base "${changes[@]}"; do
   # (Python's tarfile: the machine's image need not have xz.)
   python3 -c "import sys, tarfile; tarfile.open(sys.argv[1], 'r:xz').extractall(sys.argv[2])" \
     ".abbin/$name.tar.xz" "$dir/$name" || exit 2
-  printf '#!/bin/sh\nLD_LIBRARY_PATH=%s exec %s/cuflash "$@"\n' "$dir/$name" "$dir/$name" >"$dir/$name/run"
+  # A pack's switches (.abbin/<name>.env, bench/ab-prebuild.sh's
+  # AB_CHANGE_ENV) go into its wrapper, for its timed runs and its tests.
+  switches=$(tr '\n' ' ' <".abbin/$name.env" 2>/dev/null || true)
+  printf '#!/bin/sh\nexec env %sLD_LIBRARY_PATH=%s %s/cuflash "$@"\n' "$switches" "$dir/$name" "$dir/$name" \
+    >"$dir/$name/run"
+  printf '%s\n' "$switches" >"$dir/$name/switches"
   chmod +x "$dir/$name/run"
   label=$(cat ".abbin/$name.label" 2>/dev/null || echo "$name")
   if [ "$name" = base ]; then
@@ -40,7 +45,7 @@ if [ -n "${AB_GTEST_FILTER:-}" ]; then
   for name in "${changes[@]}"; do
     tests=$dir/$name/cuflash_gpu_tests
     [ -x "$tests" ] || { echo "ab-prebuilt: $name was packed without --tests" >&2; status=1; continue; }
-    LD_LIBRARY_PATH=$dir/$name "$tests" --gtest_filter="$AB_GTEST_FILTER" >"$out/tests-$name.log" 2>&1 || status=1
+    env $(cat "$dir/$name/switches") LD_LIBRARY_PATH=$dir/$name "$tests" --gtest_filter="$AB_GTEST_FILTER" >"$out/tests-$name.log" 2>&1 || status=1
     echo "ab-prebuilt: $name: tests '$AB_GTEST_FILTER': $(grep -E '^\[  (PASSED|FAILED|SKIPPED) *\]' "$out/tests-$name.log" | tr '\n' ' ')"
   done
 fi
