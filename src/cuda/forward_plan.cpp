@@ -169,14 +169,11 @@ int split_keys_override() {
 // one wave and their keys span more than one tile, below the tile's
 // split_keys_max_keys: there each CTA's chain of key tiles, not the SM's
 // work, sets the call's time, and the split halves it. Measured at D = 64,
-// B = 1, H = 16 (H200, NOTES.md session 50). Without a window or with the
-// causal one only (a left bound, or a right one past the diagonal, were
-// not tested on the kernel).
+// B = 1, H = 16 (H200, NOTES.md session 50).
 bool tma_split_keys(const Problem& problem, const sm90::TmaFwdTile& tma, int consumers, const DeviceInfo& info) {
   if (tma.split_keys_max_keys == 0 || consumers != 2 || !tma_plain_full_width(problem)) return false;
-  if (problem.window_left >= 0 || problem.window_right > 0) return false;
   if (split_keys_override() >= 0) return split_keys_override() == 1;
-  return problem.max_kv_len > tma.block_n && problem.max_kv_len < tma.split_keys_max_keys &&
+  return problem.max_kv_len > sm90::split_keys_block_n(tma) && problem.max_kv_len < tma.split_keys_max_keys &&
          tma_items(problem, 1) <= info.sm_count;
 }
 
@@ -204,9 +201,11 @@ ForwardKernel forward_kernel(const Problem& problem, const DeviceInfo& info) {
   if (tma.block_n > 0 && sm90_tma_enabled() && tma_wins(problem, tma, consumers, info) &&
       tma_maps_fit(problem, info)) {
     k.kind = ForwardKind::tma;
-    const int block_m = tma_split_keys(problem, tma, consumers, info) ? 64 : 64 * consumers;
-    k.tile = {block_m, tma_short_tiles(problem, tma) ? tma.short_block_n : tma.block_n, 4 * (consumers + 1), false,
-              1};
+    const bool split_keys = tma_split_keys(problem, tma, consumers, info);
+    const int block_n = split_keys                        ? sm90::split_keys_block_n(tma)
+                        : tma_short_tiles(problem, tma) ? tma.short_block_n
+                                                        : tma.block_n;
+    k.tile = {split_keys ? 64 : 64 * consumers, block_n, 4 * (consumers + 1), false, 1};
     k.tma_consumers = consumers;
     return k;
   }
@@ -279,8 +278,8 @@ sm90::TmaForwardLaunch tma_forward_launch(const Problem& problem, int consumers,
   // Q buffer, and the walk stays: measured so, NOTES.md session 22.)
   const int deep_min_keys = deep_min_keys_override() >= 0 ? deep_min_keys_override() : tile.deep_min_keys;
   launch.deep_ring = tile.deep_stages > 0 && problem.max_kv_len >= deep_min_keys && tma_plain_full_width(problem);
-  launch.short_q_buffers =
-      tma_short_q_buffers(problem, tile, launch.few_items || launch.short_tiles || launch.deep_ring);
+  launch.short_q_buffers = tma_short_q_buffers(
+      problem, tile, launch.few_items || launch.short_tiles || launch.deep_ring || launch.split_keys);
   const int forced = persistent_override();
   if (forced == 0 || (forced < 0 && !walkable)) return launch;
   launch.persistent_ctas = info.sm_count;

@@ -406,6 +406,32 @@ std::vector<CaseSpec> tma_cases() {
   s.row_padding = 8;
   add(s);
   add(large_scores(causal(dense_case("large_scores_tma_d64_split_keys_causal_q256_k1000", 256, 1000, 4, 2, 64, 2))));
+  // Windows on it: left and right bounds (an item's tiles t_lo .. t_hi, its
+  // first ones unseen by the rows), a right bound alone, bottom-right
+  // offsets.
+  s = dense_case("tma_d64_split_keys_window_100_40_q777_k777", 777, 777, 2, 1, 64, 1);
+  s.options.window_left = 100;
+  s.options.window_right = 40;
+  add(s);
+  s = dense_case("tma_d64_split_keys_window_right_64_q300_k1000", 300, 1000, 4, 2, 64, 2);
+  s.options.window_right = 64;
+  add(s);
+  s = dense_case("tma_d64_split_keys_window_50_10_q300_k900", 300, 900, 4, 4, 64, 2);
+  s.options.window_left = 50;
+  s.options.window_right = 10;
+  add(s);
+  // D = 128's split-keys kernel (64-key tiles in a ring of four stages,
+  // below 1024 keys): 8, 6 and 5 key tiles, the same layouts.
+  add(dense_case("tma_d128_split_keys_q512_k512_h16", 512, 512, 16, 16, 128, 1));
+  add(causal(dense_case("tma_d128_split_keys_causal_q512_k512_h16", 512, 512, 16, 16, 128, 1)));
+  add(dense_case("tma_d128_split_keys_q300_k333_gqa", 300, 333, 6, 2, 128, 2));
+  add(causal(dense_case("tma_d128_split_keys_causal_q700_k300", 700, 300, 2, 1, 128, 1)));
+  add(causal(varlen_case("tma_d128_split_keys_varlen_causal", {300, 1, 0, 129}, {500, 5, 0, 900}, 2, 1, 128)));
+  add(large_scores(causal(dense_case("large_scores_tma_d128_split_keys_causal_q256_k1000", 256, 1000, 4, 2, 128, 2))));
+  s = dense_case("tma_d128_split_keys_window_100_40_q600_k700", 600, 700, 2, 1, 128, 1);
+  s.options.window_left = 100;
+  s.options.window_right = 40;
+  add(s);
   // A softmax_scale that is not positive takes the transformed variants
   // (attention_params.hpp, transformed_scores): uniform weights at 0, the
   // smallest scores weighing most when negative.

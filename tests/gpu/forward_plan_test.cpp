@@ -110,15 +110,22 @@ TEST(ForwardPlan, HopperHeadDimsAndKeys) {
   EXPECT_EQ(few_128.tile.block_m, 128);
   EXPECT_TRUE(few_128.tma.few_items);
   EXPECT_FALSE(few_128.tma.split_keys);
-  // Not with a window other than the causal one.
-  EXPECT_FALSE(plan(dense_case("d64_few_items_window", 512, 512, 16, 16, 64, 1), h100(), [](Problem& p) {
-                 p.window_left = 100;
-                 p.window_right = 40;
-               }).tma.split_keys);
+  // With a window too (its key range is the item's tiles).
+  EXPECT_TRUE(plan(dense_case("d64_few_items_window", 512, 512, 16, 16, 64, 1), h100(), [](Problem& p) {
+                p.window_left = 100;
+                p.window_right = 40;
+              }).tma.split_keys);
   // From 2048 keys (where split-KV may take such grids) no split keys.
   EXPECT_FALSE(plan(dense_case("d64_few_items_long", 2048, 2048, 2, 2, 64, 1), h100()).tma.split_keys);
-  // Nor at D = 128 (a ring of two stages).
-  EXPECT_FALSE(plan(dense_case("d128_few_items", 512, 512, 16, 16, 128, 1), h100()).tma.split_keys);
+  // At D = 128 on 64-key tiles (four stages: two per consumer), below 1024
+  // keys (16 such tiles, where split-KV may take the grid).
+  const ForwardPlan d128_split = plan(dense_case("d128_few_items", 512, 512, 16, 16, 128, 1), h100());
+  EXPECT_EQ(d128_split.kind, ForwardKind::tma);
+  EXPECT_TRUE(d128_split.tma.split_keys);
+  EXPECT_EQ(d128_split.tile.block_m, 64);
+  EXPECT_EQ(d128_split.tile.block_n, 64);
+  EXPECT_FALSE(plan(dense_case("d128_few_items_1k", 1024, 1024, 8, 8, 128, 1), h100()).tma.split_keys);
+  EXPECT_FALSE(plan(dense_case("d128_one_split_tile", 64, 64, 16, 16, 128, 1), h100()).tma.split_keys);
   // One key tile: the cp.async kernel.
   EXPECT_EQ(plan(dense_case("d64_one_key_tile", 128, 128, 16, 16, 64, 1), h100()).kind, ForwardKind::wgmma);
   // Softcap has no two-consumer plain instantiation to take: the cp.async kernel.
@@ -215,7 +222,8 @@ TEST(ForwardPlan, ShortTilesForShortKeys) {
 // the deep ring (one Q buffer); the other head dims keep theirs.
 TEST(ForwardPlan, ShortQBuffersForShortKeys) {
   if (!tma_plannable()) GTEST_SKIP() << "no sm_90a kernels in this build";
-  const ForwardPlan causal = plan(causal_case(dense_case("d128_causal_512", 512, 512, 4, 4, 128, 2)), h100());
+  // (16 heads: 256 blocks of 64 rows, more than a wave: not split keys.)
+  const ForwardPlan causal = plan(causal_case(dense_case("d128_causal_512", 512, 512, 16, 16, 128, 2)), h100());
   EXPECT_EQ(causal.kind, ForwardKind::tma);
   EXPECT_TRUE(causal.tma.short_q_buffers);
   EXPECT_TRUE(plan(dense_case("d128_unmasked_1k", 1024, 1024, 4, 4, 128, 2), h100()).tma.short_q_buffers);
