@@ -80,9 +80,28 @@ TEST(ForwardPlan, HopperHeadDimsAndKeys) {
   const ForwardPlan causal_2047 = plan(causal_case(dense_case("d64_causal", 2048, 2047, 8, 8, 64, 2)), h100());
   EXPECT_EQ(causal_2047.kind, ForwardKind::tma);
   EXPECT_EQ(causal_2047.tile.block_m, 128);
-  const ForwardPlan long_causal = plan(causal_case(dense_case("d64_long_causal", 2048, 2048, 8, 8, 64, 2)), h100());
+  // From 2048 keys three consumers, unless the grid is light: fewer than
+  // 128 key-tile steps per SM (B = 2 x 8 heads: 12; B = 32 x 8 heads, the
+  // batch set on the problem so that no host tensors are filled: 196).
+  const ForwardPlan light_causal = plan(causal_case(dense_case("d64_light_causal", 2048, 2048, 8, 8, 64, 2)), h100());
+  EXPECT_EQ(light_causal.tile.block_m, 128);
+  EXPECT_EQ(light_causal.tma.persistent_ctas, 132);  // walked in pairs
+  const ForwardPlan long_causal = plan(causal_case(dense_case("d64_long_causal", 2048, 2048, 8, 8, 64, 2)), h100(),
+                                       [](Problem& p) { p.batch = 32; });
   EXPECT_EQ(long_causal.kind, ForwardKind::tma);
   EXPECT_EQ(long_causal.tile.block_m, 192);
+  // The light grid's limit: B = 4 x 16 heads at 4096 keys is 186 steps.
+  EXPECT_EQ(plan(causal_case(dense_case("d64_causal_4k", 4096, 4096, 16, 16, 64, 1)), h100(),
+                 [](Problem& p) { p.batch = 4; }).tile.block_m,
+            192);
+  EXPECT_EQ(plan(causal_case(dense_case("d64_causal_4k", 4096, 4096, 16, 16, 64, 1)), h100(),
+                 [](Problem& p) { p.batch = 2; }).tile.block_m,
+            128);
+  // Not from the walk's 8192 keys on (causal items of that length are not
+  // walked), where the items fill more than one round (8 heads: 87 steps).
+  EXPECT_EQ(plan(causal_case(dense_case("d64_causal_8k", 8192, 8192, 1, 1, 64, 1)), h100(),
+                 [](Problem& p) { p.heads_q = p.heads_kv = 8; }).tile.block_m,
+            192);
   // Softcap (no two-consumer instantiation) and windows (not measured) stay
   // on the cp.async kernel below 2048 keys.
   EXPECT_EQ(plan(causal_case(dense_case("d64_short_causal_softcap", 512, 512, 8, 8, 64, 5)), h100(),
@@ -133,6 +152,18 @@ TEST(ForwardPlan, HopperHeadDimsAndKeys) {
                  [](Problem& p) { p.softcap = 30.0f; }).kind,
             ForwardKind::wgmma);
   EXPECT_FALSE(plan(dense_case("d64_long", 4096, 4096, 16, 16, 64, 4), h100()).tma.few_items);
+  // Without a mask, two consumers wherever their items take no more rounds
+  // of the walk than three's: B = 1 x 16 heads at 2048 keys, 256 items of
+  // 128 rows against 176 of 192, two rounds each; B = 2, 512 against 352,
+  // four rounds against three.
+  const ForwardPlan same_rounds = plan(dense_case("d64_same_rounds", 2048, 2048, 16, 16, 64, 1), h100());
+  EXPECT_EQ(same_rounds.tile.block_m, 128);
+  EXPECT_TRUE(same_rounds.tma.few_items);
+  EXPECT_FALSE(same_rounds.tma.split_keys);
+  EXPECT_EQ(plan(dense_case("d64_more_rounds", 2048, 2048, 16, 16, 64, 1), h100(), [](Problem& p) {
+              p.batch = 2;
+            }).tile.block_m,
+            192);
   // 96 has no Hopper kernel of its own: the 128 TMA kernel's 96 columns.
   EXPECT_EQ(plan(dense_case("d96", 256, 256, 4, 4, 96, 1), h100()).kind, ForwardKind::tma);
 }
