@@ -190,10 +190,16 @@ TEST(ForwardPlan, WhichCallsWalk) {
   // Causal from 8k keys: one CTA per item.
   p = plan(causal_case(dense_case("causal_long", 64, 8192, 2, 2, 128, 1)), h100());
   EXPECT_EQ(p.tma.persistent_ctas, 0);
-  // Causal on the three-consumer D = 64 kernel: one CTA per item.
-  p = plan(causal_case(dense_case("causal_d64", 2048, 2048, 16, 16, 64, 2)), h100());
+  // Causal on the three-consumer D = 64 kernel (a grid of 196 key-tile
+  // steps per SM): one CTA per item; on a lighter grid, two consumers
+  // walked in pairs.
+  p = plan(causal_case(dense_case("causal_d64", 2048, 2048, 16, 16, 64, 2)), h100(), [](Problem& q) { q.batch = 16; });
   EXPECT_EQ(p.kind, ForwardKind::tma);
+  EXPECT_EQ(p.tile.block_m, 192);
   EXPECT_EQ(p.tma.persistent_ctas, 0);
+  p = plan(causal_case(dense_case("causal_d64_light", 2048, 2048, 16, 16, 64, 2)), h100());
+  EXPECT_EQ(p.tile.block_m, 128);
+  EXPECT_EQ(p.tma.persistent_ctas, 132);
   // D = 256 (one Q buffer, released before the epilogue) walks below 8k
   // keys, causal in pairs too; D = 192 and windows: one CTA per item.
   EXPECT_EQ(plan(dense_case("d256", 512, 512, 8, 8, 256, 2), h100()).tma.persistent_ctas, 132);
