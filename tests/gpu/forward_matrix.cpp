@@ -506,6 +506,13 @@ std::vector<CaseSpec> sanitize_cases() {
   add(causal(dense_case("fwd_gqa_causal_d64", 65, 130, 4, 2, 64)), DType::bf16);
   add(causal(dense_case("fwd_two_consumers_causal_d64", 130, 130, 72, 72, 64, 1)), DType::f16);
   add(dense_case("fwd_d128", 63, 65, 2, 1, 128), DType::f16);
+  // (D = 128's split-keys kernel: 64-row blocks over four 64-key tiles;
+  // then D = 64's with a window, its first tiles unseen by the rows.)
+  add(causal(dense_case("fwd_split_keys_causal_d128", 130, 200, 2, 1, 128, 1)), DType::bf16);
+  s = dense_case("fwd_split_keys_window_d64", 150, 450, 2, 2, 64, 1);
+  s.options.window_left = 100;
+  s.options.window_right = 30;
+  add(s, DType::f16);
   add(causal(dense_case("fwd_causal_d256", 65, 129, 2, 1, 256, 1)), DType::bf16);
   add(dense_case("fwd_d192_q_longer", 70, 33, 2, 1, 192, 1), DType::f16);
   s = dense_case("fwd_window_softcap_alibi_d32", 65, 100, 4, 2, 32);

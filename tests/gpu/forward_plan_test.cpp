@@ -145,6 +145,13 @@ TEST(ForwardPlan, HopperHeadDimsAndKeys) {
   EXPECT_EQ(d128_split.tile.block_n, 64);
   EXPECT_FALSE(plan(dense_case("d128_few_items_1k", 1024, 1024, 8, 8, 128, 1), h100()).tma.split_keys);
   EXPECT_FALSE(plan(dense_case("d128_one_split_tile", 64, 64, 16, 16, 128, 1), h100()).tma.split_keys);
+  // The compute-sanitizer subset's split-keys cases (forward_matrix.cpp) take it.
+  EXPECT_TRUE(plan(causal_case(dense_case("fwd_split_keys_causal_d128", 130, 200, 2, 1, 128, 1)), h100())
+                  .tma.split_keys);
+  CaseSpec split_window = dense_case("fwd_split_keys_window_d64", 150, 450, 2, 2, 64, 1);
+  split_window.options.window_left = 100;
+  split_window.options.window_right = 30;
+  EXPECT_TRUE(plan(split_window, h100()).tma.split_keys);
   // One key tile: the cp.async kernel.
   EXPECT_EQ(plan(dense_case("d64_one_key_tile", 128, 128, 16, 16, 64, 1), h100()).kind, ForwardKind::wgmma);
   // Softcap has no two-consumer plain instantiation to take: the cp.async kernel.
