@@ -98,13 +98,52 @@ int consumers_override() {
   return value;
 }
 
+// The walk's rounds: items dealt one per SM at a time, the last round
+// partly idle.
+long long walk_rounds(long long items, const DeviceInfo& info) { return (items + info.sm_count - 1) / info.sm_count; }
+
+// Causal items walk (in pairs of equal cost) below this many keys
+// (tma_forward_launch, where the measurements are).
+constexpr long long kWalkMaxKeys = 8192;
+
+// The key-tile steps per SM of a dense causal call on `consumers` consumer
+// warpgroups: each block of 64 x consumers rows steps over the key tiles
+// up to its last row's diagonal (bottom-right), summed over the blocks of
+// every (batch, head), over the SMs.
+double causal_steps_per_sm(const Problem& problem, const sm90::TmaFwdTile& tma, int consumers,
+                           const DeviceInfo& info) {
+  const long long block_m = 64LL * consumers, q = problem.max_q_len, k = problem.max_kv_len;
+  long long steps = 0;
+  for (long long m0 = 0; m0 < q; m0 += block_m) {
+    const long long keys = std::min(k, std::max(0LL, std::min(m0 + block_m, q) + k - q));
+    steps += (keys + tma.block_n - 1) / tma.block_n;
+  }
+  return static_cast<double>(steps) * problem.heads_q * problem.batch / info.sm_count;
+}
+
+// Below this many key-tile steps per SM of the three-consumer grid, a dense
+// causal call at D = 64 runs faster on two consumers walked in pairs
+// (NOTES.md session 51, H200, B = 1-8 x 16 heads at 2048 and 4096 keys:
+// the two-consumer walk's gain fell with the work per SM alike at both
+// lengths: 12 steps +45 %, 24 +27 %, 47-49 +17-23 %, 93-98 +8-9 %, 186
+// level, 372 -5 %; the sweep's 2048 keys, 196 steps, level in session 49).
+constexpr double kCausalFewConsumersMaxSteps = 128.0;
+
 // The consumer warpgroups the TMA kernel runs a problem with: the tile's,
 // or its few_items_consumers (plain scores at full width, keys over more
 // than one tile) where
-// - that leaves at most one item per SM. Measured at D = 64, B = 1, H = 16
-//   (H200, NOTES.md session 31): 512 keys +9 % (none) / +11 % (causal) over
-//   the cp.async kernel; 128 keys, one key tile with nothing for the
-//   producer to run ahead of, -7 % / -2 %;
+// - that leaves at most one item per SM, or, in dense calls without a
+//   window, the walk deals the fewer rows' items in no more rounds than the tile's
+//   count: then each item is shorter and the rounds the same. Two
+//   consumers at D = 64 compute a row at ~0.79 of three's rate (the SM's
+//   tensor pipe waits on two softmax chains instead of three), so with
+//   equal rounds they take ~0.84 of the time. Measured at D = 64 (H200,
+//   NOTES.md session 51): B = 1 x 16 heads at 2048 keys +15 % and B = 2 at
+//   1024 keys +12.5 % (two rounds either way), and where the rounds differ
+//   (three against four) 0.87-0.90, as the rounds predict; at most one item
+//   per SM (one round; session 31, B = 1, H = 16): 512 keys +9 % (none) /
+//   +11 % (causal) over the cp.async kernel, and 128 keys, one key tile
+//   with nothing for the producer to run ahead of, -7 % / -2 %;
 // - the call is dense and causal (a right bound, no left one) below
 //   min_keys, where the tile's own count loses to the cp.async kernel: its
 //   items are then walked in pairs (tma_forward_launch). Measured at D = 64
@@ -113,16 +152,27 @@ int consumers_override() {
 //   at session 26 two consumers had lost too, before the walk and the
 //   step's later changes); at 2k, where three consumers take over, level.
 //   (Varlen and windowed calls, not walked, were not measured.)
+// - or such a call from min_keys up to the walk's limit, on a grid of
+//   fewer than kCausalFewConsumersMaxSteps key-tile steps per SM.
 int tma_consumers(const Problem& problem, const sm90::TmaFwdTile& tma, const DeviceInfo& info) {
   const int forced = consumers_override();
   if (forced > 0 && forced == tma.few_items_consumers && tma_plain_full_width(problem)) return forced;
   if (forced > 0 && forced == tma.consumers) return forced;
   if (tma.few_items_consumers == 0 || !tma_plain_full_width(problem) || problem.max_kv_len <= tma.block_n)
     return tma.consumers;
-  const bool few_items = tma_items(problem, tma.few_items_consumers) <= info.sm_count;
-  const bool short_causal = problem.layout != Layout::varlen && problem.window_right >= 0 &&
-                            problem.window_left < 0 && problem.max_kv_len < tma_min_keys(tma);
-  return few_items || short_causal ? tma.few_items_consumers : tma.consumers;
+  const long long few_items = tma_items(problem, tma.few_items_consumers);
+  const bool walked_dense = problem.layout != Layout::varlen && problem.window_left < 0;
+  // (Only where every item costs the same and is walked: varlen, windowed
+  // and causal items in equal rounds were not measured.)
+  const bool no_more_rounds =
+      few_items <= info.sm_count ||
+      (walked_dense && problem.window_right < 0 &&
+       walk_rounds(few_items, info) <= walk_rounds(tma_items(problem, tma.consumers), info));
+  const bool dense_causal = walked_dense && problem.window_right >= 0;
+  const bool short_causal = dense_causal && problem.max_kv_len < tma_min_keys(tma);
+  const bool light_causal = dense_causal && problem.max_kv_len < kWalkMaxKeys &&
+                            causal_steps_per_sm(problem, tma, tma.consumers, info) < kCausalFewConsumersMaxSteps;
+  return no_more_rounds || short_causal || light_causal ? tma.few_items_consumers : tma.consumers;
 }
 
 // CUFLASH_TMA_SHORT_MAX_KEYS=n overrides the tiles' short_max_keys (read
@@ -169,14 +219,11 @@ int split_keys_override() {
 // one wave and their keys span more than one tile, below the tile's
 // split_keys_max_keys: there each CTA's chain of key tiles, not the SM's
 // work, sets the call's time, and the split halves it. Measured at D = 64,
-// B = 1, H = 16 (H200, NOTES.md session 50). Without a window or with the
-// causal one only (a left bound, or a right one past the diagonal, were
-// not tested on the kernel).
+// B = 1, H = 16 (H200, NOTES.md session 50).
 bool tma_split_keys(const Problem& problem, const sm90::TmaFwdTile& tma, int consumers, const DeviceInfo& info) {
   if (tma.split_keys_max_keys == 0 || consumers != 2 || !tma_plain_full_width(problem)) return false;
-  if (problem.window_left >= 0 || problem.window_right > 0) return false;
   if (split_keys_override() >= 0) return split_keys_override() == 1;
-  return problem.max_kv_len > tma.block_n && problem.max_kv_len < tma.split_keys_max_keys &&
+  return problem.max_kv_len > sm90::split_keys_block_n(tma) && problem.max_kv_len < tma.split_keys_max_keys &&
          tma_items(problem, 1) <= info.sm_count;
 }
 
@@ -204,9 +251,11 @@ ForwardKernel forward_kernel(const Problem& problem, const DeviceInfo& info) {
   if (tma.block_n > 0 && sm90_tma_enabled() && tma_wins(problem, tma, consumers, info) &&
       tma_maps_fit(problem, info)) {
     k.kind = ForwardKind::tma;
-    const int block_m = tma_split_keys(problem, tma, consumers, info) ? 64 : 64 * consumers;
-    k.tile = {block_m, tma_short_tiles(problem, tma) ? tma.short_block_n : tma.block_n, 4 * (consumers + 1), false,
-              1};
+    const bool split_keys = tma_split_keys(problem, tma, consumers, info);
+    const int block_n = split_keys                        ? sm90::split_keys_block_n(tma)
+                        : tma_short_tiles(problem, tma) ? tma.short_block_n
+                                                        : tma.block_n;
+    k.tile = {split_keys ? 64 : 64 * consumers, block_n, 4 * (consumers + 1), false, 1};
     k.tma_consumers = consumers;
     return k;
   }
@@ -255,8 +304,7 @@ int deep_min_keys_override() {
 // length and lost 8 % at 2k (NOTES.md, "causal items walked"). D = 256
 // walks below it with or without a mask: +4-10 % at 512-1k, level at
 // 2k-4k, but 0.97 of one CTA per item at 16k keys without one (NOTES.md,
-// session 32).
-constexpr long long kWalkMaxKeys = 8192;
+// session 32). (kWalkMaxKeys: above, where tma_consumers reads it too.)
 
 sm90::TmaForwardLaunch tma_forward_launch(const Problem& problem, int consumers, const DeviceInfo& info) {
   sm90::TmaForwardLaunch launch;
@@ -279,8 +327,8 @@ sm90::TmaForwardLaunch tma_forward_launch(const Problem& problem, int consumers,
   // Q buffer, and the walk stays: measured so, NOTES.md session 22.)
   const int deep_min_keys = deep_min_keys_override() >= 0 ? deep_min_keys_override() : tile.deep_min_keys;
   launch.deep_ring = tile.deep_stages > 0 && problem.max_kv_len >= deep_min_keys && tma_plain_full_width(problem);
-  launch.short_q_buffers =
-      tma_short_q_buffers(problem, tile, launch.few_items || launch.short_tiles || launch.deep_ring);
+  launch.short_q_buffers = tma_short_q_buffers(
+      problem, tile, launch.few_items || launch.short_tiles || launch.deep_ring || launch.split_keys);
   const int forced = persistent_override();
   if (forced == 0 || (forced < 0 && !walkable)) return launch;
   launch.persistent_ctas = info.sm_count;

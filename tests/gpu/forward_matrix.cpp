@@ -406,6 +406,32 @@ std::vector<CaseSpec> tma_cases() {
   s.row_padding = 8;
   add(s);
   add(large_scores(causal(dense_case("large_scores_tma_d64_split_keys_causal_q256_k1000", 256, 1000, 4, 2, 64, 2))));
+  // Windows on it: left and right bounds (an item's tiles t_lo .. t_hi, its
+  // first ones unseen by the rows), a right bound alone, bottom-right
+  // offsets.
+  s = dense_case("tma_d64_split_keys_window_100_40_q777_k777", 777, 777, 2, 1, 64, 1);
+  s.options.window_left = 100;
+  s.options.window_right = 40;
+  add(s);
+  s = dense_case("tma_d64_split_keys_window_right_64_q300_k1000", 300, 1000, 4, 2, 64, 2);
+  s.options.window_right = 64;
+  add(s);
+  s = dense_case("tma_d64_split_keys_window_50_10_q300_k900", 300, 900, 4, 4, 64, 2);
+  s.options.window_left = 50;
+  s.options.window_right = 10;
+  add(s);
+  // D = 128's split-keys kernel (64-key tiles in a ring of four stages,
+  // below 1024 keys): 8, 6 and 5 key tiles, the same layouts.
+  add(dense_case("tma_d128_split_keys_q512_k512_h16", 512, 512, 16, 16, 128, 1));
+  add(causal(dense_case("tma_d128_split_keys_causal_q512_k512_h16", 512, 512, 16, 16, 128, 1)));
+  add(dense_case("tma_d128_split_keys_q300_k333_gqa", 300, 333, 6, 2, 128, 2));
+  add(causal(dense_case("tma_d128_split_keys_causal_q700_k300", 700, 300, 2, 1, 128, 1)));
+  add(causal(varlen_case("tma_d128_split_keys_varlen_causal", {300, 1, 0, 129}, {500, 5, 0, 900}, 2, 1, 128)));
+  add(large_scores(causal(dense_case("large_scores_tma_d128_split_keys_causal_q256_k1000", 256, 1000, 4, 2, 128, 2))));
+  s = dense_case("tma_d128_split_keys_window_100_40_q600_k700", 600, 700, 2, 1, 128, 1);
+  s.options.window_left = 100;
+  s.options.window_right = 40;
+  add(s);
   // A softmax_scale that is not positive takes the transformed variants
   // (attention_params.hpp, transformed_scores): uniform weights at 0, the
   // smallest scores weighing most when negative.
@@ -480,6 +506,13 @@ std::vector<CaseSpec> sanitize_cases() {
   add(causal(dense_case("fwd_gqa_causal_d64", 65, 130, 4, 2, 64)), DType::bf16);
   add(causal(dense_case("fwd_two_consumers_causal_d64", 130, 130, 72, 72, 64, 1)), DType::f16);
   add(dense_case("fwd_d128", 63, 65, 2, 1, 128), DType::f16);
+  // (D = 128's split-keys kernel: 64-row blocks over four 64-key tiles;
+  // then D = 64's with a window, its first tiles unseen by the rows.)
+  add(causal(dense_case("fwd_split_keys_causal_d128", 130, 200, 2, 1, 128, 1)), DType::bf16);
+  s = dense_case("fwd_split_keys_window_d64", 150, 450, 2, 2, 64, 1);
+  s.options.window_left = 100;
+  s.options.window_right = 30;
+  add(s, DType::f16);
   add(causal(dense_case("fwd_causal_d256", 65, 129, 2, 1, 256, 1)), DType::bf16);
   add(dense_case("fwd_d192_q_longer", 70, 33, 2, 1, 192, 1), DType::f16);
   s = dense_case("fwd_window_softcap_alibi_d32", 65, 100, 4, 2, 32);

@@ -80,9 +80,28 @@ TEST(ForwardPlan, HopperHeadDimsAndKeys) {
   const ForwardPlan causal_2047 = plan(causal_case(dense_case("d64_causal", 2048, 2047, 8, 8, 64, 2)), h100());
   EXPECT_EQ(causal_2047.kind, ForwardKind::tma);
   EXPECT_EQ(causal_2047.tile.block_m, 128);
-  const ForwardPlan long_causal = plan(causal_case(dense_case("d64_long_causal", 2048, 2048, 8, 8, 64, 2)), h100());
+  // From 2048 keys three consumers, unless the grid is light: fewer than
+  // 128 key-tile steps per SM (B = 2 x 8 heads: 12; B = 32 x 8 heads, the
+  // batch set on the problem so that no host tensors are filled: 196).
+  const ForwardPlan light_causal = plan(causal_case(dense_case("d64_light_causal", 2048, 2048, 8, 8, 64, 2)), h100());
+  EXPECT_EQ(light_causal.tile.block_m, 128);
+  EXPECT_EQ(light_causal.tma.persistent_ctas, 132);  // walked in pairs
+  const ForwardPlan long_causal = plan(causal_case(dense_case("d64_long_causal", 2048, 2048, 8, 8, 64, 2)), h100(),
+                                       [](Problem& p) { p.batch = 32; });
   EXPECT_EQ(long_causal.kind, ForwardKind::tma);
   EXPECT_EQ(long_causal.tile.block_m, 192);
+  // The light grid's limit: B = 4 x 16 heads at 4096 keys is 186 steps.
+  EXPECT_EQ(plan(causal_case(dense_case("d64_causal_4k", 4096, 4096, 16, 16, 64, 1)), h100(),
+                 [](Problem& p) { p.batch = 4; }).tile.block_m,
+            192);
+  EXPECT_EQ(plan(causal_case(dense_case("d64_causal_4k", 4096, 4096, 16, 16, 64, 1)), h100(),
+                 [](Problem& p) { p.batch = 2; }).tile.block_m,
+            128);
+  // Not from the walk's 8192 keys on (causal items of that length are not
+  // walked), where the items fill more than one round (8 heads: 87 steps).
+  EXPECT_EQ(plan(causal_case(dense_case("d64_causal_8k", 8192, 8192, 1, 1, 64, 1)), h100(),
+                 [](Problem& p) { p.heads_q = p.heads_kv = 8; }).tile.block_m,
+            192);
   // Softcap (no two-consumer instantiation) and windows (not measured) stay
   // on the cp.async kernel below 2048 keys.
   EXPECT_EQ(plan(causal_case(dense_case("d64_short_causal_softcap", 512, 512, 8, 8, 64, 5)), h100(),
@@ -110,15 +129,29 @@ TEST(ForwardPlan, HopperHeadDimsAndKeys) {
   EXPECT_EQ(few_128.tile.block_m, 128);
   EXPECT_TRUE(few_128.tma.few_items);
   EXPECT_FALSE(few_128.tma.split_keys);
-  // Not with a window other than the causal one.
-  EXPECT_FALSE(plan(dense_case("d64_few_items_window", 512, 512, 16, 16, 64, 1), h100(), [](Problem& p) {
-                 p.window_left = 100;
-                 p.window_right = 40;
-               }).tma.split_keys);
+  // With a window too (its key range is the item's tiles).
+  EXPECT_TRUE(plan(dense_case("d64_few_items_window", 512, 512, 16, 16, 64, 1), h100(), [](Problem& p) {
+                p.window_left = 100;
+                p.window_right = 40;
+              }).tma.split_keys);
   // From 2048 keys (where split-KV may take such grids) no split keys.
   EXPECT_FALSE(plan(dense_case("d64_few_items_long", 2048, 2048, 2, 2, 64, 1), h100()).tma.split_keys);
-  // Nor at D = 128 (a ring of two stages).
-  EXPECT_FALSE(plan(dense_case("d128_few_items", 512, 512, 16, 16, 128, 1), h100()).tma.split_keys);
+  // At D = 128 on 64-key tiles (four stages: two per consumer), below 1024
+  // keys (16 such tiles, where split-KV may take the grid).
+  const ForwardPlan d128_split = plan(dense_case("d128_few_items", 512, 512, 16, 16, 128, 1), h100());
+  EXPECT_EQ(d128_split.kind, ForwardKind::tma);
+  EXPECT_TRUE(d128_split.tma.split_keys);
+  EXPECT_EQ(d128_split.tile.block_m, 64);
+  EXPECT_EQ(d128_split.tile.block_n, 64);
+  EXPECT_FALSE(plan(dense_case("d128_few_items_1k", 1024, 1024, 8, 8, 128, 1), h100()).tma.split_keys);
+  EXPECT_FALSE(plan(dense_case("d128_one_split_tile", 64, 64, 16, 16, 128, 1), h100()).tma.split_keys);
+  // The compute-sanitizer subset's split-keys cases (forward_matrix.cpp) take it.
+  EXPECT_TRUE(plan(causal_case(dense_case("fwd_split_keys_causal_d128", 130, 200, 2, 1, 128, 1)), h100())
+                  .tma.split_keys);
+  CaseSpec split_window = dense_case("fwd_split_keys_window_d64", 150, 450, 2, 2, 64, 1);
+  split_window.options.window_left = 100;
+  split_window.options.window_right = 30;
+  EXPECT_TRUE(plan(split_window, h100()).tma.split_keys);
   // One key tile: the cp.async kernel.
   EXPECT_EQ(plan(dense_case("d64_one_key_tile", 128, 128, 16, 16, 64, 1), h100()).kind, ForwardKind::wgmma);
   // Softcap has no two-consumer plain instantiation to take: the cp.async kernel.
@@ -126,6 +159,18 @@ TEST(ForwardPlan, HopperHeadDimsAndKeys) {
                  [](Problem& p) { p.softcap = 30.0f; }).kind,
             ForwardKind::wgmma);
   EXPECT_FALSE(plan(dense_case("d64_long", 4096, 4096, 16, 16, 64, 4), h100()).tma.few_items);
+  // Without a mask, two consumers wherever their items take no more rounds
+  // of the walk than three's: B = 1 x 16 heads at 2048 keys, 256 items of
+  // 128 rows against 176 of 192, two rounds each; B = 2, 512 against 352,
+  // four rounds against three.
+  const ForwardPlan same_rounds = plan(dense_case("d64_same_rounds", 2048, 2048, 16, 16, 64, 1), h100());
+  EXPECT_EQ(same_rounds.tile.block_m, 128);
+  EXPECT_TRUE(same_rounds.tma.few_items);
+  EXPECT_FALSE(same_rounds.tma.split_keys);
+  EXPECT_EQ(plan(dense_case("d64_more_rounds", 2048, 2048, 16, 16, 64, 1), h100(), [](Problem& p) {
+              p.batch = 2;
+            }).tile.block_m,
+            192);
   // 96 has no Hopper kernel of its own: the 128 TMA kernel's 96 columns.
   EXPECT_EQ(plan(dense_case("d96", 256, 256, 4, 4, 96, 1), h100()).kind, ForwardKind::tma);
 }
@@ -152,10 +197,16 @@ TEST(ForwardPlan, WhichCallsWalk) {
   // Causal from 8k keys: one CTA per item.
   p = plan(causal_case(dense_case("causal_long", 64, 8192, 2, 2, 128, 1)), h100());
   EXPECT_EQ(p.tma.persistent_ctas, 0);
-  // Causal on the three-consumer D = 64 kernel: one CTA per item.
-  p = plan(causal_case(dense_case("causal_d64", 2048, 2048, 16, 16, 64, 2)), h100());
+  // Causal on the three-consumer D = 64 kernel (a grid of 196 key-tile
+  // steps per SM): one CTA per item; on a lighter grid, two consumers
+  // walked in pairs.
+  p = plan(causal_case(dense_case("causal_d64", 2048, 2048, 16, 16, 64, 2)), h100(), [](Problem& q) { q.batch = 16; });
   EXPECT_EQ(p.kind, ForwardKind::tma);
+  EXPECT_EQ(p.tile.block_m, 192);
   EXPECT_EQ(p.tma.persistent_ctas, 0);
+  p = plan(causal_case(dense_case("causal_d64_light", 2048, 2048, 16, 16, 64, 2)), h100());
+  EXPECT_EQ(p.tile.block_m, 128);
+  EXPECT_EQ(p.tma.persistent_ctas, 132);
   // D = 256 (one Q buffer, released before the epilogue) walks below 8k
   // keys, causal in pairs too; D = 192 and windows: one CTA per item.
   EXPECT_EQ(plan(dense_case("d256", 512, 512, 8, 8, 256, 2), h100()).tma.persistent_ctas, 132);
@@ -215,7 +266,8 @@ TEST(ForwardPlan, ShortTilesForShortKeys) {
 // the deep ring (one Q buffer); the other head dims keep theirs.
 TEST(ForwardPlan, ShortQBuffersForShortKeys) {
   if (!tma_plannable()) GTEST_SKIP() << "no sm_90a kernels in this build";
-  const ForwardPlan causal = plan(causal_case(dense_case("d128_causal_512", 512, 512, 4, 4, 128, 2)), h100());
+  // (16 heads: 256 blocks of 64 rows, more than a wave: not split keys.)
+  const ForwardPlan causal = plan(causal_case(dense_case("d128_causal_512", 512, 512, 16, 16, 128, 2)), h100());
   EXPECT_EQ(causal.kind, ForwardKind::tma);
   EXPECT_TRUE(causal.tma.short_q_buffers);
   EXPECT_TRUE(plan(dense_case("d128_unmasked_1k", 1024, 1024, 4, 4, 128, 2), h100()).tma.short_q_buffers);

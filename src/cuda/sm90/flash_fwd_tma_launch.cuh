@@ -50,7 +50,7 @@ Status launch_flash_fwd_tma(const ForwardParams& p, const TmaForwardLaunch& laun
   using CT = TmaFwdConfig<T, D, tile.block_n, tile.consumers == 3 ? 2 : tile.consumers, tile.stages, DC>;
   if (transformed_scores(p)) return launch_tma_config<CT, true>(p, launch, stream);
   if constexpr (tile.split_keys_max_keys > 0 && DC == D) {
-    using CK = TmaFwdConfigSplitKeys<T, D, tile.block_n, tile.stages, DC>;
+    using CK = TmaFwdConfigSplitKeys<T, D, split_keys_block_n(tile), split_keys_stages(tile), DC>;
     if (launch.split_keys) return launch_tma_config<CK, false>(p, launch, stream);
   }
   if constexpr (tile.few_items_consumers > 0 && DC == D) {

@@ -95,10 +95,15 @@ struct TmaFwdTile {
   // 0, or the keys below which grids of few 64-row items over more than one
   // key tile take the split-keys kernel (TmaFwdConfigSplitKeys: two
   // consumers on one block of 64 rows, each taking every other key tile;
-  // forward_plan.cpp): D = 64, whose ring has stages for both (D = 128's
-  // two stages would give each consumer one), below the keys from which
-  // such grids split the keys across CTAs (split-KV) instead.
+  // forward_plan.cpp), with key tiles of split_keys_block_n keys in a ring
+  // of split_keys_stages (0: the tile's own): below the keys from which
+  // such grids split the keys across CTAs (split-KV, from 16 key tiles)
+  // instead. The ring needs two stages per consumer: D = 64 has four;
+  // D = 128 takes four stages of 64-key tiles (its own two of 128 keys
+  // would give each consumer one).
   int split_keys_max_keys = 0;
+  int split_keys_block_n = 0;
+  int split_keys_stages = 0;
 };
 
 constexpr TmaFwdTile tma_fwd_tile(int head_dim) {
@@ -108,7 +113,8 @@ constexpr TmaFwdTile tma_fwd_tile(int head_dim) {
               .few_items_consumers = 2, .split_keys_max_keys = 2048};
     case 128:
       return {.block_n = 128, .consumers = 2, .stages = 2, .min_keys = 0, .deep_stages = 3, .deep_min_keys = 2048,
-              .short_q_buffers = 3, .short_q_max_keys = 2048};
+              .short_q_buffers = 3, .short_q_max_keys = 2048, .split_keys_max_keys = 1024, .split_keys_block_n = 64,
+              .split_keys_stages = 4};
     case 192:
       return {.block_n = 64, .consumers = 2, .stages = 2, .min_keys = 0, .deep_stages = 0, .deep_min_keys = 0};
     case 256:
@@ -117,6 +123,14 @@ constexpr TmaFwdTile tma_fwd_tile(int head_dim) {
     default:
       return {.block_n = 0, .consumers = 0, .stages = 0, .min_keys = 0, .deep_stages = 0, .deep_min_keys = 0};
   }
+}
+
+// The split-keys kernel's key tiles and ring (TmaFwdTile::split_keys_*).
+constexpr int split_keys_block_n(const TmaFwdTile& tile) {
+  return tile.split_keys_block_n > 0 ? tile.split_keys_block_n : tile.block_n;
+}
+constexpr int split_keys_stages(const TmaFwdTile& tile) {
+  return tile.split_keys_stages > 0 ? tile.split_keys_stages : tile.stages;
 }
 
 // The TMA kernel's head dim for a caller's head dim (a multiple of 8): the
