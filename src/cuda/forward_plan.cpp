@@ -216,14 +216,19 @@ int split_keys_override() {
 // Whether the TMA kernel runs a problem on its split-keys kernel (two
 // consumers on each block of 64 rows, splitting its key tiles): plain
 // scores at full width on two consumers, where the blocks of 64 rows fit
-// one wave and their keys span more than one tile, below the tile's
-// split_keys_max_keys: there each CTA's chain of key tiles, not the SM's
-// work, sets the call's time, and the split halves it. Measured at D = 64,
-// B = 1, H = 16 (H200, NOTES.md session 50).
+// one wave and their keys span more than one of the tile's own key tiles
+// (block_n), below the tile's split_keys_max_keys: there each CTA's chain
+// of key tiles, not the SM's work, sets the call's time, and the split
+// halves it. Measured at B = 1, H = 16 (H200): D = 64 (NOTES.md session
+// 50; forced at 128 keys, one tile, 0.95-0.96) and D = 128 on its 64-key
+// tiles (session 51: 256 / 512 keys +2.5 / +7.9 % unmasked, +1.5 / +7.7 %
+// causal; at 128 keys, two such tiles, the sweep read 9.8 against the
+// two-consumer kernel's 9.5 us the session before, so one 128-key tile
+// stays on that kernel).
 bool tma_split_keys(const Problem& problem, const sm90::TmaFwdTile& tma, int consumers, const DeviceInfo& info) {
   if (tma.split_keys_max_keys == 0 || consumers != 2 || !tma_plain_full_width(problem)) return false;
   if (split_keys_override() >= 0) return split_keys_override() == 1;
-  return problem.max_kv_len > sm90::split_keys_block_n(tma) && problem.max_kv_len < tma.split_keys_max_keys &&
+  return problem.max_kv_len > tma.block_n && problem.max_kv_len < tma.split_keys_max_keys &&
          tma_items(problem, 1) <= info.sm_count;
 }
 

@@ -145,6 +145,9 @@ TEST(ForwardPlan, HopperHeadDimsAndKeys) {
   EXPECT_EQ(d128_split.tile.block_n, 64);
   EXPECT_FALSE(plan(dense_case("d128_few_items_1k", 1024, 1024, 8, 8, 128, 1), h100()).tma.split_keys);
   EXPECT_FALSE(plan(dense_case("d128_one_split_tile", 64, 64, 16, 16, 128, 1), h100()).tma.split_keys);
+  // Nor over one of D = 128's own 128-key tiles (two of the split kernel's).
+  EXPECT_FALSE(plan(dense_case("d128_one_tile", 128, 128, 16, 16, 128, 1), h100()).tma.split_keys);
+  EXPECT_TRUE(plan(dense_case("d128_two_tiles", 129, 129, 16, 16, 128, 1), h100()).tma.split_keys);
   // The compute-sanitizer subset's split-keys cases (forward_matrix.cpp) take it.
   EXPECT_TRUE(plan(causal_case(dense_case("fwd_split_keys_causal_d128", 130, 200, 2, 1, 128, 1)), h100())
                   .tma.split_keys);
