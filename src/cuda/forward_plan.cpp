@@ -170,9 +170,11 @@ int tma_consumers(const Problem& problem, const sm90::TmaFwdTile& tma, const Dev
        walk_rounds(few_items, info) <= walk_rounds(tma_items(problem, tma.consumers), info));
   const bool dense_causal = walked_dense && problem.window_right >= 0;
   const bool short_causal = dense_causal && problem.max_kv_len < tma_min_keys(tma);
+  if (no_more_rounds || short_causal) return tma.few_items_consumers;
+  // (Last: the steps are counted over the query blocks.)
   const bool light_causal = dense_causal && problem.max_kv_len < kWalkMaxKeys &&
                             causal_steps_per_sm(problem, tma, tma.consumers, info) < kCausalFewConsumersMaxSteps;
-  return no_more_rounds || short_causal || light_causal ? tma.few_items_consumers : tma.consumers;
+  return light_causal ? tma.few_items_consumers : tma.consumers;
 }
 
 // CUFLASH_TMA_SHORT_MAX_KEYS=n overrides the tiles' short_max_keys (read
