@@ -34,6 +34,10 @@ struct ForwardKernel {
   ForwardKind kind = ForwardKind::sm80;
   sm80::FwdTile tile{};
   int tma_consumers = 0;  // the TMA kernel's consumer warpgroups (kind tma)
+  // Kind tma: its split-keys kernel (tma_split_keys) and its short key
+  // tiles (tma_short_tiles), decided once for the tile and the launch.
+  bool tma_split_keys = false;
+  bool tma_short_tiles = false;
 };
 
 bool sm90_forward_enabled() {
@@ -258,11 +262,12 @@ ForwardKernel forward_kernel(const Problem& problem, const DeviceInfo& info) {
   if (tma.block_n > 0 && sm90_tma_enabled() && tma_wins(problem, tma, consumers, info) &&
       tma_maps_fit(problem, info)) {
     k.kind = ForwardKind::tma;
-    const bool split_keys = tma_split_keys(problem, tma, consumers, info);
-    const int block_n = split_keys                        ? sm90::split_keys_block_n(tma)
-                        : tma_short_tiles(problem, tma) ? tma.short_block_n
-                                                        : tma.block_n;
-    k.tile = {split_keys ? 64 : 64 * consumers, block_n, 4 * (consumers + 1), false, 1};
+    k.tma_split_keys = tma_split_keys(problem, tma, consumers, info);
+    k.tma_short_tiles = tma_short_tiles(problem, tma);
+    const int block_n = k.tma_split_keys    ? sm90::split_keys_block_n(tma)
+                        : k.tma_short_tiles ? tma.short_block_n
+                                            : tma.block_n;
+    k.tile = {k.tma_split_keys ? 64 : 64 * consumers, block_n, 4 * (consumers + 1), false, 1};
     k.tma_consumers = consumers;
     return k;
   }
@@ -313,7 +318,8 @@ int deep_min_keys_override() {
 // 2k-4k, but 0.97 of one CTA per item at 16k keys without one (NOTES.md,
 // session 32). (kWalkMaxKeys: above, where tma_consumers reads it too.)
 
-sm90::TmaForwardLaunch tma_forward_launch(const Problem& problem, int consumers, const DeviceInfo& info) {
+sm90::TmaForwardLaunch tma_forward_launch(const Problem& problem, const ForwardKernel& kernel, const DeviceInfo& info) {
+  const int consumers = kernel.tma_consumers;
   sm90::TmaForwardLaunch launch;
   launch.q = sm90::head_rows_tensor(problem, problem.q, problem.heads_q);
   launch.k = sm90::head_rows_tensor(problem, problem.k, problem.heads_kv);
@@ -322,8 +328,8 @@ sm90::TmaForwardLaunch tma_forward_launch(const Problem& problem, int consumers,
   launch.causal_walk = problem.window_right >= 0;
   const sm90::TmaFwdTile tile = tma_fwd_tile_for(problem);
   launch.few_items = consumers != tile.consumers;
-  launch.split_keys = tma_split_keys(problem, tile, consumers, info);
-  launch.short_tiles = tma_short_tiles(problem, tile);
+  launch.split_keys = kernel.tma_split_keys;
+  launch.short_tiles = kernel.tma_short_tiles;
   const int kernel_dim = sm90::tma_head_dim(problem.head_dim);
   const bool short_keys = problem.max_kv_len < kWalkMaxKeys;
   const bool walkable = problem.window_left < 0 && problem.layout != Layout::varlen &&
@@ -387,7 +393,7 @@ ForwardPlan plan_forward(const Problem& problem, const DeviceInfo& device) {
   plan.tile = kernel.tile;
   plan.splits = choose_splits(problem, kernel, device);
   if (plan.kind == ForwardKind::tma) {
-    plan.tma = tma_forward_launch(problem, kernel.tma_consumers, device);
+    plan.tma = tma_forward_launch(problem, kernel, device);
     // O by TMA stores: dense rows (a varlen sequence's last block would
     // overwrite the next sequence's rows), unsplit (partials are fp32 rows
     // of their own), an output the map can describe (a workspace query may
