@@ -102,6 +102,12 @@ int consumers_override() {
   return value;
 }
 
+// Dense calls without a left window bound: the ones whose items the TMA
+// kernel's CTAs can walk (tma_forward_launch adds the rest of the rule).
+bool walkable_layout(const Problem& problem) {
+  return problem.layout != Layout::varlen && problem.window_left < 0;
+}
+
 // The walk's rounds: items dealt one per SM at a time, the last round
 // partly idle.
 long long walk_rounds(long long items, const DeviceInfo& info) { return (items + info.sm_count - 1) / info.sm_count; }
@@ -137,8 +143,8 @@ constexpr double kCausalFewConsumersMaxSteps = 128.0;
 // or its few_items_consumers (plain scores at full width, keys over more
 // than one tile) where
 // - that leaves at most one item per SM, or, in dense calls without a
-//   window, the walk deals the fewer rows' items in no more rounds than the tile's
-//   count: then each item is shorter and the rounds the same. Two
+//   window, the walk deals the fewer rows' items in no more rounds than
+//   the tile's count: then each item is shorter and the rounds the same. Two
 //   consumers at D = 64 compute a row at ~0.79 of three's rate (the SM's
 //   tensor pipe waits on two softmax chains instead of three), so with
 //   equal rounds they take ~0.84 of the time. Measured at D = 64 (H200,
@@ -164,15 +170,14 @@ int tma_consumers(const Problem& problem, const sm90::TmaFwdTile& tma, const Dev
   if (forced > 0 && forced == tma.consumers) return forced;
   if (tma.few_items_consumers == 0 || !tma_plain_full_width(problem) || problem.max_kv_len <= tma.block_n)
     return tma.consumers;
-  const long long few_items = tma_items(problem, tma.few_items_consumers);
-  const bool walked_dense = problem.layout != Layout::varlen && problem.window_left < 0;
+  const long long fewer_rows_items = tma_items(problem, tma.few_items_consumers);
   // (Only where every item costs the same and is walked: varlen, windowed
   // and causal items in equal rounds were not measured.)
   const bool no_more_rounds =
-      few_items <= info.sm_count ||
-      (walked_dense && problem.window_right < 0 &&
-       walk_rounds(few_items, info) <= walk_rounds(tma_items(problem, tma.consumers), info));
-  const bool dense_causal = walked_dense && problem.window_right >= 0;
+      fewer_rows_items <= info.sm_count ||
+      (walkable_layout(problem) && problem.window_right < 0 &&
+       walk_rounds(fewer_rows_items, info) <= walk_rounds(tma_items(problem, tma.consumers), info));
+  const bool dense_causal = walkable_layout(problem) && problem.window_right >= 0;
   const bool short_causal = dense_causal && problem.max_kv_len < tma_min_keys(tma);
   if (no_more_rounds || short_causal) return tma.few_items_consumers;
   // (Last: the steps are counted over the query blocks.)
@@ -332,7 +337,7 @@ sm90::TmaForwardLaunch tma_forward_launch(const Problem& problem, const ForwardK
   launch.short_tiles = kernel.tma_short_tiles;
   const int kernel_dim = sm90::tma_head_dim(problem.head_dim);
   const bool short_keys = problem.max_kv_len < kWalkMaxKeys;
-  const bool walkable = problem.window_left < 0 && problem.layout != Layout::varlen &&
+  const bool walkable = walkable_layout(problem) &&
                         (!launch.causal_walk || (short_keys && consumers == 2)) &&
                         (kernel_dim != 256 || short_keys) && kernel_dim != 192;
   // The deeper ring where the keys are long enough, for the kernels that
